@@ -1,0 +1,5 @@
+import sys
+
+from cni_reaper.cli import main
+
+sys.exit(main())

@@ -1,0 +1,147 @@
+"""Carrying out a plan: the only stage that runs plugins or changes anything on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from cni_reaper import __version__
+from cni_reaper.boot import iso
+from cni_reaper.plan import Action, PlannedEntry
+from cni_reaper.plugin import PluginError, PluginRunner
+from cni_reaper.quarantine import Quarantine, QuarantineError
+from cni_reaper.replay import Attachment, DelOutcome, delete
+
+
+class Outcome(str, Enum):
+    DONE = "done"
+    PLANNED = "planned"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class EntryResult:
+    planned: PlannedEntry
+    outcome: Outcome
+    del_outcome: DelOutcome | None = None
+    quarantined_to: str | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def plugin_errors(self) -> tuple[PluginError, ...]:
+        return self.del_outcome.errors if self.del_outcome else ()
+
+
+@dataclass(frozen=True)
+class Executor:
+    results_fd: int
+    runner: PluginRunner
+    bin_dirs: Sequence[str]
+    plugin_timeout: float
+    quarantine: Quarantine
+    clock_now: float
+
+
+def dry_run(plan: Iterable[PlannedEntry]) -> Iterator[EntryResult]:
+    for planned in plan:
+        outcome = Outcome.PLANNED if planned.action.changes_things else Outcome.SKIPPED
+        yield EntryResult(planned, outcome)
+
+
+def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryResult]:
+    for planned in plan:
+        if planned.action.changes_things:
+            yield _repair(planned, executor)
+        else:
+            yield EntryResult(planned, Outcome.SKIPPED)
+
+
+def _unchanged(planned: PlannedEntry, results_fd: int) -> str | None:
+    """Why the file may no longer be touched, if it changed since the inventory."""
+    try:
+        st = os.stat(planned.entry.name, dir_fd=results_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return "gone since the scan"
+    if not planned.entry.file.same_file(st):
+        return "changed since the scan; left for the next run"
+    return None
+
+
+def _sha256(results_fd: int, name: str) -> str | None:
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=results_fd
+        )
+    except OSError:
+        return None
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 16), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _repair(planned: PlannedEntry, ex: Executor) -> EntryResult:
+    entry = planned.entry
+    changed = _unchanged(planned, ex.results_fd)
+    if changed:
+        return EntryResult(planned, Outcome.SKIPPED, problems=(changed,))
+    del_outcome: DelOutcome | None = None
+    if planned.action is Action.DEL_AND_QUARANTINE:
+        assert entry.split is not None
+        if planned.netlist is None:
+            problem = planned.config_problem or "no network config"
+            del_outcome = DelOutcome((), (PluginError("", problem),))
+        else:
+            attachment = Attachment(entry.split.container_id, entry.split.ifname)
+            del_outcome = delete(
+                planned.netlist, attachment, ex.runner, ex.bin_dirs, ex.plugin_timeout
+            )
+    # Quarantine even when DEL failed: a missing file lets the runtime's own DEL run.
+    sidecar = _sidecar(planned, del_outcome, _sha256(ex.results_fd, entry.name), ex.clock_now)
+    try:
+        dest = ex.quarantine.move(ex.results_fd, entry.name, sidecar)
+    except (QuarantineError, OSError) as e:
+        return EntryResult(
+            planned, Outcome.FAILED, del_outcome, problems=(f"quarantine: {e.strerror or e}",)
+        )
+    ok = del_outcome is None or del_outcome.ok
+    return EntryResult(planned, Outcome.DONE if ok else Outcome.FAILED, del_outcome, dest)
+
+
+def _sidecar(
+    planned: PlannedEntry, del_outcome: DelOutcome | None, sha256: str | None, now: float
+) -> dict[str, Any]:
+    entry = planned.entry
+    split = entry.split
+    return {
+        "schema": 1,
+        "reaper_version": __version__,
+        "quarantined_at": iso(now),
+        "original_name": entry.name,
+        "network": split.network if split else None,
+        "container_id": split.container_id if split else None,
+        "ifname": split.ifname if split else None,
+        "size": entry.file.size,
+        "mtime": iso(entry.file.mtime),
+        "ctime": iso(entry.file.ctime),
+        "sha256": sha256,
+        "content": entry.content.value,
+        "content_detail": entry.verdict.detail,
+        "written": planned.written.written.value,
+        "evidence": planned.written.evidence,
+        "action": planned.action.value,
+        "del": None
+        if del_outcome is None
+        else {
+            "config": planned.netlist.source if planned.netlist else None,
+            "plugins_run": list(del_outcome.plugins_run),
+            "ok": del_outcome.ok,
+            "plugin_errors": [e.to_json() for e in del_outcome.errors],
+        },
+    }

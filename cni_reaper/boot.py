@@ -1,0 +1,275 @@
+"""Which boot wrote a file: the boot list from wtmp, this boot's start, and the verdict per file.
+
+Pitfalls this guards against are in shared/reference/boot-records.md sections 2, 4 and 5.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable
+
+from cni_reaper import wtmp
+from cni_reaper.paths import NodePaths
+
+Clock = Callable[[], float]
+
+# btime has whole seconds and the kernel stamps files with a coarse clock: closer than this to
+# the boundary, a file's boot cannot be told.
+DEFAULT_MARGIN = 2.0
+# The boot record is PID 1's start: after btime by kernel and initrd time, which on a slow
+# machine can take minutes. A boot record further after btime is not this boot's.
+MAX_USERSPACE_START_DELAY = 900.0
+
+
+class Written(str, Enum):
+    PREVIOUS_BOOT = "previous-boot"
+    CURRENT_BOOT = "current-boot"
+    UNKNOWN = "unknown"
+
+
+class BootEnd(str, Enum):
+    CLEAN = "clean"
+    CRASHED = "crashed"
+    RUNNING = "running"
+
+
+@dataclass(frozen=True)
+class Boot:
+    start: float
+    kernel: str
+    last_record: float  # the newest record of any kind while this boot ran
+    shutdown: float | None  # time of its shutdown record, if it wrote one
+    end: BootEnd
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "start": iso(self.start),
+            "kernel": self.kernel,
+            "end": self.end.value,
+            "shutdown": iso(self.shutdown) if self.shutdown is not None else None,
+            "last_record": iso(self.last_record),
+        }
+
+
+@dataclass(frozen=True)
+class WrittenVerdict:
+    written: Written
+    evidence: str
+    writing_boot: Boot | None = None
+    seconds_before_last_record: float | None = None
+
+
+@dataclass(frozen=True)
+class BootContext:
+    boot_id: str
+    now: float
+    btime: float | None
+    current_start: float | None
+    current_start_source: str
+    previous_boots: tuple[Boot, ...]  # oldest first
+    margin: float = DEFAULT_MARGIN
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def previous_boot(self) -> Boot | None:
+        return self.previous_boots[-1] if self.previous_boots else None
+
+    @property
+    def clock_trusted(self) -> bool:
+        return self.current_start is not None and self.now + self.margin >= self.current_start
+
+    def to_json(self) -> dict[str, object]:
+        prev = self.previous_boot
+        return {
+            "boot_id": self.boot_id,
+            "now": iso(self.now),
+            "btime": iso(self.btime) if self.btime is not None else None,
+            "current_boot_start": iso(self.current_start) if self.current_start else None,
+            "current_boot_start_source": self.current_start_source,
+            "previous_boot_crashed": (prev.end is BootEnd.CRASHED) if prev else None,
+            "previous_boots": [b.to_json() for b in self.previous_boots],
+            "warnings": list(self.warnings),
+        }
+
+    def classify(self, mtime: float, ctime: float) -> WrittenVerdict:
+        """previous-boot only when both times are clearly before this boot began.
+
+        ctime is preferred as the proof because userspace cannot set it; mtime can be carried
+        over by tar, cp -p or an image build and only ever weakens the verdict.
+        """
+        times = f"mtime {iso(mtime)}, ctime {iso(ctime)}"
+        start = self.current_start
+        if start is None:
+            return WrittenVerdict(Written.UNKNOWN, f"{times}; this boot's start is not known")
+        if not self.clock_trusted:
+            return WrittenVerdict(
+                Written.UNKNOWN,
+                f"{times}; the clock ({iso(self.now)}) is earlier than this boot's start "
+                f"({iso(start)}): timestamps cannot be trusted",
+            )
+        newest = max(mtime, ctime)
+        if newest > self.now + self.margin:
+            return WrittenVerdict(
+                Written.UNKNOWN, f"{times}; later than the clock ({iso(self.now)})"
+            )
+        boundary = f"this boot began {iso(start)} ({self.current_start_source})"
+        if newest < start - self.margin:
+            return self._previous(ctime, f"{times}: {start - newest:.0f} s before {boundary}")
+        if min(mtime, ctime) > start + self.margin:
+            return WrittenVerdict(
+                Written.CURRENT_BOOT,
+                f"{times}: {min(mtime, ctime) - start:.0f} s after {boundary}",
+            )
+        return WrittenVerdict(
+            Written.UNKNOWN,
+            f"{times}: within {self.margin:.0f} s of, or on both sides of, {boundary}",
+        )
+
+    def _previous(self, when: float, evidence: str) -> WrittenVerdict:
+        writer = None
+        for boot in self.previous_boots:
+            if boot.start <= when:
+                writer = boot
+        if writer is None:
+            if self.previous_boots:
+                tail = "; older than every boot in wtmp"
+            else:
+                tail = "; wtmp names no earlier boot"
+            return WrittenVerdict(Written.PREVIOUS_BOOT, evidence + tail)
+        before = writer.last_record - when
+        if writer.end is BootEnd.CRASHED:
+            how = "which crashed (no shutdown record before the next boot)"
+        else:
+            how = f"which shut down cleanly at {iso(writer.shutdown or writer.last_record)}"
+        relation = f"{before:.0f} s before" if before >= 0 else f"{-before:.0f} s after"
+        return WrittenVerdict(
+            Written.PREVIOUS_BOOT,
+            f"{evidence}; written in the boot that began {iso(writer.start)}, {how}, "
+            f"{relation} that boot's last wtmp record",
+            writing_boot=writer,
+            seconds_before_last_record=round(before, 3),
+        )
+
+
+def iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def boots_from_records(records: Sequence[wtmp.WtmpRecord]) -> list[Boot]:
+    """Each boot record opens a boot; it ended cleanly iff a shutdown record precedes the next."""
+    boots: list[Boot] = []
+    start: wtmp.WtmpRecord | None = None
+    last = 0.0
+    shutdown: float | None = None
+
+    def close(end: BootEnd) -> None:
+        assert start is not None
+        boots.append(Boot(start.time, start.host, last, shutdown, end))
+
+    for record in records:
+        if record.is_boot:
+            if start is not None:
+                close(BootEnd.CLEAN if shutdown is not None else BootEnd.CRASHED)
+            start, last, shutdown = record, record.time, None
+        elif start is not None:
+            last = max(last, record.time)
+            if record.is_shutdown:
+                shutdown = record.time
+    if start is not None:
+        close(BootEnd.CLEAN if shutdown is not None else BootEnd.RUNNING)
+    return boots
+
+
+def read_btime(proc_stat: str) -> float | None:
+    try:
+        with open(proc_stat, encoding="ascii", errors="replace") as lines:
+            for line in lines:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def read_boot_id(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def read_wtmp(files: Sequence[str]) -> tuple[list[wtmp.WtmpRecord], list[str]]:
+    """The rotated file then the live one, as one stream; missing files are only a warning."""
+    records: list[wtmp.WtmpRecord] = []
+    warnings: list[str] = []
+    found = False
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            warnings.append(f"cannot read {path}: {e.strerror}")
+            continue
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                warnings.append(f"{path} is not a regular file; ignored")
+                continue
+            data = f.read()
+        found = True
+        records.extend(wtmp.parse(data))
+    if not found:
+        warnings.append(f"no wtmp at {files[-1]}: boots and crashes are not known")
+    return records, warnings
+
+
+def load(paths: NodePaths, clock: Clock, margin: float = DEFAULT_MARGIN) -> BootContext:
+    now = clock()
+    records, warnings = read_wtmp(paths.wtmp_files)
+    boots = boots_from_records(records)
+    btime = read_btime(paths.proc_stat)
+    if btime is None:
+        warnings.append(f"no btime in {paths.proc_stat}")
+
+    current_start: float | None = None
+    source = "unknown"
+    last = boots[-1] if boots else None
+    if (
+        last is not None
+        and last.end is BootEnd.RUNNING
+        and btime is not None
+        and btime - margin <= last.start <= btime + MAX_USERSPACE_START_DELAY
+    ):
+        current_start, source = last.start, "wtmp boot record"
+        boots = boots[:-1]
+    elif btime is not None:
+        current_start, source = btime, "/proc/stat btime"
+    elif last is not None and last.end is BootEnd.RUNNING:
+        current_start, source = last.start, "wtmp boot record, unchecked: no btime"
+        boots = boots[:-1]
+
+    # A boot that was still open when this one began never shut down: it crashed.
+    previous = tuple(
+        Boot(b.start, b.kernel, b.last_record, b.shutdown, BootEnd.CRASHED)
+        if b.end is BootEnd.RUNNING
+        else b
+        for b in boots
+    )
+    if current_start is not None:
+        previous = tuple(b for b in previous if b.start < current_start)
+    return BootContext(
+        boot_id=read_boot_id(paths.boot_id),
+        now=now,
+        btime=btime,
+        current_start=current_start,
+        current_start_source=source,
+        previous_boots=previous,
+        margin=margin,
+        warnings=tuple(warnings),
+    )

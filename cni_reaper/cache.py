@@ -1,0 +1,230 @@
+"""The results cache directory: a read-only inventory, one CacheEntry per directory entry.
+
+The directory is opened once without following symlinks and every entry is looked at through
+that descriptor, so nothing outside it is ever read and no FIFO is ever opened.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+
+from cni_reaper import content
+from cni_reaper.content import Content, ContentVerdict
+
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+
+
+class ResultsDirError(OSError):
+    """The results dir cannot be inspected safely (a symlink, not a dir, unreadable)."""
+
+
+@dataclass(frozen=True)
+class NameSplit:
+    network: str
+    container_id: str
+    ifname: str
+
+
+@dataclass(frozen=True)
+class FileStat:
+    kind: str  # file, symlink, directory, fifo, socket, device
+    size: int
+    mtime: float
+    ctime: float
+    inode: int
+    device: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileStat:
+        return cls(
+            kind=_kind(st.st_mode),
+            size=st.st_size,
+            mtime=st.st_mtime_ns / 1e9,
+            ctime=st.st_ctime_ns / 1e9,
+            inode=st.st_ino,
+            device=st.st_dev,
+        )
+
+    def same_file(self, st: os.stat_result) -> bool:
+        """Whether st is still the file that was inventoried, unchanged."""
+        return (
+            st.st_ino == self.inode
+            and st.st_dev == self.device
+            and st.st_size == self.size
+            and st.st_mtime_ns / 1e9 == self.mtime
+        )
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    name: str  # the file name, relative to the results dir
+    file: FileStat
+    verdict: ContentVerdict
+    split: NameSplit | None
+    name_problem: str | None
+
+    @property
+    def content(self) -> Content:
+        return self.verdict.content
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISREG, "file"),
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "device"
+
+
+def _split_rest(rest: str) -> list[tuple[str, str]]:
+    """The ways '<containerID>-<ifname>' can be read; one when it is unambiguous."""
+    match = re.match(r"([0-9a-f]{64})-(.+)\Z", rest)
+    if match:
+        return [(match.group(1), match.group(2))]
+    parts = rest.split("-")
+    return [("-".join(parts[:i]), "-".join(parts[i:])) for i in range(1, len(parts))]
+
+
+def split_name(name: str, networks: Collection[str]) -> tuple[NameSplit | None, str | None]:
+    """Split '<network>-<containerID>-<ifname>' using the known network names.
+
+    Any of the three may contain '-', so a name is split only when exactly one reading exists:
+    a known network as the prefix, then a 64-hex container ID (preferred) or any '-'. A name
+    of no known network is split only around a single 64-hex container ID.
+    """
+    readings: set[tuple[str, str, str]] = set()
+    for network in networks:
+        if network and name.startswith(network + "-"):
+            for container_id, ifname in _split_rest(name[len(network) + 1 :]):
+                readings.add((network, container_id, ifname))
+    if not readings:
+        for match in _CONTAINER_ID.finditer(name):
+            start, end = match.span()
+            dashed = start > 1 and name[start - 1] == "-" and name[end : end + 1] == "-"
+            if dashed and end + 1 < len(name):
+                readings.add((name[: start - 1], match.group(), name[end + 1 :]))
+    # containerd and CRI-O use 64-hex IDs: a reading with one beats readings without.
+    hex_readings = {r for r in readings if _CONTAINER_ID.fullmatch(r[1])}
+    if hex_readings:
+        readings = hex_readings
+    if len(readings) == 1:
+        network, container_id, ifname = readings.pop()
+        return NameSplit(network, container_id, ifname), None
+    if not readings:
+        return None, "no known network name and no 64-hex container ID in the name"
+    choices = "; ".join(
+        f"network {n!r} container {c!r} ifname {i!r}" for n, c, i in sorted(readings)
+    )
+    return None, f"ambiguous name: {choices}"
+
+
+def _read_entry(dir_fd: int, name: str, size: int) -> ContentVerdict:
+    try:
+        fd = os.open(
+            name,
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+            dir_fd=dir_fd,
+        )
+    except OSError as e:
+        return ContentVerdict(Content.UNREADABLE, f"open: {e.strerror}")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ContentVerdict(Content.NOT_A_FILE, "replaced by a non-file while read")
+        chunks = []
+        remaining = content.MAX_ENTRY_BYTES + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+    except OSError as e:
+        return ContentVerdict(Content.UNREADABLE, f"read: {e.strerror}")
+    finally:
+        os.close(fd)
+    if len(data) > content.MAX_ENTRY_BYTES:
+        return ContentVerdict(Content.OVERSIZED, f"grew past {content.MAX_ENTRY_BYTES} bytes")
+    return content.classify(data)
+
+
+def open_results_dir(path: str) -> int | None:
+    """A descriptor for the results dir, None if there is none; never through a symlink."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ResultsDirError(
+                e.errno, f"{path} is a symlink or not a directory; refusing to inspect it"
+            ) from None
+        raise ResultsDirError(e.errno, f"cannot open {path}: {e.strerror}") from None
+
+
+def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
+    """Every entry of the results dir in name order, classified; reads one file at a time."""
+    for name in sorted(os.listdir(dir_fd)):
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # removed since the listing
+        except OSError as e:
+            file = FileStat("unknown", 0, 0.0, 0.0, 0, 0)
+            verdict = ContentVerdict(Content.UNREADABLE, f"lstat: {e.strerror}")
+        else:
+            file = FileStat.of(st)
+            if file.kind != "file":
+                verdict = ContentVerdict(Content.NOT_A_FILE, f"a {file.kind}; never opened")
+            elif file.size > content.MAX_ENTRY_BYTES:
+                verdict = ContentVerdict(
+                    Content.OVERSIZED, f"{file.size} bytes, over {content.MAX_ENTRY_BYTES}"
+                )
+            else:
+                verdict = _check_identity(name, _read_entry(dir_fd, name, file.size))
+        split, problem = _split(name, verdict, networks)
+        yield CacheEntry(name, file, verdict, split, problem)
+
+
+def _own_split(verdict: ContentVerdict) -> NameSplit | None:
+    identity = verdict.identity
+    if identity is None or not (identity.network and identity.container_id and identity.ifname):
+        return None
+    return NameSplit(identity.network, identity.container_id, identity.ifname)
+
+
+def _check_identity(name: str, verdict: ContentVerdict) -> ContentVerdict:
+    """A decoded entry whose fields disagree with its file name is `mismatched`."""
+    identity = verdict.identity
+    if identity is None:
+        return verdict
+    own = _own_split(verdict)
+    if own is not None and f"{own.network}-{own.container_id}-{own.ifname}" == name:
+        return verdict
+    return ContentVerdict(
+        Content.MISMATCHED,
+        f"its fields say network {identity.network!r}, container {identity.container_id!r}, "
+        f"ifname {identity.ifname!r}",
+        identity,
+    )
+
+
+def _split(
+    name: str, verdict: ContentVerdict, networks: Collection[str]
+) -> tuple[NameSplit | None, str | None]:
+    own = _own_split(verdict)
+    if own is not None and verdict.content is Content.VALID:
+        return own, None
+    if verdict.identity is not None and verdict.identity.network:
+        networks = set(networks) | {verdict.identity.network}
+    return split_name(name, networks)

@@ -1,0 +1,181 @@
+"""The cni-reaper command: wires the pipeline to the real world and maps failures to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+
+from cni_reaper import __version__, apply, boot, cache, netconf, runtime
+from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
+from cni_reaper.lock import RunLock
+from cni_reaper.paths import NodePaths
+from cni_reaper.plan import plan_entry
+from cni_reaper.plugin import PluginRunner, ProcessRunner
+from cni_reaper.quarantine import Quarantine
+from cni_reaper.report import Report
+
+DEFAULT_PLUGIN_TIMEOUT = 30.0
+
+EXIT_FOR_ERROR = {
+    UsageError: ExitCode.USAGE,
+    RefusedError: ExitCode.REFUSED,
+    UnsafeInputError: ExitCode.DATA,
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message}\n{self.format_usage().strip()}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="cni-reaper",
+        description="Repair the CNI results cache a crashed node left behind: replay CNI DEL "
+        "for attachments whose cached result is damaged, then move the damaged files to a "
+        "quarantine. Run before the container runtime starts.",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan; change nothing, run no plugin"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON document (schema 1) on stdout"
+    )
+    p.add_argument("--root", default="/", help="prefix for every default path (default: /)")
+    p.add_argument(
+        "--cache-dir", help="libcni cache dir holding results/ (default: ROOT/var/lib/cni)"
+    )
+    p.add_argument(
+        "--conf-dir",
+        action="append",
+        dest="conf_dirs",
+        metavar="DIR",
+        help="CNI config dir; repeatable (default: ROOT/etc/cni/net.d)",
+    )
+    p.add_argument(
+        "--bin-dir",
+        action="append",
+        dest="bin_dirs",
+        metavar="DIR",
+        help="CNI plugin dir; repeatable (default: ROOT/opt/cni/bin, ROOT/usr/lib/cni, "
+        "ROOT/usr/libexec/cni)",
+    )
+    p.add_argument(
+        "--wtmp",
+        metavar="FILE",
+        help="wtmp file; FILE.1 is read first (default: ROOT/var/log/wtmp)",
+    )
+    p.add_argument("--state-dir", help="quarantine and state (default: ROOT/var/lib/cni-reaper)")
+    p.add_argument(
+        "--plugin-timeout",
+        type=float,
+        default=DEFAULT_PLUGIN_TIMEOUT,
+        metavar="SECONDS",
+        help=f"kill a plugin's process group after this long (default: {DEFAULT_PLUGIN_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="act even while a container runtime answers on its socket",
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="also list the entries that are kept"
+    )
+    p.add_argument("--version", action="version", version=f"cni-reaper {__version__}")
+    return p
+
+
+def run(
+    argv: Sequence[str] | None = None,
+    clock: boot.Clock = time.time,
+    runner: PluginRunner | None = None,
+) -> ExitCode:
+    args = build_parser().parse_args(argv)
+    if not args.plugin_timeout > 0:
+        raise UsageError("--plugin-timeout must be a positive number of seconds")
+    paths = NodePaths.build(
+        root=args.root,
+        cache_dir=args.cache_dir,
+        conf_dirs=args.conf_dirs,
+        bin_dirs=args.bin_dirs,
+        wtmp=args.wtmp,
+        state_dir=args.state_dir,
+    )
+    warnings: list[str] = []
+    runtime_socket = runtime.answering_socket(paths.runtime_sockets)
+    if runtime_socket:
+        if not (args.force or args.dry_run):
+            raise RefusedError(
+                f"a container runtime answers on {runtime_socket}: stop it first, or use --force"
+            )
+        warnings.append(f"a container runtime answers on {runtime_socket}")
+    if args.dry_run:
+        report = _pipeline(args, paths, clock, runner, warnings)
+    else:
+        with RunLock(paths.lock_file):
+            report = _pipeline(args, paths, clock, runner, warnings)
+    if args.json:
+        report.write_json(sys.stdout)
+    else:
+        report.write_text(sys.stdout, verbose=args.verbose)
+    return report.exit_code
+
+
+def _pipeline(
+    args: argparse.Namespace,
+    paths: NodePaths,
+    clock: boot.Clock,
+    runner: PluginRunner | None,
+    warnings: list[str],
+) -> Report:
+    boot_ctx = boot.load(paths, clock)
+    configs = netconf.load_conf_dirs(paths.conf_dirs)
+    warnings.extend(boot_ctx.warnings)
+    warnings.extend(f"config skipped: {p}" for p in configs.problems)
+    report = Report(boot_ctx, args.dry_run, paths.results_dir, warnings)
+    try:
+        results_fd = cache.open_results_dir(paths.results_dir)
+    except cache.ResultsDirError as e:
+        raise UnsafeInputError(str(e.strerror)) from None
+    if results_fd is None:
+        warnings.append(f"no results dir at {paths.results_dir}: nothing to do")
+        return report
+    quarantine = Quarantine(paths.quarantine_dir, boot_ctx.boot_id)
+    try:
+        entries = cache.inventory(results_fd, configs.networks.keys())
+        plan = (plan_entry(e, boot_ctx, configs) for e in entries)
+        if args.dry_run:
+            results = apply.dry_run(plan)
+        else:
+            executor = apply.Executor(
+                results_fd=results_fd,
+                runner=runner or ProcessRunner(),
+                bin_dirs=paths.bin_dirs,
+                plugin_timeout=args.plugin_timeout,
+                quarantine=quarantine,
+                clock_now=boot_ctx.now,
+            )
+            results = apply.execute(plan, executor)
+        report.results.extend(results)
+    finally:
+        quarantine.close()
+        os.close(results_fd)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return int(run(argv))
+    except ReaperError as e:
+        print(f"cni-reaper: {e}", file=sys.stderr)
+        return int(EXIT_FOR_ERROR.get(type(e), ExitCode.INTERNAL))
+    except KeyboardInterrupt:
+        return int(ExitCode.REFUSED)
+    except Exception:
+        traceback.print_exc()
+        print("cni-reaper: internal error (a bug): see the traceback above", file=sys.stderr)
+        return int(ExitCode.INTERNAL)

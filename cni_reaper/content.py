@@ -1,0 +1,273 @@
+"""What is in a results cache file: the content verdict, decided from the bytes alone.
+
+The format and how libcni reads it: shared/reference/libcni-cache.md sections 2 and 3.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+CACHE_KIND = "cniCacheV1"
+MAX_ENTRY_BYTES = 1 << 20
+# Keys a bare (pre-v0.8) Result has; one of them marks a legacy entry.
+LEGACY_RESULT_KEYS = frozenset({"ips", "interfaces", "ip4", "ip6", "dns", "routes"})
+
+
+class Content(str, Enum):
+    VALID = "valid"
+    LEGACY = "legacy"
+    EMPTY = "empty"
+    ZEROED = "zeroed"
+    TRUNCATED = "truncated"
+    GARBAGE = "garbage"
+    MISMATCHED = "mismatched"
+    UNREADABLE = "unreadable"
+    OVERSIZED = "oversized"
+    NOT_A_FILE = "not-a-file"
+
+    @property
+    def is_corrupt(self) -> bool:
+        """Damage a crash leaves, on which libcni up to v1.1.2 aborts the DEL."""
+        return self in CORRUPT
+
+    @property
+    def is_readable_by_libcni(self) -> bool:
+        return self in (Content.VALID, Content.LEGACY)
+
+
+CORRUPT = frozenset({Content.EMPTY, Content.ZEROED, Content.TRUNCATED, Content.GARBAGE})
+
+
+@dataclass(frozen=True)
+class CachedIdentity:
+    """The names a decoded cniCacheV1 entry carries about itself."""
+
+    network: str
+    container_id: str
+    ifname: str
+
+
+@dataclass(frozen=True)
+class ContentVerdict:
+    content: Content
+    detail: str
+    identity: CachedIdentity | None = None
+
+
+class JsonState(str, Enum):
+    COMPLETE = "complete"
+    PREFIX = "prefix"  # valid so far, input ended inside the document
+    INVALID = "invalid"
+
+
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_NUMBER_PREFIX = re.compile(r"-?(?:0|[1-9][0-9]*)?(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?")
+_NUMBER_CHARS = frozenset("0123456789+-.eE")
+_ESCAPES = frozenset('"\\/bfnrtu')
+_HEX = frozenset("0123456789abcdefABCDEF")
+_WS = " \t\r\n"
+
+# Parser states.
+_VALUE, _FIRST_VALUE, _KEY, _FIRST_KEY, _COLON, _OBJ_NEXT, _ARR_NEXT, _DONE = range(8)
+
+
+def _scan_string(text: str, i: int) -> tuple[int, JsonState]:
+    """i is just past the opening quote; returns the index past the closing one."""
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            return i + 1, JsonState.COMPLETE
+        if c == "\\":
+            if i + 1 >= n:
+                return n, JsonState.PREFIX
+            esc = text[i + 1]
+            if esc not in _ESCAPES:
+                return i, JsonState.INVALID
+            if esc == "u":
+                digits = text[i + 2 : i + 6]
+                if any(d not in _HEX for d in digits):
+                    return i, JsonState.INVALID
+                if len(digits) < 4:
+                    return n, JsonState.PREFIX
+                i += 6
+                continue
+            i += 2
+            continue
+        if c < " ":
+            return i, JsonState.INVALID
+        i += 1
+    return n, JsonState.PREFIX
+
+
+def _scan_scalar(text: str, i: int) -> tuple[int, JsonState]:
+    """A number or a literal starting at i."""
+    n = len(text)
+    for literal in ("true", "false", "null"):
+        if text.startswith(literal, i):
+            return i + len(literal), JsonState.COMPLETE
+        if literal.startswith(text[i:]):
+            return n, JsonState.PREFIX
+    j = i
+    while j < n and text[j] in _NUMBER_CHARS:
+        j += 1
+    token = text[i:j]
+    if not token:
+        return i, JsonState.INVALID
+    if _NUMBER.fullmatch(token):
+        return j, JsonState.COMPLETE
+    if j == n and _NUMBER_PREFIX.fullmatch(token):
+        return n, JsonState.PREFIX
+    return i, JsonState.INVALID
+
+
+def json_state(text: str) -> JsonState:
+    """Whether text is one JSON document, a cut-off start of one, or neither.
+
+    Iterative, so arbitrarily deep nesting costs memory for the stack, never recursion.
+    """
+    stack: list[str] = []
+    state = _VALUE
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i] in _WS:
+            i += 1
+        if i >= n:
+            return JsonState.COMPLETE if state == _DONE else JsonState.PREFIX
+        c = text[i]
+        if state == _DONE:
+            return JsonState.INVALID
+        if state in (_VALUE, _FIRST_VALUE):
+            if c == "]" and state == _FIRST_VALUE:
+                stack.pop()
+                i += 1
+            elif c == "{":
+                stack.append("}")
+                state, i = _FIRST_KEY, i + 1
+                continue
+            elif c == "[":
+                stack.append("]")
+                state, i = _FIRST_VALUE, i + 1
+                continue
+            else:
+                if c == '"':
+                    i, scanned = _scan_string(text, i + 1)
+                else:
+                    i, scanned = _scan_scalar(text, i)
+                if scanned is not JsonState.COMPLETE:
+                    return scanned
+        elif state in (_KEY, _FIRST_KEY):
+            if c == "}" and state == _FIRST_KEY:
+                stack.pop()
+                i += 1
+            elif c == '"':
+                i, scanned = _scan_string(text, i + 1)
+                if scanned is not JsonState.COMPLETE:
+                    return scanned
+                state = _COLON
+                continue
+            else:
+                return JsonState.INVALID
+        elif state == _COLON:
+            if c != ":":
+                return JsonState.INVALID
+            state, i = _VALUE, i + 1
+            continue
+        else:  # _OBJ_NEXT or _ARR_NEXT
+            closer = "}" if state == _OBJ_NEXT else "]"
+            if c == ",":
+                state, i = (_KEY if state == _OBJ_NEXT else _VALUE), i + 1
+                continue
+            if c != closer:
+                return JsonState.INVALID
+            stack.pop()
+            i += 1
+        # A value just ended: what may follow depends on what encloses it.
+        state = _DONE if not stack else _OBJ_NEXT if stack[-1] == "}" else _ARR_NEXT
+
+
+def _decode_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _check_cache_fields(doc: dict[str, Any]) -> str | None:
+    """Why libcni could not unmarshal this cniCacheV1 object, or None if it can."""
+    for key in ("containerId", "ifName", "networkName"):
+        if not isinstance(doc.get(key, ""), str):
+            return f"'{key}' is not a string"
+    config = doc.get("config", "")
+    if config is not None:
+        if not isinstance(config, str):
+            return "'config' is not a base64 string"
+        try:
+            base64.b64decode(config, validate=True)
+        except (binascii.Error, ValueError):
+            return "'config' is not valid base64"
+    args = doc.get("cniArgs")
+    if args is not None and not (
+        isinstance(args, list)
+        and all(
+            isinstance(a, list) and len(a) == 2 and all(isinstance(s, str) for s in a) for a in args
+        )
+    ):
+        return "'cniArgs' is not a list of [key, value] pairs"
+    for key in ("capabilityArgs", "result"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            return f"'{key}' is not an object"
+    return None
+
+
+def classify(data: bytes) -> ContentVerdict:
+    """The content verdict of a regular file's bytes (at most MAX_ENTRY_BYTES of them)."""
+    if not data:
+        return ContentVerdict(Content.EMPTY, "0 bytes")
+    body = data.rstrip(b"\0")
+    if not body:
+        return ContentVerdict(Content.ZEROED, f"{len(data)} NUL bytes")
+    nul_tail = len(data) - len(body)
+    if b"\0" in body:
+        return ContentVerdict(Content.GARBAGE, "NUL bytes inside the data")
+    text = body.decode("utf-8", "replace")
+    state = json_state(text)
+    if state is JsonState.PREFIX:
+        tail = f", then {nul_tail} NUL bytes" if nul_tail else ""
+        return ContentVerdict(Content.TRUNCATED, f"JSON cut off after {len(body)} bytes{tail}")
+    if state is JsonState.INVALID:
+        return ContentVerdict(Content.GARBAGE, "not JSON")
+    if nul_tail:
+        return ContentVerdict(Content.GARBAGE, f"{nul_tail} NUL bytes after the JSON")
+    try:
+        doc = _decode_json(text)
+    except ValueError as e:
+        return ContentVerdict(Content.GARBAGE, f"not JSON: {e}")
+    if not isinstance(doc, dict):
+        return ContentVerdict(Content.GARBAGE, f"JSON {type(doc).__name__}, not an object")
+    kind = doc.get("kind")
+    if kind == CACHE_KIND:
+        problem = _check_cache_fields(doc)
+        if problem:
+            return ContentVerdict(Content.GARBAGE, problem)
+        identity = CachedIdentity(
+            network=doc.get("networkName", ""),
+            container_id=doc.get("containerId", ""),
+            ifname=doc.get("ifName", ""),
+        )
+        return ContentVerdict(Content.VALID, CACHE_KIND, identity)
+    if kind is not None:
+        # A format newer than this reaper knows is not damage: never act on it.
+        return ContentVerdict(Content.MISMATCHED, f"unknown kind {kind!r}")
+    version = doc.get("cniVersion", "")
+    if isinstance(version, str) and LEGACY_RESULT_KEYS & doc.keys():
+        return ContentVerdict(Content.LEGACY, f"bare result, cniVersion {version!r}")
+    return ContentVerdict(
+        Content.GARBAGE, "a JSON object that is neither a cache entry nor a result"
+    )

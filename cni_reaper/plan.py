@@ -1,0 +1,87 @@
+"""The policy: what to do with each cache entry, decided from its verdicts alone.
+
+The table is shared/DESIGN.md section Verdicts and policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cni_reaper.boot import BootContext, Written, WrittenVerdict
+from cni_reaper.cache import CacheEntry
+from cni_reaper.netconf import BUILTIN_LOOPBACK, NetworkConfigs, NetworkList, builtin_loopback
+
+
+class Action(str, Enum):
+    KEEP = "keep"
+    DEL_AND_QUARANTINE = "del-and-quarantine"
+    QUARANTINE = "quarantine"
+    LEAVE = "leave"
+    REPORT = "report"
+
+    @property
+    def changes_things(self) -> bool:
+        return self in (Action.DEL_AND_QUARANTINE, Action.QUARANTINE)
+
+
+@dataclass(frozen=True)
+class PlannedEntry:
+    entry: CacheEntry
+    written: WrittenVerdict
+    action: Action
+    reason: str
+    netlist: NetworkList | None = None  # the config DEL runs with
+    config_problem: str | None = None  # why DEL cannot run, for del-and-quarantine
+
+
+def plan_entry(entry: CacheEntry, boot: BootContext, configs: NetworkConfigs) -> PlannedEntry:
+    written = boot.classify(entry.file.mtime, entry.file.ctime)
+    content = entry.content
+    if content.is_readable_by_libcni:
+        if entry.split is None:
+            return PlannedEntry(entry, written, Action.KEEP, "libcni can read it")
+        return PlannedEntry(
+            entry, written, Action.KEEP, "libcni can read it: the runtime's own DEL will use it"
+        )
+    if not content.is_corrupt:
+        return PlannedEntry(entry, written, Action.REPORT, f"{content.value}: never touched")
+    if entry.split is None:
+        return PlannedEntry(
+            entry, written, Action.REPORT, f"cannot tell whose it is: {entry.name_problem}"
+        )
+    if written.written is not Written.PREVIOUS_BOOT:
+        return PlannedEntry(
+            entry,
+            written,
+            Action.LEAVE,
+            f"written {written.written.value}: may be a write still in flight",
+        )
+    network = entry.split.network
+    netlist = configs.get(network)
+    if netlist is None and network == BUILTIN_LOOPBACK:
+        netlist = builtin_loopback()
+    if netlist is None:
+        return PlannedEntry(
+            entry,
+            written,
+            Action.DEL_AND_QUARANTINE,
+            "left by an earlier boot; the runtime's DEL would abort on it",
+            config_problem=f"no config for network {network!r} in the conf dirs",
+        )
+    if not netlist.reads_cached_result:
+        return PlannedEntry(
+            entry,
+            written,
+            Action.QUARANTINE,
+            f"cniVersion {netlist.cni_version!r} < 0.4.0: libcni does not read the cache on "
+            "DEL, so the runtime's own DEL works; moved aside for the record",
+            netlist=netlist,
+        )
+    return PlannedEntry(
+        entry,
+        written,
+        Action.DEL_AND_QUARANTINE,
+        "left by an earlier boot; the runtime's DEL would abort on it",
+        netlist=netlist,
+    )

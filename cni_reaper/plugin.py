@@ -1,0 +1,221 @@
+"""Finding a CNI plugin in the plugin dirs and running it with bounded time and output."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import selectors
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+MAX_STDOUT = 1 << 20
+MAX_STDERR = 64 << 10
+# How long to keep reading after the plugin exited, for a child that still holds its pipes.
+EXIT_GRACE = 0.5
+
+
+class PluginRefused(Exception):
+    """A plugin that must not be run: a bad name, not found, or outside the plugin dirs."""
+
+
+@dataclass(frozen=True)
+class PluginRun:
+    exit_status: int  # as subprocess reports it: negative for a signal
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    output_truncated: bool
+
+
+@dataclass(frozen=True)
+class PluginError:
+    plugin: str
+    msg: str
+    code: int | None = None
+    details: str = ""
+    exit_status: int | None = None
+    timed_out: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "plugin": self.plugin,
+            "code": self.code,
+            "msg": self.msg,
+            "details": self.details,
+            "exit_status": self.exit_status,
+            "timed_out": self.timed_out,
+        }
+
+    def __str__(self) -> str:
+        text = f"plugin type={self.plugin!r} failed: {self.msg}"
+        if self.details:
+            text += f"; {self.details}"
+        return text
+
+
+class PluginRunner(Protocol):
+    def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun: ...
+
+
+def find_plugin(kind: str, bin_dirs: Sequence[str]) -> str:
+    """The executable for a plugin type, as libcni's FindInPath, but never leaving the dirs.
+
+    A symlink is accepted only when it resolves to a regular file inside one of the plugin
+    dirs (distros link /opt/cni/bin to /usr/lib/cni); it is run by its resolved path.
+    """
+    if not kind or "/" in kind or "\0" in kind or kind in (".", ".."):
+        raise PluginRefused(f"invalid plugin name: {kind!r}")
+    if not bin_dirs:
+        raise PluginRefused("no plugin dirs")
+    real_dirs = [os.path.realpath(d) for d in bin_dirs]
+    for bin_dir in bin_dirs:
+        candidate = os.path.join(bin_dir, kind)
+        try:
+            st = os.lstat(candidate)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            target = os.path.realpath(candidate)
+            if os.path.dirname(target) not in real_dirs:
+                raise PluginRefused(f"{candidate} links outside the plugin dirs, to {target}")
+            try:
+                st = os.lstat(target)
+            except OSError:
+                continue
+            candidate = target
+        if stat.S_ISREG(st.st_mode):
+            return candidate
+    raise PluginRefused(f"failed to find plugin {kind!r} in path {list(bin_dirs)}")
+
+
+class ProcessRunner:
+    """Runs a plugin in its own process group; the whole group dies at the timeout."""
+
+    def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun:
+        proc = subprocess.Popen(
+            [path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env),
+            cwd="/",
+            start_new_session=True,
+            close_fds=True,
+        )
+        try:
+            return self._communicate(proc, stdin, timeout)
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+
+    def _communicate(
+        self, proc: subprocess.Popen[bytes], stdin: bytes, timeout: float
+    ) -> PluginRun:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        limits = {proc.stdout.fileno(): MAX_STDOUT, proc.stderr.fileno(): MAX_STDERR}
+        buffers: dict[int, bytearray] = {fd: bytearray() for fd in limits}
+        truncated = False
+        pending = memoryview(stdin)
+        deadline = time.monotonic() + timeout
+        exited_at: float | None = None
+        stdin_fd = proc.stdin.fileno()
+        with selectors.DefaultSelector() as sel:
+            for fd in limits:
+                os.set_blocking(fd, False)
+                sel.register(fd, selectors.EVENT_READ)
+            if pending:
+                os.set_blocking(stdin_fd, False)
+                sel.register(stdin_fd, selectors.EVENT_WRITE)
+            else:
+                proc.stdin.close()
+            while sel.get_map():
+                now = time.monotonic()
+                if exited_at is None and proc.poll() is not None:
+                    exited_at = now
+                limit = deadline if exited_at is None else min(deadline, exited_at + EXIT_GRACE)
+                if now >= limit:
+                    break
+                for key, _ in sel.select(min(limit - now, 0.1)):
+                    fd = int(key.fd)
+                    if fd == stdin_fd:
+                        try:
+                            written = os.write(fd, pending[: 1 << 16])
+                        except (BrokenPipeError, OSError):
+                            written = len(pending)
+                        pending = pending[written:]
+                        if not pending:
+                            sel.unregister(fd)
+                            proc.stdin.close()
+                        continue
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        sel.unregister(fd)
+                        continue
+                    room = limits[fd] - len(buffers[fd])
+                    if len(chunk) > room:
+                        truncated = True
+                    buffers[fd] += chunk[: max(room, 0)]
+        if proc.poll() is None:
+            # Both pipes closed but the plugin has not exited: it still gets its full time.
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0))
+            except subprocess.TimeoutExpired:
+                pass
+        timed_out = proc.poll() is None
+        if timed_out:
+            _kill_group(proc.pid)
+        status = proc.wait()
+        return PluginRun(
+            exit_status=status,
+            stdout=bytes(buffers[proc.stdout.fileno()]),
+            stderr=bytes(buffers[proc.stderr.fileno()]),
+            timed_out=timed_out,
+            output_truncated=truncated,
+        )
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError as e:
+        if e.errno not in (errno.ESRCH, errno.EPERM):
+            raise
+
+
+def error_from_run(kind: str, run: PluginRun, timeout: float) -> PluginError | None:
+    """None when the plugin succeeded; else what it said, CNI error JSON first."""
+    if run.timed_out:
+        return PluginError(kind, f"killed after the {timeout:g} s timeout", timed_out=True)
+    if run.exit_status == 0:
+        return None
+    if run.exit_status < 0:
+        try:
+            name = signal.Signals(-run.exit_status).name
+        except ValueError:
+            name = f"signal {-run.exit_status}"
+        return PluginError(kind, f"killed by {name}", exit_status=run.exit_status)
+    try:
+        doc = json.loads(run.stdout)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and ("msg" in doc or "code" in doc):
+        code = doc.get("code")
+        return PluginError(
+            kind,
+            str(doc.get("msg", "")),
+            code=code if isinstance(code, int) else None,
+            details=str(doc.get("details", "")),
+            exit_status=run.exit_status,
+        )
+    stderr = run.stderr.decode("utf-8", "replace").strip()
+    msg = f"netplugin failed: {stderr!r}" if stderr else "netplugin failed with no error message"
+    return PluginError(kind, msg, exit_status=run.exit_status)

@@ -1,0 +1,101 @@
+"""CNI DEL for one attachment, as libcni's DelNetworkList runs it, with no prevResult.
+
+Plugin order, environment and stdin: shared/reference/libcni-cache.md section 4.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cni_reaper.netconf import NetworkList
+from cni_reaper.plugin import PluginError, PluginRefused, PluginRunner, error_from_run, find_plugin
+
+
+@dataclass(frozen=True)
+class Attachment:
+    container_id: str
+    ifname: str
+    cni_args: tuple[tuple[str, str], ...] = ()
+    capability_args: Mapping[str, Any] | None = None
+
+    def cni_args_string(self) -> str:
+        args = self.cni_args or (
+            ("IgnoreUnknown", "1"),
+            ("K8S_POD_INFRA_CONTAINER_ID", self.container_id),
+        )
+        return ";".join(f"{k}={v}" for k, v in args)
+
+
+@dataclass(frozen=True)
+class DelOutcome:
+    plugins_run: tuple[str, ...]
+    errors: tuple[PluginError, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def plugin_stdin(
+    netlist: NetworkList, plugin: Mapping[str, Any], capability_args: Mapping[str, Any] | None
+) -> bytes:
+    """The plugin's config with name and cniVersion injected, keys sorted as Go marshals a map."""
+    conf = dict(plugin)
+    conf["name"] = netlist.name
+    conf["cniVersion"] = netlist.cni_version
+    capabilities = plugin.get("capabilities")
+    if capability_args and isinstance(capabilities, dict):
+        runtime = {
+            cap: capability_args[cap]
+            for cap, enabled in capabilities.items()
+            if enabled is True and cap in capability_args
+        }
+        if runtime:
+            conf["runtimeConfig"] = runtime
+    return json.dumps(conf, sort_keys=True, separators=(",", ":")).encode()
+
+
+def plugin_env(attachment: Attachment, bin_dirs: Sequence[str]) -> dict[str, str]:
+    # A CNI_* variable inherited from whoever ran the reaper must not leak into a plugin.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
+    env.update(
+        CNI_COMMAND="DEL",
+        CNI_CONTAINERID=attachment.container_id,
+        CNI_NETNS="",  # the network namespace died with the boot that made it
+        CNI_IFNAME=attachment.ifname,
+        CNI_ARGS=attachment.cni_args_string(),
+        CNI_PATH=":".join(bin_dirs),
+    )
+    return env
+
+
+def delete(
+    netlist: NetworkList,
+    attachment: Attachment,
+    runner: PluginRunner,
+    bin_dirs: Sequence[str],
+    timeout: float,
+) -> DelOutcome:
+    """Plugins in reverse order, stopping at the first failure, as libcni does."""
+    env = plugin_env(attachment, bin_dirs)
+    ran: list[str] = []
+    for plugin in reversed(netlist.plugins):
+        kind = str(plugin.get("type", ""))
+        try:
+            path = find_plugin(kind, bin_dirs)
+        except PluginRefused as e:
+            return DelOutcome(tuple(ran), (PluginError(kind, str(e)),))
+        stdin = plugin_stdin(netlist, plugin, attachment.capability_args)
+        try:
+            run = runner.run(path, env, stdin, timeout)
+        except OSError as e:
+            return DelOutcome(tuple(ran), (PluginError(kind, f"cannot run {path}: {e}"),))
+        ran.append(kind)
+        error = error_from_run(kind, run, timeout)
+        if error is not None:
+            return DelOutcome(tuple(ran), (error,))
+    return DelOutcome(tuple(ran), ())

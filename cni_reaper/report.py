@@ -1,0 +1,161 @@
+"""What a run found and did: the JSON document (schema 1), the text report, the exit code."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from cni_reaper import __version__
+from cni_reaper.apply import EntryResult, Outcome
+from cni_reaper.boot import BootContext, BootEnd, iso
+from cni_reaper.errors import ExitCode
+from cni_reaper.plan import Action
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Report:
+    boot: BootContext
+    dry_run: bool
+    results_dir: str
+    warnings: list[str] = field(default_factory=list)
+    results: list[EntryResult] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if any(r.outcome is Outcome.FAILED for r in self.results):
+            return ExitCode.ACTION_FAILED
+        for r in self.results:
+            if r.planned.action in (Action.LEAVE, Action.REPORT):
+                return ExitCode.DATA
+            if r.planned.action.changes_things and r.outcome is Outcome.SKIPPED:
+                return ExitCode.DATA
+        return ExitCode.OK
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "entries": len(self.results),
+            "content": dict(
+                sorted(Counter(r.planned.entry.content.value for r in self.results).items())
+            ),
+            "action": dict(sorted(Counter(r.planned.action.value for r in self.results).items())),
+            "outcome": dict(sorted(Counter(r.outcome.value for r in self.results).items())),
+            "plugin_errors": sum(len(r.plugin_errors) for r in self.results),
+            "exit_code": int(self.exit_code),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "version": __version__,
+            "dry_run": self.dry_run,
+            "results_dir": self.results_dir,
+            "boot": self.boot.to_json(),
+            "warnings": list(self.warnings),
+            "entries": [entry_json(r) for r in self.results],
+            "summary": self.summary(),
+        }
+
+    def write_json(self, out: TextIO) -> None:
+        json.dump(self.to_json(), out, indent=2)
+        out.write("\n")
+
+    def write_text(self, out: TextIO, verbose: bool = False) -> None:
+        mode = "dry run, nothing changed" if self.dry_run else "run"
+        out.write(f"cni-reaper {__version__} ({mode}): {self.results_dir}\n")
+        out.write(f"  {boot_line(self.boot)}\n")
+        for warning in self.warnings:
+            out.write(f"  warning: {warning}\n")
+        for result in self.results:
+            if result.planned.action is Action.KEEP and not verbose:
+                continue
+            out.write(entry_text(result, verbose))
+        s = self.summary()
+        counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
+        actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"
+        out.write(f"summary: {s['entries']} entries ({counts}); {actions}; exit {s['exit_code']}\n")
+
+
+def boot_line(boot: BootContext) -> str:
+    start = iso(boot.current_start) if boot.current_start else "unknown"
+    line = f"boot {boot.boot_id or '?'} began {start} ({boot.current_start_source})"
+    prev = boot.previous_boot
+    if prev is None:
+        return line + "; no earlier boot in wtmp"
+    if prev.end is BootEnd.CRASHED:
+        return line + f"; previous boot began {iso(prev.start)} and crashed"
+    return line + f"; previous boot began {iso(prev.start)} and shut down cleanly"
+
+
+def entry_json(result: EntryResult) -> dict[str, Any]:
+    planned = result.planned
+    entry = planned.entry
+    split = entry.split
+    written = planned.written
+    netlist = planned.netlist
+    writing_boot = written.writing_boot
+    return {
+        "path": entry.name,
+        "network": split.network if split else None,
+        "container_id": split.container_id if split else None,
+        "ifname": split.ifname if split else None,
+        "name_problem": entry.name_problem,
+        "file": {
+            "kind": entry.file.kind,
+            "size": entry.file.size,
+            "mtime": iso(entry.file.mtime),
+            "ctime": iso(entry.file.ctime),
+        },
+        "content": entry.content.value,
+        "content_detail": entry.verdict.detail,
+        "written": written.written.value,
+        "evidence": written.evidence,
+        "writing_boot": None
+        if writing_boot is None
+        else {
+            "start": iso(writing_boot.start),
+            "crashed": writing_boot.end is BootEnd.CRASHED,
+            "seconds_before_last_record": written.seconds_before_last_record,
+        },
+        "action": planned.action.value,
+        "reason": planned.reason,
+        "del": None
+        if planned.action is not Action.DEL_AND_QUARANTINE
+        else {
+            "config": netlist.source if netlist else None,
+            "config_problem": planned.config_problem,
+            "plugins": list(reversed(netlist.plugin_types)) if netlist else [],
+            "plugins_run": list(result.del_outcome.plugins_run) if result.del_outcome else [],
+        },
+        "outcome": result.outcome.value,
+        "plugin_errors": [e.to_json() for e in result.plugin_errors],
+        "quarantined_to": result.quarantined_to,
+        "problems": list(result.problems),
+    }
+
+
+def entry_text(result: EntryResult, verbose: bool) -> str:
+    planned = result.planned
+    entry = planned.entry
+    lines = [
+        f"{entry.name}: {entry.content.value} ({entry.verdict.detail}), "
+        f"{planned.written.written.value} -> {planned.action.value} [{result.outcome.value}]"
+    ]
+    lines.append(f"    why: {planned.reason}")
+    if verbose or planned.action.changes_things:
+        lines.append(f"    written: {planned.written.evidence}")
+    if planned.action is Action.DEL_AND_QUARANTINE:
+        netlist = planned.netlist
+        if netlist is not None:
+            order = ", ".join(reversed(netlist.plugin_types))
+            lines.append(f"    DEL {netlist.name} from {netlist.source}: {order}")
+        elif planned.config_problem:
+            lines.append(f"    DEL impossible: {planned.config_problem}")
+    lines.extend(f"    error: {error}" for error in result.plugin_errors)
+    lines.extend(f"    problem: {problem}" for problem in result.problems)
+    if result.quarantined_to:
+        lines.append(f"    moved to {result.quarantined_to}")
+    return "".join(line + "\n" for line in lines)

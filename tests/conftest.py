@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.nodetree import NodeTree
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> NodeTree:
+    return NodeTree(tmp_path / "node")
+
+
+@pytest.fixture
+def t0() -> float:
+    """The moment the test's files are written: ctimes cannot be set, so boots are placed around it."""
+    return time.time()

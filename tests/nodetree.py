@@ -1,0 +1,135 @@
+"""Building a node's CNI state and boot world under a temporary root, as real components leave it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from cni_reaper import wtmp
+
+PLUGIN_DIR = "/usr/lib/cni"
+CONTAINER_IDS = [f"{n:02x}" * 32 for n in range(0x10, 0x30)]
+
+
+def have_plugins() -> bool:
+    return os.path.isfile(os.path.join(PLUGIN_DIR, "host-local"))
+
+
+def cache_entry_bytes(
+    netconf: bytes,
+    network: str,
+    container_id: str,
+    ifname: str,
+    result: Optional[dict[str, Any]] = None,
+    netns: str = "",
+) -> bytes:
+    """A results file exactly as libcni v1.1 cacheAdd writes it: one line, no newline."""
+    doc: dict[str, Any] = {
+        "kind": "cniCacheV1",
+        "containerId": container_id,
+        "config": base64.b64encode(netconf).decode(),
+        "ifName": ifname,
+        "networkName": network,
+    }
+    if netns:
+        doc["netns"] = netns
+    doc["cniArgs"] = [
+        ["IgnoreUnknown", "1"],
+        ["K8S_POD_NAMESPACE", "default"],
+        ["K8S_POD_INFRA_CONTAINER_ID", container_id],
+    ]
+    doc["result"] = result or {"cniVersion": "1.0.0", "dns": {}, "ips": []}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def host_local_conflist(name: str, subnet: str, data_dir: str) -> bytes:
+    """host-local run directly as the only plugin: a real plugin that needs no netns."""
+    ipam = {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": data_dir}
+    return json.dumps(
+        {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": "host-local", "ipam": ipam}]}
+    ).encode()
+
+
+@dataclass
+class NodeTree:
+    """A root with var/lib/cni, etc/cni/net.d, var/log/wtmp and proc under it."""
+
+    root: Path
+    records: list[wtmp.WtmpRecord] = field(default_factory=list)
+
+    @property
+    def results(self) -> Path:
+        return self.root / "var/lib/cni/results"
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.root / "etc/cni/net.d"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "var/lib/cni-reaper/quarantine"
+
+    def write_conf(self, file_name: str, data: bytes) -> None:
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / file_name).write_bytes(data)
+
+    def write_result(self, name: str, data: bytes) -> Path:
+        self.results.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = self.results / name
+        path.write_bytes(data)
+        path.chmod(0o600)
+        return path
+
+    def boot(self, at: float) -> None:
+        self.records.append(wtmp.boot_record(at))
+
+    def shutdown(self, at: float) -> None:
+        self.records.append(wtmp.shutdown_record(at))
+
+    def login(self, at: float, user: str = "admin") -> None:
+        self.records.append(wtmp.WtmpRecord(7, 4242, "pts/0", "ts/0", user, "10.0.0.9", at))
+
+    def write_boot_world(self, btime: float, boot_id: str = "11111111-2222-3333-4444-555555555555") -> None:
+        """wtmp from the records so far, and the proc files of the running boot."""
+        log = self.root / "var/log"
+        log.mkdir(parents=True, exist_ok=True)
+        (log / "wtmp").write_bytes(wtmp.encode_all(self.records))
+        proc = self.root / "proc"
+        (proc / "sys/kernel/random").mkdir(parents=True, exist_ok=True)
+        (proc / "stat").write_text(f"cpu  1 0 1 1 0 0 0 0 0 0\nbtime {int(btime)}\nprocesses 1\n")
+        (proc / "sys/kernel/random/boot_id").write_text(boot_id + "\n")
+
+    def link_plugins(self) -> None:
+        """The plugin dir of the tree is the system's, where Debian installs it."""
+        bin_dir = self.root / "usr/lib"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        os.symlink(PLUGIN_DIR, bin_dir / "cni")
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
+    """Every path under root with its type and bytes (link target for symlinks)."""
+    state: dict[str, tuple[str, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root)
+            if os.path.islink(path):
+                state[rel] = ("link", os.readlink(path).encode())
+            elif os.path.isdir(path):
+                state[rel] = ("dir", oct(os.stat(path).st_mode).encode())
+            elif os.path.isfile(path):
+                st = os.stat(path)
+                with open(path, "rb") as f:
+                    state[rel] = (f"file {oct(st.st_mode)} {st.st_mtime_ns}", f.read())
+            else:
+                state[rel] = ("special", oct(os.lstat(path).st_mode).encode())
+    return state
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, symlinks=True)

@@ -1,0 +1,89 @@
+"""Content verdicts from the bytes of a results file, as a crash leaves them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cni_reaper.content import Content, JsonState, classify, json_state
+from tests.nodetree import CONTAINER_IDS, cache_entry_bytes
+
+CID = CONTAINER_IDS[0]
+CONF = b'{"cniVersion":"1.0.0","name":"mynet","plugins":[{"type":"bridge"}]}'
+VALID = cache_entry_bytes(CONF, "mynet", CID, "eth0", {"cniVersion": "1.0.0", "dns": {}, "ips": [
+    {"address": "10.88.0.5/16", "gateway": "10.88.0.1", "interface": 2}]})
+
+
+@pytest.mark.parametrize(
+    ("data", "content"),
+    [
+        (VALID, Content.VALID),
+        (b"", Content.EMPTY),
+        (b"\0" * 4096, Content.ZEROED),
+        (VALID[:100], Content.TRUNCATED),
+        (VALID[:100] + b"\0" * 3996, Content.TRUNCATED),
+        (VALID + b"\0" * 10, Content.GARBAGE),
+        (b"adfads", Content.GARBAGE),
+        (b"[1, 2]", Content.GARBAGE),
+        (b'{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.1.0.2/24"}]}', Content.LEGACY),
+        (b'{"kind":"cniCacheV2","containerId":"x"}', Content.MISMATCHED),
+        (b'{"kind":"cniCacheV1","config":"%%%","containerId":"a","ifName":"b","networkName":"c"}',
+         Content.GARBAGE),
+        (b"{}", Content.GARBAGE),
+        (b"[" * 100_000, Content.TRUNCATED),
+        (b"[" * 100_000 + b"]" * 100_000, Content.GARBAGE),
+    ],
+)
+def test_verdict(data: bytes, content: Content) -> None:
+    assert classify(data).content is content
+
+
+def test_valid_entry_carries_its_identity() -> None:
+    verdict = classify(VALID)
+    assert verdict.identity is not None
+    assert (verdict.identity.network, verdict.identity.container_id, verdict.identity.ifname) == (
+        "mynet", CID, "eth0")
+
+
+@given(st.integers(min_value=1, max_value=len(VALID) - 1))
+def test_every_cut_of_a_real_entry_is_truncated(cut: int) -> None:
+    assert classify(VALID[:cut]).content is Content.TRUNCATED
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values, st.data())
+def test_json_state_agrees_with_the_json_module(value: object, data: st.DataObject) -> None:
+    text = json.dumps(value, indent=data.draw(st.sampled_from([None, 1])))
+    assert json_state(text) is JsonState.COMPLETE
+    cut = data.draw(st.integers(min_value=0, max_value=len(text) - 1))
+    prefix = text[:cut]
+    # A cut that happens to end a whole document (a number cut short) is complete, else a prefix.
+    try:
+        json.loads(prefix)
+        complete = bool(prefix.strip())
+    except ValueError:
+        complete = False
+    expected = JsonState.COMPLETE if complete else JsonState.PREFIX
+    assert json_state(prefix) is expected
+
+
+@given(st.text(max_size=200))
+def test_json_state_never_calls_invalid_json_complete(text: str) -> None:
+    state = json_state(text)
+    if state is JsonState.COMPLETE:
+        json.loads(text)
+
+
+@given(st.binary(max_size=2000))
+def test_classify_never_raises(data: bytes) -> None:
+    assert classify(data).content in set(Content)

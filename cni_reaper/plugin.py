@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -166,10 +167,8 @@ class ProcessRunner:
                     buffers[fd] += chunk[: max(room, 0)]
         if proc.poll() is None:
             # Both pipes closed but the plugin has not exited: it still gets its full time.
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(deadline - time.monotonic(), 0))
-            except subprocess.TimeoutExpired:
-                pass
         timed_out = proc.poll() is None
         if timed_out:
             _kill_group(proc.pid)

@@ -15,5 +15,5 @@ def node(tmp_path: Path) -> NodeTree:
 
 @pytest.fixture
 def t0() -> float:
-    """The moment the test's files are written: ctimes cannot be set, so boots are placed around it."""
+    """When the test writes its files: ctime cannot be set, so boots are placed around it."""
     return time.time()

@@ -1,4 +1,4 @@
-"""Building a node's CNI state and boot world under a temporary root, as real components leave it."""
+"""A node's CNI state and boot world under a temporary root, as real components leave it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from cni_reaper import wtmp
 
@@ -25,7 +25,7 @@ def cache_entry_bytes(
     network: str,
     container_id: str,
     ifname: str,
-    result: Optional[dict[str, Any]] = None,
+    result: dict[str, Any] | None = None,
     netns: str = "",
 ) -> bytes:
     """A results file exactly as libcni v1.1 cacheAdd writes it: one line, no newline."""
@@ -94,7 +94,9 @@ class NodeTree:
     def login(self, at: float, user: str = "admin") -> None:
         self.records.append(wtmp.WtmpRecord(7, 4242, "pts/0", "ts/0", user, "10.0.0.9", at))
 
-    def write_boot_world(self, btime: float, boot_id: str = "11111111-2222-3333-4444-555555555555") -> None:
+    def write_boot_world(
+        self, btime: float, boot_id: str = "11111111-2222-3333-4444-555555555555"
+    ) -> None:
         """wtmp from the records so far, and the proc files of the running boot."""
         log = self.root / "var/log"
         log.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,17 @@ from tests.nodetree import CONTAINER_IDS, cache_entry_bytes
 
 CID = CONTAINER_IDS[0]
 CONF = b'{"cniVersion":"1.0.0","name":"mynet","plugins":[{"type":"bridge"}]}'
-VALID = cache_entry_bytes(CONF, "mynet", CID, "eth0", {"cniVersion": "1.0.0", "dns": {}, "ips": [
-    {"address": "10.88.0.5/16", "gateway": "10.88.0.1", "interface": 2}]})
+VALID = cache_entry_bytes(
+    CONF,
+    "mynet",
+    CID,
+    "eth0",
+    {
+        "cniVersion": "1.0.0",
+        "dns": {},
+        "ips": [{"address": "10.88.0.5/16", "gateway": "10.88.0.1", "interface": 2}],
+    },
+)
 
 
 @pytest.mark.parametrize(
@@ -30,8 +39,10 @@ VALID = cache_entry_bytes(CONF, "mynet", CID, "eth0", {"cniVersion": "1.0.0", "d
         (b"[1, 2]", Content.GARBAGE),
         (b'{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.1.0.2/24"}]}', Content.LEGACY),
         (b'{"kind":"cniCacheV2","containerId":"x"}', Content.MISMATCHED),
-        (b'{"kind":"cniCacheV1","config":"%%%","containerId":"a","ifName":"b","networkName":"c"}',
-         Content.GARBAGE),
+        (
+            b'{"kind":"cniCacheV1","config":"%%%","containerId":"a","ifName":"b","networkName":"c"}',
+            Content.GARBAGE,
+        ),
         (b"{}", Content.GARBAGE),
         (b"[" * 100_000, Content.TRUNCATED),
         (b"[" * 100_000 + b"]" * 100_000, Content.GARBAGE),
@@ -45,7 +56,10 @@ def test_valid_entry_carries_its_identity() -> None:
     verdict = classify(VALID)
     assert verdict.identity is not None
     assert (verdict.identity.network, verdict.identity.container_id, verdict.identity.ifname) == (
-        "mynet", CID, "eth0")
+        "mynet",
+        CID,
+        "eth0",
+    )
 
 
 @given(st.integers(min_value=1, max_value=len(VALID) - 1))
@@ -54,9 +68,14 @@ def test_every_cut_of_a_real_entry_is_truncated(cut: int) -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
     max_leaves=20,
 )
 

@@ -54,7 +54,9 @@ name_part = st.from_regex(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,20}", fullmatch=True)
 
 
 @given(name_part, st.sampled_from(CONTAINER_IDS), name_part)
-def test_libcni_names_with_real_container_ids_split_back(network: str, cid: str, ifname: str) -> None:
+def test_libcni_names_with_real_container_ids_split_back(
+    network: str, cid: str, ifname: str
+) -> None:
     split, problem = split_name(f"{network}-{cid}-{ifname}", {network})
     assert problem is None
     assert split == NameSplit(network, cid, ifname)

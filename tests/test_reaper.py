@@ -107,7 +107,10 @@ def test_damaged_attachments_are_deleted_and_quarantined(
         assert sidecar["del"]["plugins_run"] == ["host-local"]
         entry = by_path(report)[damaged.name]
         assert (entry["action"], entry["outcome"], entry["written"]) == (
-            "del-and-quarantine", "done", "previous-boot")
+            "del-and-quarantine",
+            "done",
+            "previous-boot",
+        )
         assert "which crashed" in entry["evidence"]
         assert entry["writing_boot"]["crashed"] is True
     assert by_path(report)[valid.name]["action"] == "keep"
@@ -134,7 +137,10 @@ def test_dry_run_changes_nothing_and_prints_the_plan(
 
     assert cli.run(crashed.argv("--dry-run"), clock=lambda: crashed.t0 + 60) == ExitCode.OK
     text = capsys.readouterr().out
-    assert f"hl-{CONTAINER_IDS[1]}-eth0: empty (0 bytes), previous-boot -> del-and-quarantine [planned]" in text
+    assert (
+        f"hl-{CONTAINER_IDS[1]}-eth0: empty (0 bytes), "
+        "previous-boot -> del-and-quarantine [planned]" in text
+    )
     assert "DEL hl from" in text
 
 
@@ -152,7 +158,11 @@ def test_damage_written_in_this_boot_is_left_alone(
     assert path.read_bytes() == b""
     assert len(crashed.ips()) == 1
     entry = by_path(report)[path.name]
-    assert (entry["written"], entry["action"], entry["outcome"]) == ("current-boot", "leave", "skipped")
+    assert (entry["written"], entry["action"], entry["outcome"]) == (
+        "current-boot",
+        "leave",
+        "skipped",
+    )
 
 
 def test_clock_before_the_boot_repairs_nothing(
@@ -191,7 +201,9 @@ def test_cni_error_from_a_plugin_is_reported_and_the_file_still_quarantined(
     bin_dir.mkdir(parents=True)
     failing = bin_dir / "failing"
     failing.write_text(
-        '#!/bin/sh\necho \'{"cniVersion":"1.0.0","code":11,"msg":"try again","details":"busy"}\'\nexit 1\n'
+        "#!/bin/sh\n"
+        'echo \'{"cniVersion":"1.0.0","code":11,"msg":"try again","details":"busy"}\'\n'
+        "exit 1\n"
     )
     failing.chmod(0o755)
     crashed.node.write_conf(
@@ -205,8 +217,16 @@ def test_cni_error_from_a_plugin_is_reported_and_the_file_still_quarantined(
 
     assert code == ExitCode.ACTION_FAILED
     entry = by_path(report)[path.name]
-    assert entry["plugin_errors"] == [{"plugin": "failing", "code": 11, "msg": "try again",
-                                       "details": "busy", "exit_status": 1, "timed_out": False}]
+    assert entry["plugin_errors"] == [
+        {
+            "plugin": "failing",
+            "code": 11,
+            "msg": "try again",
+            "details": "busy",
+            "exit_status": 1,
+            "timed_out": False,
+        }
+    ]
     assert not path.exists()
 
 
@@ -217,7 +237,9 @@ def test_hanging_plugin_is_killed_at_the_timeout(
     bin_dir.mkdir(parents=True)
     (bin_dir / "hang").write_text("#!/bin/sh\nsleep 300 &\nsleep 300\n")
     (bin_dir / "hang").chmod(0o755)
-    crashed.node.write_conf("30-h.conflist", b'{"cniVersion":"1.0.0","name":"h","plugins":[{"type":"hang"}]}')
+    crashed.node.write_conf(
+        "30-h.conflist", b'{"cniVersion":"1.0.0","name":"h","plugins":[{"type":"hang"}]}'
+    )
     crashed.node.write_result(f"h-{CONTAINER_IDS[7]}-eth0", b"")
     crashed.reboot()
 
@@ -245,19 +267,36 @@ def test_old_cni_version_is_only_quarantined(
     assert code == ExitCode.OK
     for name in (path.name, loopback.name):
         entry = by_path(report)[name]
-        assert (entry["action"], entry["outcome"], entry["plugin_errors"]) == ("quarantine", "done", [])
+        assert (entry["action"], entry["outcome"], entry["plugin_errors"]) == (
+            "quarantine",
+            "done",
+            [],
+        )
         assert not (crashed.node.results / name).exists()
 
 
-def test_seed_report_case(crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """shared/seeds/000: 0-byte generic-veth ...-eth1 and istio-cni ...-eth2 beside a valid -eth0."""
+def test_seed_report_case(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """shared/seeds/000: 0-byte generic-veth ...-eth1, istio-cni ...-eth2 and a valid -eth0."""
     cid = "5bae61e683f7e59902f458514e9af1515d1c1c71ff069e9d4a2008a011307d04"
-    for name, subnet in (("generic-veth", "10.30.0.0/24"), ("istio-cni", "10.31.0.0/24"),
-                         ("k8s-pod-network", "10.32.0.0/24")):
-        crashed.node.write_conf(f"50-{name}.conflist", host_local_conflist(name, subnet, str(crashed.ipam)))
-    for name, ifname in (("k8s-pod-network", "eth0"), ("generic-veth", "eth1"), ("istio-cni", "eth2")):
+    for name, subnet in (
+        ("generic-veth", "10.30.0.0/24"),
+        ("istio-cni", "10.31.0.0/24"),
+        ("k8s-pod-network", "10.32.0.0/24"),
+    ):
+        crashed.node.write_conf(
+            f"50-{name}.conflist", host_local_conflist(name, subnet, str(crashed.ipam))
+        )
+    for name, ifname in (
+        ("k8s-pod-network", "eth0"),
+        ("generic-veth", "eth1"),
+        ("istio-cni", "eth2"),
+    ):
         conflist = (crashed.node.conf_dir / f"50-{name}.conflist").read_bytes()
-        add_network_list(conflist, cid, ifname, "/run/netns/seed", crashed.node.root / "var/lib/cni")
+        add_network_list(
+            conflist, cid, ifname, "/run/netns/seed", crashed.node.root / "var/lib/cni"
+        )
     eth0 = crashed.node.results / f"k8s-pod-network-{cid}-eth0"
     eth0_bytes = eth0.read_bytes()
     for name in (f"generic-veth-{cid}-eth1", f"istio-cni-{cid}-eth2"):
@@ -345,7 +384,9 @@ def test_running_runtime_refuses_unless_forced(
     assert any("answers on" in w for w in report["warnings"])
 
 
-def test_second_concurrent_run_is_refused(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> None:
+def test_second_concurrent_run_is_refused(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
     crashed.reboot()
     with RunLock(NodePaths.build(root=str(crashed.node.root)).lock_file):
         assert cli.main(crashed.argv()) == ExitCode.REFUSED

@@ -24,8 +24,13 @@ def stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S,000000+00:00", time.gmtime(t))
 
 
-def utmpdump_line(ut_type: int, pid: int, ut_id: str, user: str, line: str, host: str, t: float) -> str:
-    return f"[{ut_type}] [{pid:05d}] [{ut_id:<4}] [{user:<8}] [{line:<12}] [{host:<20}] [0.0.0.0        ] [{stamp(t)}]"
+def utmpdump_line(
+    ut_type: int, pid: int, ut_id: str, user: str, line: str, host: str, t: float
+) -> str:
+    return (
+        f"[{ut_type}] [{pid:05d}] [{ut_id:<4}] [{user:<8}] [{line:<12}] [{host:<20}] "
+        f"[0.0.0.0        ] [{stamp(t)}]"
+    )
 
 
 BASE = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -44,8 +49,12 @@ SCENARIO = [
 
 def write_with_utmpdump(path: Path, rows: list[tuple[int, int, str, str, str, str, float]]) -> None:
     text = "\n".join(utmpdump_line(*row) for row in rows) + "\n"
-    subprocess.run(["utmpdump", "--reverse", "--output", str(path)], input=text.encode(), check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["utmpdump", "--reverse", "--output", str(path)],
+        input=text.encode(),
+        check=True,
+        capture_output=True,
+    )
 
 
 @needs_utmpdump
@@ -72,23 +81,33 @@ def test_own_writer_matches_utmpdump_byte_for_byte(tmp_path: Path) -> None:
     path = tmp_path / "wtmp"
     write_with_utmpdump(path, SCENARIO)
     # utmpdump's text format pads ut_id to its 4 bytes with spaces.
-    own = wtmp.encode_all(wtmp.WtmpRecord(t, pid, line, i.ljust(4), user, host, when)
-                          for t, pid, i, user, line, host, when in SCENARIO)
+    own = wtmp.encode_all(
+        wtmp.WtmpRecord(t, pid, line, i.ljust(4), user, host, when)
+        for t, pid, i, user, line, host, when in SCENARIO
+    )
     theirs = path.read_bytes()
     # Compared up to ut_addr_v6, which utmpdump fills from its address column.
     for n in range(len(SCENARIO)):
-        a, b = own[n * 384:(n + 1) * 384], theirs[n * 384:(n + 1) * 384]
+        a, b = own[n * 384 : (n + 1) * 384], theirs[n * 384 : (n + 1) * 384]
         assert a[:348] == b[:348]
 
 
 @needs_utmpdump
 def test_boot_list_agrees_with_last(tmp_path: Path) -> None:
     path = tmp_path / "wtmp"
-    path.write_bytes(wtmp.encode_all(
-        wtmp.WtmpRecord(t, pid, line, i, user, host, when)
-        for t, pid, i, user, line, host, when in SCENARIO))
-    out = subprocess.run(["last", "-x", "-F", "-f", str(path)], capture_output=True, text=True,
-                         check=True, env={"TZ": "UTC", "LC_ALL": "C"}).stdout
+    path.write_bytes(
+        wtmp.encode_all(
+            wtmp.WtmpRecord(t, pid, line, i, user, host, when)
+            for t, pid, i, user, line, host, when in SCENARIO
+        )
+    )
+    out = subprocess.run(
+        ["last", "-x", "-F", "-f", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"TZ": "UTC", "LC_ALL": "C"},
+    ).stdout
     last_boots = [line for line in out.splitlines() if line.startswith("reboot")]
     last_shutdowns = [line for line in out.splitlines() if line.startswith("shutdown")]
     ours = boots_from_records(list(wtmp.parse(path.read_bytes())))
@@ -96,8 +115,11 @@ def test_boot_list_agrees_with_last(tmp_path: Path) -> None:
     assert len(last_shutdowns) == sum(1 for b in ours if b.end is BootEnd.CLEAN) == 1
     # last prints newest first; each boot's start time appears in its line.
     for line, boot in zip(last_boots, reversed(ours)):
-        assert time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(boot.start)).replace(" 0", "  ") in line \
+        assert (
+            time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(boot.start)).replace(" 0", "  ")
+            in line
             or time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(boot.start)) in line
+        )
 
 
 def test_400_byte_layout_and_torn_tail() -> None:
@@ -135,8 +157,12 @@ records_strategy = st.lists(
 )
 
 
-@given(records_strategy, st.sampled_from([wtmp.LAYOUT_384, wtmp.LAYOUT_400]), st.binary(max_size=399))
-def test_round_trip_with_any_torn_tail(records: list[wtmp.WtmpRecord], layout: object, tail: bytes) -> None:
+@given(
+    records_strategy, st.sampled_from([wtmp.LAYOUT_384, wtmp.LAYOUT_400]), st.binary(max_size=399)
+)
+def test_round_trip_with_any_torn_tail(
+    records: list[wtmp.WtmpRecord], layout: object, tail: bytes
+) -> None:
     assert isinstance(layout, type(wtmp.LAYOUT_384))
     data = wtmp.encode_all(records, layout) + tail[: layout.size - 1]
     assert list(wtmp.parse(data, layout)) == records

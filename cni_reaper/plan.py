@@ -39,8 +39,6 @@ def plan_entry(entry: CacheEntry, boot: BootContext, configs: NetworkConfigs) ->
     written = boot.classify(entry.file.mtime, entry.file.ctime)
     content = entry.content
     if content.is_readable_by_libcni:
-        if entry.split is None:
-            return PlannedEntry(entry, written, Action.KEEP, "libcni can read it")
         return PlannedEntry(
             entry, written, Action.KEEP, "libcni can read it: the runtime's own DEL will use it"
         )

@@ -106,12 +106,18 @@ def _write_durably(dir_fd: int, name: str, text: str) -> None:
         dir_fd=dir_fd,
     )
     try:
-        os.write(fd, text.encode())
+        _write_all(fd, text.encode())
         os.fsync(fd)
     finally:
         os.close(fd)
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     os.fsync(dir_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _copy_then_unlink(src_dir: int, name: str, dst_dir: int, dest: str) -> None:
@@ -131,7 +137,7 @@ def _copy_then_unlink(src_dir: int, name: str, dst_dir: int, dest: str) -> None:
                 chunk = os.read(src, 1 << 16)
                 if not chunk:
                     break
-                os.write(dst, chunk)
+                _write_all(dst, chunk)
             os.fsync(dst)
         finally:
             os.close(dst)

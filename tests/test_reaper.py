@@ -331,6 +331,14 @@ def test_odd_entries_are_reported_and_never_touched(
         cache_entry_bytes(b"{}", "other", CONTAINER_IDS[12], "eth0"),
     )
     crashed.node.write_result("no-way-to-split", b"")
+    crashed.node.write_result(f"hl-{CONTAINER_IDS[13]}-eth0", b" " * ((1 << 20) + 1))
+    listener = socket.socket(socket.AF_UNIX)
+    cwd = os.getcwd()
+    os.chdir(results)  # a socket path may not be longer than 107 bytes
+    try:
+        listener.bind(f"hl-{CONTAINER_IDS[14]}-eth0")
+    finally:
+        os.chdir(cwd)
     crashed.reboot()
     before = snapshot(crashed.node.root.parent)
 
@@ -347,7 +355,10 @@ def test_odd_entries_are_reported_and_never_touched(
         f"hl-{CONTAINER_IDS[11]}-eth0": ("not-a-file", "report"),
         f"hl-{CONTAINER_IDS[12]}-eth0": ("mismatched", "report"),
         "no-way-to-split": ("empty", "report"),
+        f"hl-{CONTAINER_IDS[13]}-eth0": ("oversized", "report"),
+        f"hl-{CONTAINER_IDS[14]}-eth0": ("not-a-file", "report"),
     }
+    listener.close()
 
 
 def test_results_dir_that_is_a_symlink_is_refused(

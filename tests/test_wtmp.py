@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cni_reaper import wtmp
-from cni_reaper.boot import BootEnd, boots_from_records
+from cni_reaper import boot, wtmp
+from cni_reaper.boot import BootEnd, Written, boots_from_records
+from cni_reaper.paths import NodePaths
 
 needs_utmpdump = pytest.mark.skipif(
     shutil.which("utmpdump") is None or shutil.which("last") is None,
@@ -114,11 +115,11 @@ def test_boot_list_agrees_with_last(tmp_path: Path) -> None:
     assert len(last_boots) == len(ours) == 3
     assert len(last_shutdowns) == sum(1 for b in ours if b.end is BootEnd.CLEAN) == 1
     # last prints newest first; each boot's start time appears in its line.
-    for line, boot in zip(last_boots, reversed(ours)):
+    for line, booted in zip(last_boots, reversed(ours)):
         assert (
-            time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(boot.start)).replace(" 0", "  ")
+            time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(booted.start)).replace(" 0", "  ")
             in line
-            or time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(boot.start)) in line
+            or time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(booted.start)) in line
         )
 
 
@@ -172,3 +173,25 @@ def test_round_trip_with_any_torn_tail(
 def test_parser_never_raises(data: bytes) -> None:
     for record in wtmp.parse(data):
         assert 1 <= record.ut_type <= 9
+
+
+@needs_utmpdump
+def test_boot_context_from_a_utmpdump_wtmp(tmp_path: Path) -> None:
+    """The reaper's boot evidence from a file util-linux wrote, through --root as in production."""
+    log = tmp_path / "var/log"
+    log.mkdir(parents=True)
+    write_with_utmpdump(log / "wtmp", SCENARIO)
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "stat").write_text(f"btime {int(BASE + 990)}\n")
+    ctx = boot.load(NodePaths.build(root=str(tmp_path)), lambda: BASE + 2000)
+    assert ctx.current_start == BASE + 1000
+    assert [(b.start, b.end) for b in ctx.previous_boots] == [
+        (BASE, BootEnd.CLEAN),
+        (BASE + 200, BootEnd.CRASHED),
+    ]
+    verdict = ctx.classify(BASE + 260, BASE + 260)
+    assert verdict.written is Written.PREVIOUS_BOOT
+    assert verdict.writing_boot is not None
+    assert verdict.writing_boot.start == BASE + 200
+    assert "which crashed" in verdict.evidence

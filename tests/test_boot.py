@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cni_reaper import boot
+from cni_reaper import boot, wtmp
 from cni_reaper.boot import BootEnd, Written
 from cni_reaper.paths import NodePaths
 from tests.nodetree import NodeTree
@@ -93,3 +93,15 @@ def test_missing_wtmp_is_a_warning_not_a_failure(tmp_path: Path) -> None:
     ctx = boot.load(NodePaths.build(root=str(node.root)), lambda: T + 10)
     assert any("no wtmp" in w for w in ctx.warnings)
     assert ctx.classify(T - 100, T - 100).written is Written.PREVIOUS_BOOT
+
+
+def test_rotated_wtmp_is_read_first_as_one_stream(node: NodeTree) -> None:
+    """logrotate moved the crashed boot's record to wtmp.1; this boot's is in the new wtmp."""
+    node.boot(T - 3600)
+    node.write_boot_world(T)
+    log = node.root / "var/log"
+    (log / "wtmp").rename(log / "wtmp.1")
+    (log / "wtmp").write_bytes(wtmp.encode(wtmp.boot_record(T + 5)))
+    ctx = boot.load(NodePaths.build(root=str(node.root)), lambda: T + 100)
+    assert ctx.current_start == T + 5
+    assert [(b.start, b.end) for b in ctx.previous_boots] == [(T - 3600, BootEnd.CRASHED)]

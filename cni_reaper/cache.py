@@ -128,7 +128,7 @@ def split_name(name: str, networks: Collection[str]) -> tuple[NameSplit | None, 
     return None, f"ambiguous name: {choices}"
 
 
-def _read_entry(dir_fd: int, name: str, size: int) -> ContentVerdict:
+def _read_entry(dir_fd: int, name: str) -> ContentVerdict:
     try:
         fd = os.open(
             name,
@@ -191,7 +191,7 @@ def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
                     Content.OVERSIZED, f"{file.size} bytes, over {content.MAX_ENTRY_BYTES}"
                 )
             else:
-                verdict = _check_identity(name, _read_entry(dir_fd, name, file.size))
+                verdict = _check_identity(name, _read_entry(dir_fd, name))
         split, problem = _split(name, verdict, networks)
         yield CacheEntry(name, file, verdict, split, problem)
 

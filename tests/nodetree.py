@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,12 +105,6 @@ class NodeTree:
         (proc / "stat").write_text(f"cpu  1 0 1 1 0 0 0 0 0 0\nbtime {int(btime)}\nprocesses 1\n")
         (proc / "sys/kernel/random/boot_id").write_text(boot_id + "\n")
 
-    def link_plugins(self) -> None:
-        """The plugin dir of the tree is the system's, where Debian installs it."""
-        bin_dir = self.root / "usr/lib"
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        os.symlink(PLUGIN_DIR, bin_dir / "cni")
-
 
 def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
     """Every path under root with its type and bytes (link target for symlinks)."""
@@ -131,7 +124,3 @@ def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
             else:
                 state[rel] = ("special", oct(os.lstat(path).st_mode).encode())
     return state
-
-
-def copy_tree(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, symlinks=True)

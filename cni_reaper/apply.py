@@ -4,37 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from cni_reaper import __version__
 from cni_reaper.boot import iso
+from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError, PluginRunner
 from cni_reaper.quarantine import Quarantine, QuarantineError
 from cni_reaper.replay import Attachment, DelOutcome, delete
-
-
-class Outcome(str, Enum):
-    DONE = "done"
-    PLANNED = "planned"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-
-
-@dataclass(frozen=True)
-class EntryResult:
-    planned: PlannedEntry
-    outcome: Outcome
-    del_outcome: DelOutcome | None = None
-    quarantined_to: str | None = None
-    problems: tuple[str, ...] = ()
-
-    @property
-    def plugin_errors(self) -> tuple[PluginError, ...]:
-        return self.del_outcome.errors if self.del_outcome else ()
 
 
 @dataclass(frozen=True)
@@ -102,46 +82,37 @@ def _repair(planned: PlannedEntry, ex: Executor) -> EntryResult:
             del_outcome = delete(
                 planned.netlist, attachment, ex.runner, ex.bin_dirs, ex.plugin_timeout
             )
+    outcome = Outcome.DONE if del_outcome is None or del_outcome.ok else Outcome.FAILED
     # Quarantine even when DEL failed: a missing file lets the runtime's own DEL run.
-    sidecar = _sidecar(planned, del_outcome, _sha256(ex.results_fd, entry.name), ex.clock_now)
+    sidecar = _sidecar(
+        planned, outcome, del_outcome, _sha256(ex.results_fd, entry.name), ex.clock_now
+    )
     try:
         dest = ex.quarantine.move(ex.results_fd, entry.name, sidecar)
     except (QuarantineError, OSError) as e:
         return EntryResult(
             planned, Outcome.FAILED, del_outcome, problems=(f"quarantine: {e.strerror or e}",)
         )
-    ok = del_outcome is None or del_outcome.ok
-    return EntryResult(planned, Outcome.DONE if ok else Outcome.FAILED, del_outcome, dest)
+    return EntryResult(planned, outcome, del_outcome, dest)
 
 
 def _sidecar(
-    planned: PlannedEntry, del_outcome: DelOutcome | None, sha256: str | None, now: float
-) -> dict[str, Any]:
-    entry = planned.entry
-    split = entry.split
-    return {
-        "schema": 1,
-        "reaper_version": __version__,
-        "quarantined_at": iso(now),
-        "original_name": entry.name,
-        "network": split.network if split else None,
-        "container_id": split.container_id if split else None,
-        "ifname": split.ifname if split else None,
-        "size": entry.file.size,
-        "mtime": iso(entry.file.mtime),
-        "ctime": iso(entry.file.ctime),
-        "sha256": sha256,
-        "content": entry.content.value,
-        "content_detail": entry.verdict.detail,
-        "written": planned.written.written.value,
-        "evidence": planned.written.evidence,
-        "action": planned.action.value,
-        "del": None
-        if del_outcome is None
-        else {
-            "config": planned.netlist.source if planned.netlist else None,
-            "plugins_run": list(del_outcome.plugins_run),
-            "ok": del_outcome.ok,
-            "plugin_errors": [e.to_json() for e in del_outcome.errors],
-        },
-    }
+    planned: PlannedEntry,
+    outcome: Outcome,
+    del_outcome: DelOutcome | None,
+    sha256: str | None,
+    now: float,
+) -> Callable[[str], dict[str, Any]]:
+    """The sidecar for a file about to be moved to dest: its report entry, plus its digest."""
+
+    def for_dest(dest: str) -> dict[str, Any]:
+        entry = EntryResult(planned, outcome, del_outcome, dest).to_json()
+        return {
+            "schema": 1,
+            "reaper_version": __version__,
+            "quarantined_at": iso(now),
+            "sha256": sha256,
+            **entry,
+        }
+
+    return for_dest

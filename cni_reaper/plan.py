@@ -12,6 +12,8 @@ from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
 from cni_reaper.netconf import BUILTIN_LOOPBACK, NetworkConfigs, NetworkList, builtin_loopback
 
+STALE_DAMAGE = "left by an earlier boot; the runtime's DEL would abort on it"
+
 
 class Action(str, Enum):
     KEEP = "keep"
@@ -64,7 +66,7 @@ def plan_entry(entry: CacheEntry, boot: BootContext, configs: NetworkConfigs) ->
             entry,
             written,
             Action.DEL_AND_QUARANTINE,
-            "left by an earlier boot; the runtime's DEL would abort on it",
+            STALE_DAMAGE,
             config_problem=f"no config for network {network!r} in the conf dirs",
         )
     if not netlist.reads_cached_result:

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -73,11 +74,12 @@ class Quarantine:
             candidate = f"{name}.{n}"
         return candidate
 
-    def move(self, results_fd: int, name: str, sidecar: dict[str, Any]) -> str:
+    def move(self, results_fd: int, name: str, sidecar: Callable[[str], dict[str, Any]]) -> str:
         """Write the sidecar, then move the file beside it; returns the path it now has."""
         fd = self._dir_fd()
         dest = self._free_name(fd, name)
-        _write_durably(fd, dest + SIDECAR_SUFFIX, json.dumps(sidecar, indent=2) + "\n")
+        path = os.path.join(self.dir, dest)
+        _write_durably(fd, dest + SIDECAR_SUFFIX, json.dumps(sidecar(path), indent=2) + "\n")
         try:
             os.rename(name, dest, src_dir_fd=results_fd, dst_dir_fd=fd)
         except OSError as e:
@@ -86,7 +88,7 @@ class Quarantine:
             _copy_then_unlink(results_fd, name, fd, dest)
         os.fsync(fd)
         os.fsync(results_fd)
-        return os.path.join(self.dir, dest)
+        return path
 
 
 def _exists(dir_fd: int, name: str) -> bool:

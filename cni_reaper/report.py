@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from cni_reaper import __version__
-from cni_reaper.apply import EntryResult, Outcome
 from cni_reaper.boot import BootContext, BootEnd, iso
 from cni_reaper.errors import ExitCode
+from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
 
 SCHEMA_VERSION = 1
@@ -55,7 +55,7 @@ class Report:
             "results_dir": self.results_dir,
             "boot": self.boot.to_json(),
             "warnings": list(self.warnings),
-            "entries": [entry_json(r) for r in self.results],
+            "entries": [r.to_json() for r in self.results],
             "summary": self.summary(),
         }
 
@@ -88,53 +88,6 @@ def boot_line(boot: BootContext) -> str:
     if prev.end is BootEnd.CRASHED:
         return line + f"; previous boot began {iso(prev.start)} and crashed"
     return line + f"; previous boot began {iso(prev.start)} and shut down cleanly"
-
-
-def entry_json(result: EntryResult) -> dict[str, Any]:
-    planned = result.planned
-    entry = planned.entry
-    split = entry.split
-    written = planned.written
-    netlist = planned.netlist
-    writing_boot = written.writing_boot
-    return {
-        "path": entry.name,
-        "network": split.network if split else None,
-        "container_id": split.container_id if split else None,
-        "ifname": split.ifname if split else None,
-        "name_problem": entry.name_problem,
-        "file": {
-            "kind": entry.file.kind,
-            "size": entry.file.size,
-            "mtime": iso(entry.file.mtime),
-            "ctime": iso(entry.file.ctime),
-        },
-        "content": entry.content.value,
-        "content_detail": entry.verdict.detail,
-        "written": written.written.value,
-        "evidence": written.evidence,
-        "writing_boot": None
-        if writing_boot is None
-        else {
-            "start": iso(writing_boot.start),
-            "crashed": writing_boot.end is BootEnd.CRASHED,
-            "seconds_before_last_record": written.seconds_before_last_record,
-        },
-        "action": planned.action.value,
-        "reason": planned.reason,
-        "del": None
-        if planned.action is not Action.DEL_AND_QUARANTINE
-        else {
-            "config": netlist.source if netlist else None,
-            "config_problem": planned.config_problem,
-            "plugins": list(reversed(netlist.plugin_types)) if netlist else [],
-            "plugins_run": list(result.del_outcome.plugins_run) if result.del_outcome else [],
-        },
-        "outcome": result.outcome.value,
-        "plugin_errors": [e.to_json() for e in result.plugin_errors],
-        "quarantined_to": result.quarantined_to,
-        "problems": list(result.problems),
-    }
 
 
 def entry_text(result: EntryResult, verbose: bool) -> str:

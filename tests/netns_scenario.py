@@ -10,9 +10,7 @@ WORKDIR/result.json for the test to judge.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +20,7 @@ from typing import Any
 from cni_reaper import wtmp
 from tests.libcni import add_network_list, reserved_ips
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree
+from tests.private_node import damage, private_tmpfs, reaper_command, tree_digest
 
 CACHE_DIR = Path("/var/lib/cni")
 NETNS_DIR = Path("/run/netns")
@@ -63,48 +62,9 @@ DAMAGE = {
 }
 
 
-def private_tmpfs(path: Path) -> None:
-    """A tmpfs over path in this mount namespace only; an absent path is made under a tmpfs parent,
-    so that nothing is created on the machine's own file system."""
-    if not path.is_dir():
-        private_tmpfs(path.parent)
-        path.mkdir()
-        return
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(path)], check=True)
-
-
-def damage(path: Path, how: str) -> None:
-    data = path.read_bytes()
-    if how == "empty":
-        path.write_bytes(b"")
-    elif how == "zeroed":
-        path.write_bytes(b"\0" * len(data))
-    elif how == "truncated":
-        path.write_bytes(data[: len(data) // 3])
-
-
 def host_links() -> list[str]:
     out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, check=True).stdout
     return sorted(link["ifname"] for link in json.loads(out))
-
-
-def tree_digest(*roots: Path) -> dict[str, str]:
-    digest: dict[str, str] = {}
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            for name in dirnames + filenames:
-                path = os.path.join(dirpath, name)
-                st = os.lstat(path)
-                entry = f"{st.st_mode:o} {st.st_size} {st.st_mtime_ns}"
-                if os.path.isfile(path) and not os.path.islink(path):
-                    entry += " " + hashlib.sha256(Path(path).read_bytes()).hexdigest()
-                digest[path] = entry
-    return digest
-
-
-def reaper_command() -> list[str]:
-    script = Path(sys.executable).with_name("cni-reaper")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "cni_reaper"]
 
 
 def main(workdir: Path) -> dict[str, Any]:

@@ -114,12 +114,8 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
 
 
 def _message_classes() -> dict[str, Any]:
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(_file_descriptor())
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
-        for name in _MESSAGES
-    }
+    classes = message_factory.GetMessages([_file_descriptor()], descriptor_pool.DescriptorPool())
+    return {name: classes[f"{_PACKAGE}.{name}"] for name in _MESSAGES}
 
 
 MESSAGES = _message_classes()

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from cni_reaper import wtmp
+from cni_reaper import shutdown_marker, wtmp
 from cni_reaper.paths import NodePaths
+from cni_reaper.shutdown_marker import ShutdownEvidence, ShutdownState
 
 Clock = Callable[[], float]
 
@@ -74,25 +75,41 @@ class BootContext:
     previous_boots: tuple[Boot, ...]  # oldest first
     margin: float = DEFAULT_MARGIN
     warnings: tuple[str, ...] = field(default=())
+    shutdown: ShutdownEvidence | None = None
 
     @property
     def previous_boot(self) -> Boot | None:
         return self.previous_boots[-1] if self.previous_boots else None
 
     @property
+    def previous_boot_crashed(self) -> bool | None:
+        """The reaper's own marker decides when it speaks about the previous boot, wtmp
+        otherwise; None when neither knows."""
+        prev = self.previous_boot
+        evidence = self.shutdown
+        if (
+            evidence is not None
+            and evidence.state is not ShutdownState.UNKNOWN
+            and evidence.time is not None
+            and (prev is None or evidence.time >= prev.start - self.margin)
+        ):
+            return evidence.state is ShutdownState.UNCLEAN
+        return (prev.end is BootEnd.CRASHED) if prev else None
+
+    @property
     def clock_trusted(self) -> bool:
         return self.current_start is not None and self.now + self.margin >= self.current_start
 
     def to_json(self) -> dict[str, object]:
-        prev = self.previous_boot
         return {
             "boot_id": self.boot_id,
             "now": iso(self.now),
             "btime": iso(self.btime) if self.btime is not None else None,
             "current_boot_start": iso(self.current_start) if self.current_start else None,
             "current_boot_start_source": self.current_start_source,
-            "previous_boot_crashed": (prev.end is BootEnd.CRASHED) if prev else None,
+            "previous_boot_crashed": self.previous_boot_crashed,
             "previous_boots": [b.to_json() for b in self.previous_boots],
+            "shutdown_marker": self.shutdown.to_json() if self.shutdown else None,
             "warnings": list(self.warnings),
         }
 
@@ -263,8 +280,9 @@ def load(paths: NodePaths, clock: Clock, margin: float = DEFAULT_MARGIN) -> Boot
     )
     if current_start is not None:
         previous = tuple(b for b in previous if b.start < current_start)
+    boot_id = read_boot_id(paths.boot_id)
     return BootContext(
-        boot_id=read_boot_id(paths.boot_id),
+        boot_id=boot_id,
         now=now,
         btime=btime,
         current_start=current_start,
@@ -272,4 +290,5 @@ def load(paths: NodePaths, clock: Clock, margin: float = DEFAULT_MARGIN) -> Boot
         previous_boots=previous,
         margin=margin,
         warnings=tuple(warnings),
+        shutdown=shutdown_marker.read(paths, boot_id) if boot_id else None,
     )

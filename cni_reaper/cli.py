@@ -7,11 +7,13 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from cni_reaper import __version__, apply, boot, cache, netconf, runtime
+from cni_reaper import __version__, apply, boot, cache, metrics, netconf, runtime, shutdown_marker
 from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
+from cni_reaper.journal import Event, EventLog, entry_fields, event_of, journal_send, summary_fields
 from cni_reaper.lock import RunLock
+from cni_reaper.notify import Notifier
 from cni_reaper.paths import NodePaths
 from cni_reaper.plan import plan_entry
 from cni_reaper.plugin import PluginRunner, ProcessRunner
@@ -83,7 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="act even while a container runtime answers on its socket",
     )
     p.add_argument(
-        "-v", "--verbose", action="store_true", help="also list the entries that are kept"
+        "--metrics-file",
+        metavar="PATH",
+        help="also write Prometheus text format here, for node_exporter's textfile collector "
+        "(temp file and rename)",
+    )
+    p.add_argument(
+        "--mark-clean-shutdown",
+        action="store_true",
+        help="only write the clean-shutdown marker (the unit's ExecStop), then exit",
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="also list and log the entries that are kept"
     )
     p.add_argument("--version", action="version", version=f"cni-reaper {__version__}")
     return p
@@ -93,7 +106,11 @@ def run(
     argv: Sequence[str] | None = None,
     clock: boot.Clock = time.time,
     runner: PluginRunner | None = None,
+    events: EventLog | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> ExitCode:
+    started = time.time()
+    env = os.environ if environ is None else environ
     args = build_parser().parse_args(argv)
     if not args.plugin_timeout > 0:
         raise UsageError("--plugin-timeout must be a positive number of seconds")
@@ -105,6 +122,16 @@ def run(
         wtmp=args.wtmp,
         state_dir=args.state_dir,
     )
+    if args.mark_clean_shutdown:
+        boot_id = boot.read_boot_id(paths.boot_id)
+        if not boot_id:
+            raise UnsafeInputError(f"no boot id in {paths.boot_id}: cannot name this boot")
+        shutdown_marker.mark_clean_shutdown(paths, boot_id, clock())
+        return ExitCode.OK
+    if events is None:
+        events = EventLog(journal_send(env))
+    notifier = Notifier(env)
+    notifier.status(f"scanning {paths.results_dir}")
     warnings: list[str] = []
     runtime_socket = runtime.answering_socket(paths.runtime_sockets)
     if runtime_socket:
@@ -114,13 +141,19 @@ def run(
             )
         warnings.append(f"a container runtime answers on {runtime_socket}")
     if args.dry_run:
-        report = _pipeline(args, paths, clock, runner, warnings)
+        report = _pipeline(args, paths, clock, runner, warnings, events, notifier)
     else:
         with RunLock(paths.lock_file):
-            report = _pipeline(args, paths, clock, runner, warnings)
+            report = _pipeline(args, paths, clock, runner, warnings, events, notifier)
+    summary = report.summary()
+    events.emit(summary_fields(summary, report.boot.previous_boot_crashed, args.dry_run))
+    notifier.status(f"done: {summary_fields(summary, None, args.dry_run)['MESSAGE']}")
+    if args.metrics_file:
+        metrics.write(args.metrics_file, metrics.render(report, started, time.time()))
     if args.json:
         report.write_json(sys.stdout)
-    else:
+    elif not events.native:
+        # Natively, the journal already holds every fact of the text report, with its fields.
         report.write_text(sys.stdout, verbose=args.verbose)
     return report.exit_code
 
@@ -131,8 +164,12 @@ def _pipeline(
     clock: boot.Clock,
     runner: PluginRunner | None,
     warnings: list[str],
+    events: EventLog,
+    notifier: Notifier,
 ) -> Report:
     boot_ctx = boot.load(paths, clock)
+    if not args.dry_run and boot_ctx.boot_id and boot_ctx.shutdown is not None:
+        shutdown_marker.consume(paths, boot_ctx.boot_id, boot_ctx.shutdown, boot_ctx.now)
     configs = netconf.load_conf_dirs(paths.conf_dirs)
     warnings.extend(boot_ctx.warnings)
     warnings.extend(f"config skipped: {p}" for p in configs.problems)
@@ -160,7 +197,12 @@ def _pipeline(
                 clock_now=boot_ctx.now,
             )
             results = apply.execute(plan, executor)
-        report.results.extend(results)
+        for result in results:
+            report.results.append(result)
+            if event_of(result) is not Event.KEPT or args.verbose:
+                events.emit(entry_fields(result, args.dry_run))
+            if result.planned.action.changes_things:
+                notifier.status(f"{result.outcome.value}: {result.planned.entry.name}")
     finally:
         quarantine.close()
         os.close(results_fd)

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from cni_reaper import __version__
-from cni_reaper.boot import BootContext, BootEnd, iso
+from cni_reaper.boot import BootContext, iso
 from cni_reaper.errors import ExitCode
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
+from cni_reaper.shutdown_marker import ShutdownState
 
 SCHEMA_VERSION = 1
 
@@ -83,11 +84,17 @@ def boot_line(boot: BootContext) -> str:
     start = iso(boot.current_start) if boot.current_start else "unknown"
     line = f"boot {boot.boot_id or '?'} began {start} ({boot.current_start_source})"
     prev = boot.previous_boot
+    crashed = boot.previous_boot_crashed
+    ended = {None: "ended unknown", True: "crashed", False: "shut down cleanly"}[crashed]
+    marker = boot.shutdown
+    source = ""
+    if marker is not None and marker.state is not ShutdownState.UNKNOWN:
+        source = f" (clean-shutdown marker: {marker.state.value} for boot {marker.boot_id})"
     if prev is None:
-        return line + "; no earlier boot in wtmp"
-    if prev.end is BootEnd.CRASHED:
-        return line + f"; previous boot began {iso(prev.start)} and crashed"
-    return line + f"; previous boot began {iso(prev.start)} and shut down cleanly"
+        if crashed is None:
+            return line + "; no earlier boot in wtmp"
+        return line + f"; previous boot {ended}{source}"
+    return line + f"; previous boot began {iso(prev.start)} and {ended}{source}"
 
 
 def entry_text(result: EntryResult, verbose: bool) -> str:

@@ -346,8 +346,13 @@ def test_odd_entries_are_reported_and_never_touched(
 
     assert code == ExitCode.DATA
     after = snapshot(crashed.node.root.parent)
-    # The run's own lock under /run is all it may add.
-    assert {k: v for k, v in after.items() if not k.startswith("node/run")} == before
+    # The run's own lock and boot evidence under /run, and its note of this run, are all it
+    # may add.
+    own = ("node/run", "node/var/lib/cni-reaper/last-run")
+    assert {k: v for k, v in after.items() if not k.startswith(own)} == {
+        **before,
+        "node/var/lib/cni-reaper": ("dir", b"0o40700"),
+    }
     contents = {e["path"]: (e["content"], e["action"]) for e in report["entries"]}
     assert contents == {
         f"hl-{CONTAINER_IDS[9]}-eth0": ("not-a-file", "report"),

@@ -1,0 +1,180 @@
+"""Events for the log: one structured journal record per action and one for the summary.
+
+Under systemd, when stderr is the journal stream systemd named in $JOURNAL_STREAM and
+systemd-python is there, records go to the journal natively with their fields; otherwise the
+same facts go to stderr as plain lines. systemd-python is imported only then, so a run by hand
+never loads it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import TextIO
+
+from cni_reaper.outcome import EntryResult, Outcome
+from cni_reaper.plan import Action
+
+SYSLOG_IDENTIFIER = "cni-reaper"
+
+
+class Event(str, Enum):
+    """One kind per MESSAGE_ID; the IDs never change, so journalctl MESSAGE_ID=... keeps working."""
+
+    REPAIRED = "repaired"
+    REPAIR_FAILED = "repair-failed"
+    PLANNED = "planned"
+    LEFT = "left"
+    NEEDS_ATTENTION = "needs-attention"
+    KEPT = "kept"
+    SUMMARY = "summary"
+
+    @property
+    def message_id(self) -> str:
+        return _MESSAGE_IDS[self]
+
+    @property
+    def priority(self) -> int:
+        return _PRIORITIES[self]
+
+
+_MESSAGE_IDS = {
+    Event.REPAIRED: "8164ecb54e43456284ff4c2293564c06",
+    Event.REPAIR_FAILED: "ec460304e4bd4f47b49c1480fb9bc381",
+    Event.PLANNED: "599d6addddd248008d84e8aa1b4f47d9",
+    Event.LEFT: "2555a316e595483ab986f58054267ae4",
+    Event.NEEDS_ATTENTION: "53f32876435644e29b4cbec508b4c40c",
+    Event.KEPT: "cba8cac8fd334944a069e83d9a34fe19",
+    Event.SUMMARY: "40d33e61a7024481a04d33a66d8dad96",
+}
+# syslog levels: 3 err, 4 warning, 5 notice, 6 info.
+_PRIORITIES = {
+    Event.REPAIRED: 5,
+    Event.REPAIR_FAILED: 3,
+    Event.PLANNED: 5,
+    Event.LEFT: 4,
+    Event.NEEDS_ATTENTION: 4,
+    Event.KEPT: 6,
+    Event.SUMMARY: 5,
+}
+
+Send = Callable[..., None]
+
+
+def event_of(result: EntryResult) -> Event:
+    action = result.planned.action
+    if result.outcome is Outcome.FAILED:
+        return Event.REPAIR_FAILED
+    if result.outcome is Outcome.PLANNED:
+        return Event.PLANNED
+    if result.outcome is Outcome.DONE:
+        return Event.REPAIRED
+    if action is Action.KEEP:
+        return Event.KEPT
+    if action is Action.REPORT:
+        return Event.NEEDS_ATTENTION
+    return Event.LEFT  # a corrupt file that may be in flight, or one that changed since the scan
+
+
+def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
+    planned = result.planned
+    entry = planned.entry
+    split = entry.split
+    event = event_of(result)
+    message = (
+        f"{entry.name}: {entry.content.value}, {planned.written.written.value} -> "
+        f"{planned.action.value} [{result.outcome.value}]: {planned.reason}"
+    )
+    fields = {
+        "MESSAGE": message,
+        "MESSAGE_ID": event.message_id,
+        "PRIORITY": str(event.priority),
+        "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
+        "CNI_NETWORK": split.network if split else "",
+        "CNI_CONTAINERID": split.container_id if split else "",
+        "CNI_IFNAME": split.ifname if split else "",
+        "CNI_REAPER_FILE": entry.name,
+        "CNI_REAPER_CONTENT": entry.content.value,
+        "CNI_REAPER_WRITTEN": planned.written.written.value,
+        "CNI_REAPER_ACTION": planned.action.value,
+        "CNI_REAPER_OUTCOME": result.outcome.value,
+        "CNI_REAPER_EVENT": event.value,
+        "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
+    }
+    if result.plugin_errors:
+        fields["CNI_REAPER_PLUGIN_ERRORS"] = "; ".join(map(str, result.plugin_errors))
+    if result.problems:
+        fields["CNI_REAPER_PROBLEMS"] = "; ".join(result.problems)
+    if result.quarantined_to:
+        fields["CNI_REAPER_QUARANTINED_TO"] = result.quarantined_to
+    return fields
+
+
+def summary_fields(
+    summary: Mapping[str, object], crashed: bool | None, dry_run: bool
+) -> dict[str, str]:
+    actions = summary.get("action") or {}
+    outcomes = summary.get("outcome") or {}
+    assert isinstance(actions, dict) and isinstance(outcomes, dict)
+    counts = ", ".join(f"{n} {k}" for k, n in actions.items()) or "nothing to do"
+    return {
+        "MESSAGE": f"{summary['entries']} entries; {counts}; exit {summary['exit_code']}",
+        "MESSAGE_ID": Event.SUMMARY.message_id,
+        "PRIORITY": str(Event.SUMMARY.priority),
+        "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
+        "CNI_REAPER_EVENT": Event.SUMMARY.value,
+        "CNI_REAPER_ENTRIES": str(summary["entries"]),
+        "CNI_REAPER_DONE": str(outcomes.get("done", 0)),
+        "CNI_REAPER_FAILED": str(outcomes.get("failed", 0)),
+        "CNI_REAPER_PLANNED": str(outcomes.get("planned", 0)),
+        "CNI_REAPER_EXIT_CODE": str(summary["exit_code"]),
+        "CNI_REAPER_PREVIOUS_BOOT_CRASHED": {None: "unknown", True: "1", False: "0"}[crashed],
+        "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
+    }
+
+
+class EventLog:
+    """Where events go: the journal's send function, or plain lines on a text stream."""
+
+    def __init__(self, send: Send | None = None, stream: TextIO | None = None) -> None:
+        self._send = send
+        self._stream = stream if stream is not None else sys.stderr
+
+    @property
+    def native(self) -> bool:
+        return self._send is not None
+
+    def emit(self, fields: Mapping[str, str]) -> None:
+        if self._send is not None:
+            self._send(**fields)
+            return
+        extra = " ".join(
+            f"{key.lower()}={value}"
+            for key, value in fields.items()
+            if key.startswith("CNI_") and value and key != "CNI_REAPER_FILE"
+        )
+        self._stream.write(f"cni-reaper: {fields['MESSAGE']} ({extra})\n")
+        self._stream.flush()
+
+
+def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:
+    """systemd-python's send, if stderr is the journal stream systemd set up for us."""
+    stream = environ.get("JOURNAL_STREAM", "")
+    try:
+        device, inode = (int(part) for part in stream.split(":"))
+        st = os.fstat(stderr_fd)
+    except (ValueError, OSError):
+        return None
+    if (st.st_dev, st.st_ino) != (device, inode):
+        return None
+    try:
+        # Loaded only here, under systemd; by name, since the source tree's systemd/ unit dir
+        # would otherwise pass for the package when type-checking.
+        journal = importlib.import_module("systemd.journal")
+    except ImportError:
+        return None
+    send: Send = journal.send
+    return send

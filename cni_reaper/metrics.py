@@ -1,0 +1,100 @@
+"""Prometheus text format for node_exporter's textfile collector.
+
+The file is written to a temp file in the same directory and renamed over the target, so the
+collector never reads half a file. Gauges only, no timestamps (the textfile collector rejects
+them); every content verdict is written, zero or not, so alerts need no absent() dance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+
+from cni_reaper.content import Content
+from cni_reaper.outcome import Outcome
+from cni_reaper.report import Report
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _series(name: str, help_text: str, samples: list[tuple[str, float]]) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+    lines.extend(f"{name}{labels} {_number(value)}" for labels, value in samples)
+    return lines
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _label(**labels: str) -> str:
+    return "{" + ",".join(f'{key}="{_escape(value)}"' for key, value in labels.items()) + "}"
+
+
+def render(report: Report, started: float, finished: float) -> str:
+    contents = Counter(r.planned.entry.content for r in report.results)
+    actions = Counter((r.planned.action.value, r.outcome.value) for r in report.results)
+    del_failures: Counter[str] = Counter()
+    for result in report.results:
+        if result.outcome is Outcome.FAILED:
+            for error in result.plugin_errors:
+                del_failures[error.plugin or "none"] += 1
+    lines: list[str] = []
+    lines += _series(
+        "cni_reaper_entries",
+        "Results cache entries found by the last run, by content verdict.",
+        [(_label(content=c.value), contents.get(c, 0)) for c in Content],
+    )
+    lines += _series(
+        "cni_reaper_actions",
+        "Entries of the last run by planned action and outcome.",
+        [(_label(action=a, outcome=o), n) for (a, o), n in sorted(actions.items())],
+    )
+    lines += _series(
+        "cni_reaper_del_failures",
+        "Plugin failures during DEL replay in the last run, by plugin type.",
+        [(_label(plugin=p), n) for p, n in sorted(del_failures.items())],
+    )
+    crashed = report.boot.previous_boot_crashed
+    if crashed is not None:
+        lines += _series(
+            "cni_reaper_previous_boot_crashed",
+            "1 if the boot before this one crashed, 0 if it shut down cleanly.",
+            [("", 1 if crashed else 0)],
+        )
+    lines += _series(
+        "cni_reaper_dry_run", "1 if the last run was a dry run.", [("", int(report.dry_run))]
+    )
+    lines += _series(
+        "cni_reaper_exit_code", "Exit code of the last run.", [("", int(report.exit_code))]
+    )
+    lines += _series(
+        "cni_reaper_run_duration_seconds",
+        "Wall time of the last run.",
+        [("", round(finished - started, 6))],
+    )
+    lines += _series(
+        "cni_reaper_last_run_timestamp_seconds",
+        "When the last run finished, in seconds since the epoch.",
+        [("", round(finished, 3))],
+    )
+    return "\n".join(lines) + "\n"
+
+
+def write(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,27 @@
+"""sd_notify STATUS= lines while the unit works: a datagram to $NOTIFY_SOCKET, no library needed."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+
+
+class Notifier:
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        address = environ.get("NOTIFY_SOCKET", "")
+        # "@name" is an abstract socket; anything else must be an absolute path.
+        if address.startswith("@"):
+            self._address: str | None = "\0" + address[1:]
+        elif address.startswith("/"):
+            self._address = address
+        else:
+            self._address = None
+
+    def status(self, text: str) -> None:
+        if self._address is None:
+            return
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                sock.sendto(f"STATUS={text}".encode(errors="replace"), self._address)
+        except OSError:
+            pass  # a status line is a courtesy; the run must not fail over it

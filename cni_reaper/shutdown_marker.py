@@ -1,0 +1,160 @@
+"""The clean-shutdown marker: boot evidence the reaper keeps for itself, beside wtmp.
+
+The unit's ExecStop writes `clean-shutdown` (after a sync, fsync of file and dir) once the runtime
+has stopped. The first real run of the next boot reads it, then consumes it. CRI-O does the
+same with `clean.shutdown` and a `.supported` file; here both files name their boot, so an
+absent marker accuses one known boot and a marker left over from an older boot accuses none:
+
+- `clean-shutdown`: {"boot_id", "time"} of the boot that shut down cleanly;
+- `last-run`: {"boot_id", "time"} of the boot in which the reaper last ran for real. If that
+  boot is not this one and wrote no marker, it did not shut down cleanly;
+- `<run>/cni-reaper/shutdown-evidence.json`: this boot's reading, on tmpfs, so that later runs
+  in the same boot (by hand, after a crash of the reaper) see what the first run saw.
+
+Distributions without wtmp (Debian 13) have only this evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+from cni_reaper.paths import NodePaths
+
+MARKER = "clean-shutdown"
+LAST_RUN = "last-run"
+EVIDENCE = "cni-reaper/shutdown-evidence.json"
+_MAX_BYTES = 4096
+
+
+class ShutdownState(str, Enum):
+    CLEAN = "clean"
+    UNCLEAN = "unclean"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ShutdownEvidence:
+    state: ShutdownState
+    boot_id: str | None  # the boot it speaks about
+    time: float | None  # clean: when that boot wrote the marker; unclean: when the reaper ran in it
+    detail: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "state": self.state.value,
+            "boot_id": self.boot_id,
+            "time": self.time,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_json(cls, doc: object) -> ShutdownEvidence | None:
+        if not isinstance(doc, dict):
+            return None
+        try:
+            state = ShutdownState(doc["state"])
+        except (KeyError, ValueError):
+            return None
+        boot_id, when, detail = doc.get("boot_id"), doc.get("time"), doc.get("detail")
+        return cls(
+            state,
+            boot_id if isinstance(boot_id, str) else None,
+            float(when) if isinstance(when, (int, float)) else None,
+            detail if isinstance(detail, str) else "",
+        )
+
+
+def _read_json(path: str) -> object:
+    """A small JSON file, never through a symlink; None when absent or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(_MAX_BYTES + 1)
+    if len(data) > _MAX_BYTES:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _stamp(doc: object) -> tuple[str, float] | None:
+    if isinstance(doc, dict):
+        boot_id, when = doc.get("boot_id"), doc.get("time")
+        if isinstance(boot_id, str) and boot_id and isinstance(when, (int, float)):
+            return boot_id, float(when)
+    return None
+
+
+def _write_durably(directory: str, name: str, doc: object) -> None:
+    """Write to a temp file, fsync it, rename it over name, fsync the directory."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    tmp = os.path.join(directory, f".{name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(directory, name))
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: str) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def mark_clean_shutdown(paths: NodePaths, boot_id: str, now: float) -> None:
+    """ExecStop: everything written before is on disk first, then the marker is."""
+    os.sync()
+    _write_durably(paths.state_dir, MARKER, {"boot_id": boot_id, "time": now})
+
+
+def read(paths: NodePaths, boot_id: str) -> ShutdownEvidence:
+    """What the markers say about the boot before this one; changes nothing."""
+    kept = _read_json(os.path.join(paths.run_dir, EVIDENCE))
+    if isinstance(kept, dict) and kept.get("read_in") == boot_id:
+        evidence = ShutdownEvidence.from_json(kept)
+        if evidence is not None:
+            return evidence
+    marker = _stamp(_read_json(os.path.join(paths.state_dir, MARKER)))
+    last_run = _stamp(_read_json(os.path.join(paths.state_dir, LAST_RUN)))
+    if marker is not None and marker[0] == boot_id:
+        marker = None  # written by this boot's own ExecStop: says nothing about an earlier one
+    if last_run is None or last_run[0] == boot_id:
+        if marker is None:
+            return ShutdownEvidence(
+                ShutdownState.UNKNOWN, None, None, "no clean-shutdown marker and no earlier run"
+            )
+        return ShutdownEvidence(
+            ShutdownState.CLEAN, marker[0], marker[1], "clean-shutdown marker written at stop"
+        )
+    if marker is not None and marker[0] == last_run[0]:
+        return ShutdownEvidence(
+            ShutdownState.CLEAN, marker[0], marker[1], "clean-shutdown marker written at stop"
+        )
+    return ShutdownEvidence(
+        ShutdownState.UNCLEAN,
+        last_run[0],
+        last_run[1],
+        "cni-reaper ran in that boot, but its stop never wrote the clean-shutdown marker",
+    )
+
+
+def consume(paths: NodePaths, boot_id: str, evidence: ShutdownEvidence, now: float) -> None:
+    """A real run records this boot's reading, then takes the marker of an earlier boot away."""
+    run_dir = os.path.join(paths.run_dir, os.path.dirname(EVIDENCE))
+    _write_durably(run_dir, os.path.basename(EVIDENCE), {**evidence.to_json(), "read_in": boot_id})
+    _write_durably(paths.state_dir, LAST_RUN, {"boot_id": boot_id, "time": now})
+    marker = _stamp(_read_json(os.path.join(paths.state_dir, MARKER)))
+    if marker is not None and marker[0] != boot_id:
+        os.unlink(os.path.join(paths.state_dir, MARKER))
+        _fsync_dir(paths.state_dir)

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.nodetree import NodeTree
+from tests.crashed import Crashed
+from tests.nodetree import PLUGIN_DIR, NodeTree, have_plugins
+from tests.private_node import cannot_run
 
 
 @pytest.fixture
@@ -17,3 +19,10 @@ def node(tmp_path: Path) -> NodeTree:
 def t0() -> float:
     """When the test writes its files: ctime cannot be set, so boots are placed around it."""
     return time.time()
+
+
+@pytest.fixture
+def crashed(node: NodeTree, t0: float) -> Crashed:
+    if not have_plugins():
+        cannot_run(f"containernetworking-plugins is not installed in {PLUGIN_DIR}")
+    return Crashed(node, t0)

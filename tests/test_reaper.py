@@ -10,7 +10,6 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,11 +17,11 @@ from cni_reaper import cli
 from cni_reaper.errors import ExitCode
 from cni_reaper.lock import RunLock
 from cni_reaper.paths import NodePaths
+from tests.crashed import Crashed, by_path
 from tests.libcni import add_network_list, reserved_ips
 from tests.nodetree import (
     CONTAINER_IDS,
     PLUGIN_DIR,
-    NodeTree,
     cache_entry_bytes,
     have_plugins,
     host_local_conflist,
@@ -36,48 +35,6 @@ def _plugins() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"containernetworking-plugins is not installed in {PLUGIN_DIR}")
         pytest.skip(f"containernetworking-plugins is not installed in {PLUGIN_DIR}")
-
-
-class Crashed:
-    """A node whose previous boot crashed after the test's files were written."""
-
-    def __init__(self, node: NodeTree, t0: float) -> None:
-        self.node = node
-        self.t0 = t0
-        self.ipam = node.root.parent / "ipam"
-        node.write_conf("10-hl.conflist", host_local_conflist("hl", "10.22.0.0/24", str(self.ipam)))
-        node.boot(t0 - 3600)
-        node.login(t0 - 3500)
-
-    def add(self, container_id: str, ifname: str = "eth0") -> Path:
-        conflist = (self.node.conf_dir / "10-hl.conflist").read_bytes()
-        # host-local needs CNI_NETNS to be set on ADD, never looks at it.
-        netns = f"/run/netns/cni-{container_id[:8]}"
-        add_network_list(conflist, container_id, ifname, netns, self.node.root / "var/lib/cni")
-        return self.node.results / f"hl-{container_id}-{ifname}"
-
-    def reboot(self) -> None:
-        self.node.boot(self.t0 + 10)
-        self.node.write_boot_world(btime=self.t0 + 5)
-
-    def run(self, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any]]:
-        code = cli.run(self.argv("--json", *extra), clock=lambda: self.t0 + 60)
-        return int(code), json.loads(capsys.readouterr().out)
-
-    def argv(self, *extra: str) -> list[str]:
-        return ["--root", str(self.node.root), "--bin-dir", PLUGIN_DIR, *extra]
-
-    def ips(self) -> dict[str, str]:
-        return reserved_ips(self.ipam, "hl")
-
-
-def by_path(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {e["path"]: e for e in report["entries"]}
-
-
-@pytest.fixture
-def crashed(node: NodeTree, t0: float) -> Crashed:
-    return Crashed(node, t0)
 
 
 def test_damaged_attachments_are_deleted_and_quarantined(

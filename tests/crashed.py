@@ -1,0 +1,73 @@
+"""A node whose previous boot crashed after the test's files were written, with host-local as the
+only plugin of its network: a real plugin whose DEL touches nothing but its own store, so tests
+that use it need no root and no namespace."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_reaper import cli
+from cni_reaper.journal import EventLog
+from tests.libcni import add_network_list, reserved_ips
+from tests.nodetree import PLUGIN_DIR, NodeTree, host_local_conflist
+
+
+class Crashed:
+    """A node whose previous boot crashed after the test's files were written."""
+
+    def __init__(self, node: NodeTree, t0: float) -> None:
+        self.node = node
+        self.t0 = t0
+        self.ipam = node.root.parent / "ipam"
+        node.write_conf("10-hl.conflist", host_local_conflist("hl", "10.22.0.0/24", str(self.ipam)))
+        node.boot(t0 - 3600)
+        node.login(t0 - 3500)
+
+    def add(self, container_id: str, ifname: str = "eth0") -> Path:
+        conflist = (self.node.conf_dir / "10-hl.conflist").read_bytes()
+        # host-local needs CNI_NETNS to be set on ADD, never looks at it.
+        netns = f"/run/netns/cni-{container_id[:8]}"
+        add_network_list(conflist, container_id, ifname, netns, self.node.root / "var/lib/cni")
+        return self.node.results / f"hl-{container_id}-{ifname}"
+
+    def reboot(self) -> None:
+        self.node.boot(self.t0 + 10)
+        self.node.write_boot_world(btime=self.t0 + 5)
+
+    def reboot_now(self) -> None:
+        """For a reaper that runs on the real clock: the new boot began a moment ago."""
+        now = time.time()
+        self.node.boot(now - 0.5)
+        self.node.write_boot_world(btime=now - 1)
+
+    def run(
+        self,
+        capsys: pytest.CaptureFixture[str],
+        *extra: str,
+        events: EventLog | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        """One run in process; the test's own journal and notify socket are never used."""
+        code = cli.run(
+            self.argv("--json", *extra),
+            clock=lambda: self.t0 + 60,
+            events=events,
+            environ=environ if environ is not None else {},
+        )
+        return int(code), json.loads(capsys.readouterr().out)
+
+    def argv(self, *extra: str) -> list[str]:
+        return ["--root", str(self.node.root), "--bin-dir", PLUGIN_DIR, *extra]
+
+    def ips(self) -> dict[str, str]:
+        return reserved_ips(self.ipam, "hl")
+
+
+def by_path(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["path"]: e for e in report["entries"]}

@@ -1,0 +1,91 @@
+"""A command run as systemd runs a service, against a real systemd-journald of its own; run by
+tests/test_journal.py.
+
+Usage: unshare --mount --pid --fork --kill-child --mount-proc --propagation private \
+           python -m tests.journald_scenario OUT.json -- COMMAND...
+
+journald runs outside PID 1 here, its sockets and journal on tmpfs private to this mount
+namespace. The command's stderr is a stream connection to journald, exactly as systemd hands it
+to a service, with $JOURNAL_STREAM naming it; its stdout is kept. Every journal record the
+command made is read back with journalctl and written to OUT.json with the command's exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.private_node import private_tmpfs
+
+JOURNALD = Path("/lib/systemd/systemd-journald")
+SOCKETS = Path("/run/systemd/journal")
+
+
+def wait_for(path: Path, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"journald made no {path} within {seconds} s")
+        time.sleep(0.05)
+
+
+def stream_to_journald(identifier: str) -> socket.socket:
+    """What systemd connects a service's stdout/stderr to: journald's stdout stream socket."""
+    stream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream.connect(str(SOCKETS / "stdout"))
+    # identifier, unit id, priority, level prefix, forward to syslog, kmsg, console
+    stream.sendall(f"{identifier}\n\n6\n0\n0\n0\n0\n".encode())
+    stream.shutdown(socket.SHUT_RD)
+    return stream
+
+
+def main(out: Path, command: list[str]) -> None:
+    for path in (Path("/run/systemd"), Path("/run/log"), Path("/var/log/journal")):
+        if path.exists() or path.parent.exists():
+            private_tmpfs(path)
+    journald = subprocess.Popen([str(JOURNALD)], stdout=subprocess.DEVNULL)
+    try:
+        for name in ("socket", "stdout"):
+            wait_for(SOCKETS / name)
+        stream = stream_to_journald("cni-reaper")
+        st = os.fstat(stream.fileno())
+        env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        proc = subprocess.run(
+            command, stdout=subprocess.PIPE, stderr=stream.fileno(), env=env, timeout=120
+        )
+        stream.close()
+        records: list[dict[str, str]] = []
+        deadline = time.monotonic() + 20
+        # journald takes the datagrams in its own time; the summary record comes last.
+        while time.monotonic() < deadline:
+            shown = subprocess.run(
+                ["journalctl", "--directory=/run/log/journal", "-o", "json", "--no-pager"],
+                capture_output=True,
+                text=True,
+            )
+            records = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
+            if any(r.get("CNI_REAPER_EVENT") == "summary" for r in records):
+                break
+            time.sleep(0.2)
+        out.write_text(
+            json.dumps(
+                {
+                    "exit": proc.returncode,
+                    "stdout": proc.stdout.decode(errors="replace"),
+                    "records": [r for r in records if r.get("SYSLOG_IDENTIFIER") == "cni-reaper"],
+                }
+            )
+        )
+    finally:
+        journald.kill()
+        journald.wait()
+
+
+if __name__ == "__main__":
+    split = sys.argv.index("--")
+    main(Path(sys.argv[1]), sys.argv[split + 1 :])

@@ -1,0 +1,257 @@
+"""What the reaper tells the log and the service manager: journal records, stderr lines, STATUS."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_reaper import cli
+from cni_reaper.journal import Event, EventLog, journal_send
+from tests.crashed import Crashed
+from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR
+from tests.private_node import cannot_run, reaper_command
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRY_FIELDS = {
+    "CNI_NETWORK",
+    "CNI_CONTAINERID",
+    "CNI_IFNAME",
+    "CNI_REAPER_CONTENT",
+    "CNI_REAPER_ACTION",
+    "CNI_REAPER_OUTCOME",
+}
+
+
+class Recorder:
+    """Stands where systemd.journal.send stands, and keeps what would have been sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, str]] = []
+
+    def __call__(self, **fields: str) -> None:
+        self.sent.append(fields)
+
+
+def mixed_node(crashed: Crashed, wall_clock: bool = False) -> dict[str, str]:
+    """A repaired, a kept, a left and a reported entry; returns file name -> expected event.
+
+    wall_clock: the reaper will run with the real clock, so the reboot must really come after
+    the damaged file's last change.
+    """
+    kept = crashed.add(CONTAINER_IDS[0])
+    repaired = crashed.add(CONTAINER_IDS[1])
+    repaired.write_bytes(b"")
+    odd = crashed.node.write_result("no-way-to-split", b"")
+    if wall_clock:
+        time.sleep(3.2)
+        crashed.reboot_now()
+    else:
+        crashed.reboot()
+    # Changed after the reboot began: may be a write in flight.
+    fresh = crashed.add(CONTAINER_IDS[2])
+    fresh.write_bytes(b"")
+    os.utime(fresh, (crashed.t0 + 30, crashed.t0 + 30))
+    return {
+        kept.name: "kept",
+        repaired.name: "repaired",
+        fresh.name: "left",
+        odd.name: "needs-attention",
+    }
+
+
+def test_every_action_is_one_structured_record_plus_a_summary(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = mixed_node(crashed)
+    recorder = Recorder()
+    code, report = crashed.run(capsys, events=EventLog(send=recorder))
+
+    entries, summary = recorder.sent[:-1], recorder.sent[-1]
+    # Kept entries are not actions: they are logged only with -v.
+    assert {r["CNI_REAPER_FILE"]: r["CNI_REAPER_EVENT"] for r in entries} == {
+        name: event for name, event in expected.items() if event != "kept"
+    }
+    for record in entries:
+        assert record["SYSLOG_IDENTIFIER"] == "cni-reaper"
+        assert record.keys() >= ENTRY_FIELDS
+        assert record["MESSAGE_ID"] == Event(record["CNI_REAPER_EVENT"]).message_id
+    repaired = next(r for r in entries if r["CNI_REAPER_EVENT"] == "repaired")
+    assert repaired["CNI_NETWORK"] == "hl"
+    assert repaired["CNI_CONTAINERID"] == CONTAINER_IDS[1]
+    assert repaired["CNI_IFNAME"] == "eth0"
+    assert (repaired["CNI_REAPER_CONTENT"], repaired["CNI_REAPER_ACTION"]) == (
+        "empty",
+        "del-and-quarantine",
+    )
+    assert repaired["CNI_REAPER_OUTCOME"] == "done"
+    assert repaired["PRIORITY"] == "5"
+    assert repaired["CNI_REAPER_QUARANTINED_TO"].endswith(repaired["CNI_REAPER_FILE"])
+    assert summary["MESSAGE_ID"] == Event.SUMMARY.message_id
+    assert summary["CNI_REAPER_EXIT_CODE"] == str(code) == str(report["summary"]["exit_code"])
+    assert summary["CNI_REAPER_PREVIOUS_BOOT_CRASHED"] == "1"
+    assert summary["CNI_REAPER_DONE"] == "1"
+
+
+def test_verbose_also_logs_kept_entries(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mixed_node(crashed)
+    recorder = Recorder()
+    crashed.run(capsys, "-v", events=EventLog(send=recorder))
+    kept = [r for r in recorder.sent if r.get("CNI_REAPER_EVENT") == "kept"]
+    assert [r["PRIORITY"] for r in kept] == ["6"]
+
+
+def test_message_ids_never_change() -> None:
+    # journalctl MESSAGE_ID=... filters and alerts in the field depend on these.
+    assert {e.value: e.message_id for e in Event} == {
+        "repaired": "8164ecb54e43456284ff4c2293564c06",
+        "repair-failed": "ec460304e4bd4f47b49c1480fb9bc381",
+        "planned": "599d6addddd248008d84e8aa1b4f47d9",
+        "left": "2555a316e595483ab986f58054267ae4",
+        "needs-attention": "53f32876435644e29b4cbec508b4c40c",
+        "kept": "cba8cac8fd334944a069e83d9a34fe19",
+        "summary": "40d33e61a7024481a04d33a66d8dad96",
+    }
+
+
+def test_without_the_journal_the_same_facts_go_to_stderr_as_lines(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = mixed_node(crashed)
+    stream = io.StringIO()
+    crashed.run(capsys, events=EventLog(stream=stream))
+    lines = stream.getvalue().splitlines()
+    repaired = next(name for name, event in expected.items() if event == "repaired")
+    line = next(line for line in lines if line.startswith(f"cni-reaper: {repaired}: empty"))
+    for fact in (
+        "cni_network=hl",
+        f"cni_containerid={CONTAINER_IDS[1]}",
+        "cni_ifname=eth0",
+        "cni_reaper_content=empty",
+        "cni_reaper_action=del-and-quarantine",
+        "cni_reaper_outcome=done",
+    ):
+        assert fact in line
+    assert lines[-1].startswith("cni-reaper: 4 entries;")
+    assert len(lines) == 4  # three actions and the summary
+
+
+def test_native_logging_is_chosen_only_for_the_stream_systemd_named(tmp_path: Path) -> None:
+    with (tmp_path / "stream").open("w") as stream:
+        st = os.fstat(stream.fileno())
+        named = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        assert journal_send({}, stream.fileno()) is None
+        assert journal_send({"JOURNAL_STREAM": "1:2"}, stream.fileno()) is None
+        assert journal_send({"JOURNAL_STREAM": "garbage"}, stream.fileno()) is None
+        chosen = journal_send(named, stream.fileno())
+    try:
+        from systemd import journal  # noqa: PLC0415
+    except ImportError:
+        assert chosen is None
+    else:
+        assert chosen is journal.send
+
+
+def test_status_lines_reach_the_notify_socket(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    mixed_node(crashed)
+    address = tmp_path / "notify"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(str(address))
+        listener.settimeout(0)
+        crashed.run(
+            capsys, events=EventLog(stream=io.StringIO()), environ={"NOTIFY_SOCKET": str(address)}
+        )
+        sent = []
+        while True:
+            try:
+                sent.append(listener.recv(4096).decode())
+            except BlockingIOError:
+                break
+    assert sent[0] == f"STATUS=scanning {crashed.node.results}"
+    assert f"STATUS=done: hl-{CONTAINER_IDS[1]}-eth0" in sent
+    assert sent[-1].startswith("STATUS=done: 4 entries;")
+
+
+def test_natively_logged_runs_print_no_text_report(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mixed_node(crashed)
+    cli.run(
+        crashed.argv(), clock=lambda: crashed.t0 + 60, events=EventLog(send=Recorder()), environ={}
+    )
+    assert capsys.readouterr().out == ""
+
+
+def _why_no_journald() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to run systemd-journald in a private mount namespace"
+    if not Path("/lib/systemd/systemd-journald").exists() or shutil.which("journalctl") is None:
+        return "needs systemd-journald and journalctl (Debian package systemd)"
+    try:
+        import systemd.journal  # noqa: F401, PLC0415
+    except ImportError:
+        return "needs systemd-python (pip install -e '.[systemd]', libsystemd-dev to build)"
+    return None
+
+
+def test_records_arrive_in_a_real_journald(crashed: Crashed, tmp_path: Path) -> None:
+    reason = _why_no_journald()
+    if reason:
+        cannot_run(reason)
+    expected = mixed_node(crashed, wall_clock=True)
+    out = tmp_path / "journal.json"
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-m",
+            "tests.journald_scenario",
+            str(out),
+            "--",
+            *reaper_command(),
+            "--root",
+            str(crashed.node.root),
+            "--bin-dir",
+            PLUGIN_DIR,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert result["exit"] == 65  # the in-flight and the unsplittable entries are left
+    assert result["stdout"] == ""  # the journal has it all
+    records = result["records"]
+    by_file = {r["CNI_REAPER_FILE"]: r for r in records if "CNI_REAPER_FILE" in r}
+    assert {name: r["CNI_REAPER_EVENT"] for name, r in by_file.items()} == {
+        name: event for name, event in expected.items() if event != "kept"
+    }
+    repaired = by_file[f"hl-{CONTAINER_IDS[1]}-eth0"]
+    assert repaired["MESSAGE_ID"] == Event.REPAIRED.message_id
+    assert repaired["CNI_CONTAINERID"] == CONTAINER_IDS[1]
+    assert repaired["CNI_REAPER_OUTCOME"] == "done"
+    summary = [r for r in records if r.get("CNI_REAPER_EVENT") == "summary"]
+    assert len(summary) == 1
+    assert summary[0]["MESSAGE_ID"] == Event.SUMMARY.message_id

@@ -1,0 +1,217 @@
+"""The shipped unit and drop-ins, judged by systemd's own tools: verify, security, condition."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from cni_reaper import __version__
+from cni_reaper.cli import build_parser
+from tests.private_node import cannot_run
+
+REPO = Path(__file__).resolve().parent.parent
+UNIT = REPO / "systemd/cni-reaper.service"
+DROP_INS = sorted((REPO / "systemd").glob("*.service.d/*.conf"))
+RUNTIMES = ("containerd.service", "crio.service")
+HOST_UNITS = Path("/lib/systemd/system")
+
+
+def directives(path: Path) -> dict[tuple[str, str], list[str]]:
+    """(section, key) -> values in order, as systemd reads them (repeated keys accumulate)."""
+    found: dict[tuple[str, str], list[str]] = defaultdict(list)
+    section = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        found[(section, key.strip())].append(value.strip())
+    return found
+
+
+def words(unit: dict[tuple[str, str], list[str]], section: str, key: str) -> list[str]:
+    return [word for value in unit.get((section, key), []) for word in value.split()]
+
+
+@pytest.fixture(scope="module")
+def analyze() -> str:
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        cannot_run("needs systemd-analyze (Debian package systemd)")
+    return tool
+
+
+def exec_paths(unit: Path) -> list[str]:
+    paths = []
+    for (section, key), values in directives(unit).items():
+        if section == "Service" and key.startswith("Exec"):
+            for value in values:
+                command = value.lstrip("-@:+!").split()
+                if command and command[0].startswith("/"):
+                    paths.append(command[0])
+    return paths
+
+
+def stand_in(root: Path, path: str) -> None:
+    """An executable where a unit's Exec= points, for a binary not under test."""
+    target = root / path.lstrip("/")
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("#!/bin/sh\nexit 0\n")
+        target.chmod(0o755)
+
+
+@pytest.fixture(scope="module")
+def unit_root(tmp_path_factory: pytest.TempPathFactory, analyze: str) -> Path:
+    """A root laid out as the packages lay it out: the host's own units (for the targets they
+    order against), ours beside them, the installed console script and the man page."""
+    root = tmp_path_factory.mktemp("unit-root")
+    system = root / "lib/systemd/system"
+    shutil.copytree(HOST_UNITS, system, symlinks=True)
+    shutil.copy(UNIT, system / UNIT.name)
+    for drop_in in DROP_INS:
+        (system / drop_in.parent.name).mkdir(exist_ok=True)
+        shutil.copy(drop_in, system / drop_in.parent.name / drop_in.name)
+    for runtime in RUNTIMES:
+        # Debian's containerd unit when the machine has it; CRI-O is not packaged in Debian,
+        # so its unit is a stand-in that only has to carry the drop-in.
+        if not (system / runtime).exists():
+            (system / runtime).write_text(
+                f"[Unit]\nDescription=stand-in\n[Service]\nExecStart=/usr/bin/{runtime[:-8]}\n"
+            )
+        for path in exec_paths(system / runtime):
+            stand_in(root, path)
+    script = Path(sys.executable).with_name("cni-reaper")
+    (root / "usr/bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy(script, root / "usr/bin/cni-reaper")
+    man8 = root / "usr/share/man/man8"
+    man8.mkdir(parents=True)
+    (man8 / "cni-reaper.8.gz").write_bytes(gzip.compress((REPO / "man/cni-reaper.8").read_bytes()))
+    return root
+
+
+def test_systemd_analyze_verify_passes_every_shipped_unit(analyze: str, unit_root: Path) -> None:
+    units = [UNIT.name, *RUNTIMES]
+    proc = subprocess.run(
+        [analyze, "verify", f"--root={unit_root}", *units],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MANPATH": str(unit_root / "usr/share/man")},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    # The drop-ins were read: the runtimes now want the reaper and start after it.
+    for runtime in RUNTIMES:
+        shown = (unit_root / "lib/systemd/system" / f"{runtime}.d/10-cni-reaper.conf").read_text()
+        assert "Wants=cni-reaper.service" in shown
+
+
+def test_unit_is_ordered_between_the_boot_records_and_the_runtimes() -> None:
+    unit = directives(UNIT)
+    after = words(unit, "Unit", "After")
+    for needed in ("local-fs.target", "systemd-update-utmp.service", "wtmpdb-update-boot.service"):
+        assert needed in after
+    assert {"containerd.service", "crio.service", "kubelet.service"} <= set(
+        words(unit, "Unit", "Before")
+    )
+    assert words(unit, "Unit", "RequiresMountsFor") == ["/var/lib/cni"]
+    assert unit[("Service", "Type")] == ["oneshot"]
+    assert unit[("Service", "RemainAfterExit")] == ["yes"]
+    assert words(unit, "Service", "SuccessExitStatus") == ["65", "73"]
+    timeout = unit[("Service", "TimeoutStartSec")][0]
+    assert re.fullmatch(r"\d+(min|s)?", timeout), "a bounded start timeout"
+    assert unit[("Service", "ExecStop")] == ["/usr/bin/cni-reaper --mark-clean-shutdown"]
+    assert ("Service", "PrivateNetwork") not in unit
+
+
+def test_a_failed_reaper_never_keeps_the_runtime_down() -> None:
+    hard = ("Requires", "Requisite", "BindsTo", "PartOf", "Upholds")
+    unit = directives(UNIT)
+    for key in hard:
+        assert ("Unit", key) not in unit
+    assert len(DROP_INS) == len(RUNTIMES)
+    for drop_in in DROP_INS:
+        conf = directives(drop_in)
+        assert conf[("Unit", "Wants")] == ["cni-reaper.service"]
+        assert conf[("Unit", "After")] == ["cni-reaper.service"]
+        for key in hard:
+            assert ("Unit", key) not in conf
+
+
+def test_security_exposure_is_at_most_4(analyze: str) -> None:
+    proc = subprocess.run(
+        [analyze, "security", "--offline=true", str(UNIT)], capture_output=True, text=True
+    )
+    found = re.search(r"Overall exposure level for cni-reaper\.service: (\d+\.\d+)", proc.stdout)
+    assert found, proc.stdout + proc.stderr
+    exposure = float(found.group(1))
+    print(f"systemd-analyze security --offline=true: exposure {exposure}")
+    assert exposure <= 4.0
+
+
+def condition(analyze: str, env: dict[str, str], prefix: list[str] | None = None) -> str:
+    proc = subprocess.run(
+        [*(prefix or []), analyze, "condition", "--unit=cni-reaper.service"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SYSTEMD_UNIT_PATH": f"{UNIT.parent}:", **env},
+    )
+    return "succeeded" if proc.returncode == 0 else "failed: " + proc.stderr
+
+
+def test_kill_switch_on_the_kernel_command_line(analyze: str) -> None:
+    assert condition(analyze, {"SYSTEMD_PROC_CMDLINE": "quiet"}) == "succeeded"
+    skipped = condition(analyze, {"SYSTEMD_PROC_CMDLINE": "quiet cni-reaper.disable"})
+    assert "ConditionKernelCommandLine=!cni-reaper.disable failed" in skipped
+
+
+def test_kill_switch_file(analyze: str, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        cannot_run("needs root to lay /etc/cni-reaper/disable over /etc in a mount namespace")
+    upper, work = tmp_path / "upper", tmp_path / "work"
+    (upper / "cni-reaper").mkdir(parents=True)
+    (upper / "cni-reaper/disable").touch()
+    work.mkdir()
+    # /etc/cni-reaper/disable exists only inside a private mount namespace.
+    overlay = f"lowerdir=/etc,upperdir={upper},workdir={work}"
+    prefix = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        f'mount -t overlay overlay -o {overlay} /etc && exec "$@"',
+        "sh",
+    ]
+    skipped = condition(analyze, {"SYSTEMD_PROC_CMDLINE": "quiet"}, prefix)
+    assert "ConditionPathExists=!/etc/cni-reaper/disable failed" in skipped
+    assert not Path("/etc/cni-reaper/disable").exists()
+
+
+def test_man_page_documents_every_option_and_the_version() -> None:
+    page = (REPO / "man/cni-reaper.8").read_text()
+    assert f'"cni-reaper {__version__}"' in page.splitlines()[0]
+    for action in build_parser()._actions:
+        if action.dest == "help":
+            continue
+        for option in action.option_strings:
+            assert option.replace("-", "\\-") in page, option
+    if shutil.which("groff"):
+        proc = subprocess.run(
+            ["groff", "-man", "-Tutf8", "-ww", "-z", str(REPO / "man/cni-reaper.8")],
+            capture_output=True,
+            text=True,
+        )
+        assert (proc.returncode, proc.stderr) == (0, "")

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# A minimal Debian bookworm root with what the cni-reaper package depends on, as a tar, for
+# the test that installs the package into a fresh root (tests/test_packaging.py). Built by
+# .ci/run before the tests, since tests download nothing; reused while its inputs are the same.
+#
+# usage (as root): packaging/debian-root.sh OUT.tar
+set -euo pipefail
+out=$1
+include=python3,python3-pyudev,python3-systemd,init-system-helpers
+stamp="bookworm minbase $include"
+if [ -s "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ]; then
+    echo "up to date: $out"
+    exit 0
+fi
+# The mirror apt uses on this machine (deb822 first, then sources.list); empty: the default.
+mirror=$(sed -n 's|^URIs: *\(.*/debian\)/*$|\1|p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
+[ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 ~ /\/debian\/?$/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+debootstrap --variant=minbase --include="$include" bookworm "$work/root" $mirror >"$work/log" 2>&1 || {
+    tail -n 30 "$work/log" >&2
+    exit 1
+}
+rm -rf "$work/root/var/cache/apt/archives"/*.deb "$work/root/var/lib/apt/lists"/*
+mkdir -p "$(dirname "$out")"
+tar -C "$work/root" --numeric-owner -cf "$out.tmp" .
+mv "$out.tmp" "$out"
+echo "$stamp" >"$out.stamp"
+echo "built: $out"

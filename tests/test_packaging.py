@@ -97,6 +97,9 @@ def test_installed_into_a_fresh_debian_root(deb: Path, tmp_path: Path) -> None:
     # Enabled, as dh_installsystemd does it, but never started (no systemd runs here anyway).
     wants = root / "etc/systemd/system/multi-user.target.wants/cni-reaper.service"
     assert os.readlink(wants) == "/lib/systemd/system/cni-reaper.service"
+    for shipped in ("cni-reaper.service", "containerd.service.d/10-cni-reaper.conf"):
+        installed = root / "lib/systemd/system" / shipped
+        assert installed.read_bytes() == (REPO / "systemd" / shipped).read_bytes()
     assert (root / "usr/share/man/man8/cni-reaper.8.gz").is_file()
     version = chroot(root, "cni-reaper", "--version")
     assert (version.returncode, version.stdout.strip()) == (0, f"cni-reaper {__version__}")

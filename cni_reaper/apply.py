@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from cni_reaper.boot import iso
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError, PluginRunner
-from cni_reaper.quarantine import Quarantine, QuarantineError
+from cni_reaper.quarantine import Quarantine, QuarantineError, sha256_of
 from cni_reaper.replay import Attachment, DelOutcome, delete
 
 
@@ -52,20 +51,6 @@ def _unchanged(planned: PlannedEntry, results_fd: int) -> str | None:
     return None
 
 
-def _sha256(results_fd: int, name: str) -> str | None:
-    try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=results_fd
-        )
-    except OSError:
-        return None
-    digest = hashlib.sha256()
-    with os.fdopen(fd, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 16), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _repair(planned: PlannedEntry, ex: Executor) -> EntryResult:
     entry = planned.entry
     changed = _unchanged(planned, ex.results_fd)
@@ -84,11 +69,10 @@ def _repair(planned: PlannedEntry, ex: Executor) -> EntryResult:
             )
     outcome = Outcome.DONE if del_outcome is None or del_outcome.ok else Outcome.FAILED
     # Quarantine even when DEL failed: a missing file lets the runtime's own DEL run.
-    sidecar = _sidecar(
-        planned, outcome, del_outcome, _sha256(ex.results_fd, entry.name), ex.clock_now
-    )
+    sha256 = sha256_of(ex.results_fd, entry.name)
+    sidecar = _sidecar(planned, outcome, del_outcome, sha256, ex.clock_now)
     try:
-        dest = ex.quarantine.move(ex.results_fd, entry.name, sidecar)
+        dest = ex.quarantine.move(ex.results_fd, entry.name, sidecar, sha256)
     except (QuarantineError, OSError) as e:
         return EntryResult(
             planned, Outcome.FAILED, del_outcome, problems=(f"quarantine: {e.strerror or e}",)

@@ -209,9 +209,9 @@ def _pipeline(
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, clock: boot.Clock = time.time) -> int:
     try:
-        return int(run(argv))
+        return int(run(argv, clock=clock))
     except ReaperError as e:
         print(f"cni-reaper: {e}", file=sys.stderr)
         return int(EXIT_FOR_ERROR.get(type(e), ExitCode.INTERNAL))

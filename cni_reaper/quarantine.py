@@ -1,21 +1,37 @@
 """Moving a damaged cache file out of the results dir, with a JSON sidecar, durably.
 
 Nothing is deleted: the file is renamed into <state-dir>/quarantine/<boot-id>/ and both
-directories are fsynced, so after a crash it is in exactly one of the two places.
+directories are fsynced, so after a crash it is in exactly one of the two places. Across file
+systems it is copied (to a temp name, fsynced, renamed into place) before the original is
+unlinked; a crash between the two leaves it in both places, with a sidecar whose sha256 says
+so, and the next run finishes the move instead of making a second copy.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import itertools
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from cni_reaper import failpoint
+
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 SIDECAR_SUFFIX = ".json"
+
+
+SIDECAR_WRITTEN = failpoint.declare("quarantine.sidecar-written")
+SIDECAR_IN_PLACE = failpoint.declare("quarantine.sidecar-in-place")
+FILE_RENAMED = failpoint.declare("quarantine.file-renamed")
+COPY_WRITTEN = failpoint.declare("quarantine.copy-written")
+COPY_IN_PLACE = failpoint.declare("quarantine.copy-in-place")
+DIRS_FSYNCED = failpoint.declare("quarantine.dirs-fsynced")
 
 
 class QuarantineError(OSError):
@@ -67,27 +83,56 @@ class Quarantine:
             os.close(self._fd)
             self._fd = None
 
-    def _free_name(self, fd: int, name: str) -> str:
-        candidate, n = name, 0
-        while _exists(fd, candidate) or _exists(fd, candidate + SIDECAR_SUFFIX):
-            n += 1
-            candidate = f"{name}.{n}"
-        return candidate
+    def _names(self, name: str) -> Iterator[str]:
+        yield name
+        for n in itertools.count(1):
+            yield f"{name}.{n}"
 
-    def move(self, results_fd: int, name: str, sidecar: Callable[[str], dict[str, Any]]) -> str:
+    def _free_name(self, fd: int, name: str) -> str:
+        """The first name not taken by a quarantined file. A sidecar alone is what a move
+        interrupted before its rename left behind: it is written anew."""
+        return next(c for c in self._names(name) if not _exists(fd, c))
+
+    def _copied_earlier(self, fd: int, name: str, sha256: str | None) -> str | None:
+        """A quarantined copy of this very file whose original was never unlinked."""
+        if sha256 is None:
+            return None
+        for candidate in self._names(name):
+            if not _exists(fd, candidate):
+                return None
+            recorded = _read_sidecar(fd, candidate + SIDECAR_SUFFIX)
+            if recorded.get("sha256") == sha256 and sha256_of(fd, candidate) == sha256:
+                return candidate
+        return None
+
+    def move(
+        self,
+        results_fd: int,
+        name: str,
+        sidecar: Callable[[str], dict[str, Any]],
+        sha256: str | None = None,
+    ) -> str:
         """Write the sidecar, then move the file beside it; returns the path it now has."""
         fd = self._dir_fd()
+        earlier = self._copied_earlier(fd, name, sha256)
+        if earlier is not None:
+            os.unlink(name, dir_fd=results_fd)
+            os.fsync(results_fd)
+            return os.path.join(self.dir, earlier)
         dest = self._free_name(fd, name)
         path = os.path.join(self.dir, dest)
         _write_durably(fd, dest + SIDECAR_SUFFIX, json.dumps(sidecar(path), indent=2) + "\n")
+        failpoint.hit(SIDECAR_IN_PLACE)
         try:
             os.rename(name, dest, src_dir_fd=results_fd, dst_dir_fd=fd)
+            failpoint.hit(FILE_RENAMED)
         except OSError as e:
             if e.errno != errno.EXDEV:
                 raise QuarantineError(e.errno, f"cannot move {name}: {e.strerror}") from None
             _copy_then_unlink(results_fd, name, fd, dest)
         os.fsync(fd)
         os.fsync(results_fd)
+        failpoint.hit(DIRS_FSYNCED)
         return path
 
 
@@ -112,6 +157,7 @@ def _write_durably(dir_fd: int, name: str, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    failpoint.hit(SIDECAR_WRITTEN)
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     os.fsync(dir_fd)
 
@@ -122,15 +168,42 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _read_sidecar(dir_fd: int, name: str) -> dict[str, Any]:
+    try:
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        try:
+            doc = json.loads(f.read(1 << 20))
+        except ValueError:
+            return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def sha256_of(dir_fd: int, name: str) -> str | None:
+    """The file's digest, read through dir_fd without following a symlink; None if unreadable."""
+    try:
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 16), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _copy_then_unlink(src_dir: int, name: str, dst_dir: int, dest: str) -> None:
     """Across file systems: a durable copy first, the original removed only after it."""
-    src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir)
+    src = os.open(name, READ_FLAGS, dir_fd=src_dir)
+    tmp = f".{dest}.tmp"
     try:
         if not stat.S_ISREG(os.fstat(src).st_mode):
             raise QuarantineError(errno.EINVAL, f"{name} is no longer a regular file")
         dst = os.open(
-            dest,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
             0o600,
             dir_fd=dst_dir,
         )
@@ -145,5 +218,8 @@ def _copy_then_unlink(src_dir: int, name: str, dst_dir: int, dest: str) -> None:
             os.close(dst)
     finally:
         os.close(src)
+    failpoint.hit(COPY_WRITTEN)
+    os.rename(tmp, dest, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
     os.fsync(dst_dir)
+    failpoint.hit(COPY_IN_PLACE)
     os.unlink(name, dir_fd=src_dir)

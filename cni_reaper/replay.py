@@ -11,8 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cni_reaper import failpoint
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import PluginError, PluginRefused, PluginRunner, error_from_run, find_plugin
+
+BEFORE_PLUGIN = failpoint.declare("del.before-plugin")
+AFTER_PLUGIN = failpoint.declare("del.after-plugin")
 
 
 @dataclass(frozen=True)
@@ -90,10 +94,12 @@ def delete(
         except PluginRefused as e:
             return DelOutcome(tuple(ran), (PluginError(kind, str(e)),))
         stdin = plugin_stdin(netlist, plugin, attachment.capability_args)
+        failpoint.hit(BEFORE_PLUGIN)
         try:
             run = runner.run(path, env, stdin, timeout)
         except OSError as e:
             return DelOutcome(tuple(ran), (PluginError(kind, f"cannot run {path}: {e}"),))
+        failpoint.hit(AFTER_PLUGIN)
         ran.append(kind)
         error = error_from_run(kind, run, timeout)
         if error is not None:

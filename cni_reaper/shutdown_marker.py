@@ -21,12 +21,16 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 
+from cni_reaper import failpoint
 from cni_reaper.paths import NodePaths
 
 MARKER = "clean-shutdown"
 LAST_RUN = "last-run"
 EVIDENCE = "cni-reaper/shutdown-evidence.json"
 _MAX_BYTES = 4096
+
+EVIDENCE_KEPT = failpoint.declare("marker.evidence-kept")
+LAST_RUN_WRITTEN = failpoint.declare("marker.last-run-written")
 
 
 class ShutdownState(str, Enum):
@@ -153,7 +157,9 @@ def consume(paths: NodePaths, boot_id: str, evidence: ShutdownEvidence, now: flo
     """A real run records this boot's reading, then takes the marker of an earlier boot away."""
     run_dir = os.path.join(paths.run_dir, os.path.dirname(EVIDENCE))
     _write_durably(run_dir, os.path.basename(EVIDENCE), {**evidence.to_json(), "read_in": boot_id})
+    failpoint.hit(EVIDENCE_KEPT)
     _write_durably(paths.state_dir, LAST_RUN, {"boot_id": boot_id, "time": now})
+    failpoint.hit(LAST_RUN_WRITTEN)
     marker = _stamp(_read_json(os.path.join(paths.state_dir, MARKER)))
     if marker is not None and marker[0] != boot_id:
         os.unlink(os.path.join(paths.state_dir, MARKER))

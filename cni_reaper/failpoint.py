@@ -1,0 +1,55 @@
+"""Named crash points between the steps of a repair, for the crash-safety tests.
+
+Inert unless $CNI_REAPER_FAILPOINT names one: "NAME" kills the process with SIGKILL the first
+time NAME is reached, "NAME#N" the N-th time. With $CNI_REAPER_FAILPOINT_LOG set, every point
+reached is appended to that file, so a test learns which steps a run takes. Every point is
+declared at import by the module that owns the step, so registered() lists them all and a new
+step is covered by the tests without touching them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "CNI_REAPER_FAILPOINT"
+LOG_ENV = "CNI_REAPER_FAILPOINT_LOG"
+
+_registered: list[str] = []
+_target: tuple[str, int] | None = None
+_log: str | None = None
+_hits = 0
+
+
+def declare(name: str) -> str:
+    if name in _registered:
+        raise ValueError(f"failpoint {name!r} declared twice")
+    _registered.append(name)
+    return name
+
+
+def registered() -> tuple[str, ...]:
+    return tuple(_registered)
+
+
+def arm(spec: str | None, log: str | None = None) -> None:
+    """Set from the environment at import; tests in the same process may call it too."""
+    global _target, _log, _hits  # noqa: PLW0603 (one switch for the whole process)
+    _log, _hits, _target = log, 0, None
+    if spec:
+        name, _, nth = spec.partition("#")
+        _target = (name, int(nth) if nth else 1)
+
+
+def hit(name: str) -> None:
+    global _hits  # noqa: PLW0603
+    if _log is not None:
+        with open(_log, "a", encoding="utf-8") as log:
+            log.write(name + "\n")
+    if _target is not None and _target[0] == name:
+        _hits += 1
+        if _hits == _target[1]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+arm(os.environ.get(ENV), os.environ.get(LOG_ENV))

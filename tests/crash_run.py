@@ -1,0 +1,16 @@
+"""The reaper as its own process, on a clock the test chooses; run by tests/test_crash_safety.py.
+
+Usage: python -m tests.crash_run CLOCK -- ARGV...
+A process of its own, so that a failpoint's SIGKILL kills it and not the test.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cni_reaper import cli
+
+if __name__ == "__main__":
+    split = sys.argv.index("--")
+    now = float(sys.argv[1])
+    sys.exit(cli.main(sys.argv[split + 1 :], clock=lambda: now))

@@ -234,10 +234,11 @@ def read_wtmp(files: Sequence[str]) -> tuple[list[wtmp.WtmpRecord], list[str]]:
         except OSError as e:
             warnings.append(f"cannot read {path}: {e.strerror}")
             continue
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            warnings.append(f"{path} is not a regular file; ignored")
+            continue
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                warnings.append(f"{path} is not a regular file; ignored")
-                continue
             data = f.read()
         found = True
         records.extend(wtmp.parse(data))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict
+from cni_reaper.trust import untrusted
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
@@ -60,6 +61,22 @@ class FileStat:
         )
 
 
+def printable(text: str) -> str:
+    """text as shown to people: a file name may hold newlines, escapes or bytes that are not
+    UTF-8 (kept by listdir as surrogates), none of which may reach a terminal or the journal."""
+    if text.isprintable():
+        return text
+    shown = []
+    for char in text:
+        if 0xDC80 <= ord(char) <= 0xDCFF:
+            shown.append(f"\\x{ord(char) - 0xDC00:02x}")
+        elif char.isprintable():
+            shown.append(char)
+        else:
+            shown.append(char.encode("unicode_escape").decode("ascii"))
+    return "".join(shown)
+
+
 @dataclass(frozen=True)
 class CacheEntry:
     name: str  # the file name, relative to the results dir
@@ -71,6 +88,10 @@ class CacheEntry:
     @property
     def content(self) -> Content:
         return self.verdict.content
+
+    @property
+    def shown_name(self) -> str:
+        return printable(self.name)
 
 
 def _kind(mode: int) -> str:
@@ -159,9 +180,11 @@ def _read_entry(dir_fd: int, name: str) -> ContentVerdict:
 
 
 def open_results_dir(path: str) -> int | None:
-    """A descriptor for the results dir, None if there is none; never through a symlink."""
+    """A descriptor for the results dir, None if there is none; never through a symlink, and
+    never one that someone other than root (or whoever runs the reaper) can write to: files
+    planted there would steer what it deletes through DEL."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -170,6 +193,11 @@ def open_results_dir(path: str) -> int | None:
                 e.errno, f"{path} is a symlink or not a directory; refusing to inspect it"
             ) from None
         raise ResultsDirError(e.errno, f"cannot open {path}: {e.strerror}") from None
+    problem = untrusted(os.fstat(fd))
+    if problem:
+        os.close(fd)
+        raise ResultsDirError(errno.EPERM, f"{path} {problem}; refusing to act on it")
+    return fd
 
 
 def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:

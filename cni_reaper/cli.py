@@ -169,7 +169,11 @@ def _pipeline(
 ) -> Report:
     boot_ctx = boot.load(paths, clock)
     if not args.dry_run and boot_ctx.boot_id and boot_ctx.shutdown is not None:
-        shutdown_marker.consume(paths, boot_ctx.boot_id, boot_ctx.shutdown, boot_ctx.now)
+        try:
+            shutdown_marker.consume(paths, boot_ctx.boot_id, boot_ctx.shutdown, boot_ctx.now)
+        except OSError as e:
+            # Boot evidence for the next run; the repair itself does not depend on it.
+            warnings.append(f"cannot record this boot's evidence in {paths.state_dir}: {e}")
     configs = netconf.load_conf_dirs(paths.conf_dirs)
     warnings.extend(boot_ctx.warnings)
     warnings.extend(f"config skipped: {p}" for p in configs.problems)
@@ -202,16 +206,20 @@ def _pipeline(
             if event_of(result) is not Event.KEPT or args.verbose:
                 events.emit(entry_fields(result, args.dry_run))
             if result.planned.action.changes_things:
-                notifier.status(f"{result.outcome.value}: {result.planned.entry.name}")
+                notifier.status(f"{result.outcome.value}: {result.planned.entry.shown_name}")
     finally:
         quarantine.close()
         os.close(results_fd)
     return report
 
 
-def main(argv: Sequence[str] | None = None, clock: boot.Clock = time.time) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    clock: boot.Clock = time.time,
+    environ: Mapping[str, str] | None = None,
+) -> int:
     try:
-        return int(run(argv, clock=clock))
+        return int(run(argv, clock=clock, environ=environ))
     except ReaperError as e:
         print(f"cni-reaper: {e}", file=sys.stderr)
         return int(EXIT_FOR_ERROR.get(type(e), ExitCode.INTERNAL))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import TextIO
 
+from cni_reaper.cache import printable
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
 
@@ -85,7 +86,7 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     split = entry.split
     event = event_of(result)
     message = (
-        f"{entry.name}: {entry.content.value}, {planned.written.written.value} -> "
+        f"{entry.shown_name}: {entry.content.value}, {planned.written.written.value} -> "
         f"{planned.action.value} [{result.outcome.value}]: {planned.reason}"
     )
     fields = {
@@ -93,10 +94,10 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
         "MESSAGE_ID": event.message_id,
         "PRIORITY": str(event.priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
-        "CNI_NETWORK": split.network if split else "",
-        "CNI_CONTAINERID": split.container_id if split else "",
-        "CNI_IFNAME": split.ifname if split else "",
-        "CNI_REAPER_FILE": entry.name,
+        "CNI_NETWORK": printable(split.network) if split else "",
+        "CNI_CONTAINERID": printable(split.container_id) if split else "",
+        "CNI_IFNAME": printable(split.ifname) if split else "",
+        "CNI_REAPER_FILE": entry.shown_name,
         "CNI_REAPER_CONTENT": entry.content.value,
         "CNI_REAPER_WRITTEN": planned.written.written.value,
         "CNI_REAPER_ACTION": planned.action.value,
@@ -109,7 +110,7 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     if result.problems:
         fields["CNI_REAPER_PROBLEMS"] = "; ".join(result.problems)
     if result.quarantined_to:
-        fields["CNI_REAPER_QUARANTINED_TO"] = result.quarantined_to
+        fields["CNI_REAPER_QUARANTINED_TO"] = printable(result.quarantined_to)
     return fields
 
 

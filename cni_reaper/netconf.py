@@ -15,6 +15,7 @@ from typing import Any
 
 CONF_EXTENSIONS = (".conflist", ".conf", ".json")
 MAX_CONF_BYTES = 1 << 20
+MAX_PLUGINS = 64
 
 # containerd's go-cni adds this network itself; it is in no conf dir.
 BUILTIN_LOOPBACK = "cni-loopback"
@@ -80,6 +81,10 @@ def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkLi
         plugins = doc.get("plugins")
         if not isinstance(plugins, list) or not plugins:
             raise ConfigError("no 'plugins' list")
+        if len(plugins) > MAX_PLUGINS:
+            # Real chains have a handful; a DEL through thousands, each with its own timeout,
+            # would hold the runtime back for hours.
+            raise ConfigError(f"{len(plugins)} plugins, more than {MAX_PLUGINS}")
     for plugin in plugins:
         if not isinstance(plugin, dict):
             raise ConfigError("a plugin entry is not an object")

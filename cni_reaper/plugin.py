@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cni_reaper.trust import untrusted
+
 MAX_STDOUT = 1 << 20
 MAX_STDERR = 64 << 10
 # How long to keep reading after the plugin exited, for a child that still holds its pipes.
@@ -91,8 +93,21 @@ def find_plugin(kind: str, bin_dirs: Sequence[str]) -> str:
                 continue
             candidate = target
         if stat.S_ISREG(st.st_mode):
+            _refuse_untrusted(candidate, st)
             return candidate
     raise PluginRefused(f"failed to find plugin {kind!r} in path {list(bin_dirs)}")
+
+
+def _refuse_untrusted(path: str, st: os.stat_result) -> None:
+    """A plugin anyone else could have replaced, or sitting in a dir anyone else could write
+    to, is never run as root."""
+    problem = untrusted(st)
+    if problem:
+        raise PluginRefused(f"{path} {problem}; not run")
+    directory = os.path.dirname(path)
+    problem = untrusted(os.stat(directory))
+    if problem:
+        raise PluginRefused(f"plugin dir {directory} {problem}; {path} not run")
 
 
 class ProcessRunner:

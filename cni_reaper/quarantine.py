@@ -26,6 +26,10 @@ READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 SIDECAR_SUFFIX = ".json"
 
 
+# A file name may have 255 bytes; its quarantine name leaves room for ".N", ".json" and the
+# temp names' "." and ".tmp". The sidecar keeps the original name.
+MAX_NAME_BYTES = 200
+
 SIDECAR_WRITTEN = failpoint.declare("quarantine.sidecar-written")
 SIDECAR_IN_PLACE = failpoint.declare("quarantine.sidecar-in-place")
 FILE_RENAMED = failpoint.declare("quarantine.file-renamed")
@@ -84,9 +88,10 @@ class Quarantine:
             self._fd = None
 
     def _names(self, name: str) -> Iterator[str]:
-        yield name
+        base = _short(name)
+        yield base
         for n in itertools.count(1):
-            yield f"{name}.{n}"
+            yield f"{base}.{n}"
 
     def _free_name(self, fd: int, name: str) -> str:
         """The first name not taken by a quarantined file. A sidecar alone is what a move
@@ -134,6 +139,13 @@ class Quarantine:
         os.fsync(results_fd)
         failpoint.hit(DIRS_FSYNCED)
         return path
+
+
+def _short(name: str) -> str:
+    raw = os.fsencode(name)
+    if len(raw) <= MAX_NAME_BYTES:
+        return name
+    return os.fsdecode(raw[:160]) + "~" + hashlib.sha256(raw).hexdigest()[:16]
 
 
 def _exists(dir_fd: int, name: str) -> bool:

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from cni_reaper import __version__
 from cni_reaper.boot import BootContext, iso
+from cni_reaper.cache import printable
 from cni_reaper.errors import ExitCode
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
@@ -69,7 +70,7 @@ class Report:
         out.write(f"cni-reaper {__version__} ({mode}): {self.results_dir}\n")
         out.write(f"  {boot_line(self.boot)}\n")
         for warning in self.warnings:
-            out.write(f"  warning: {warning}\n")
+            out.write(f"  warning: {printable(warning)}\n")
         for result in self.results:
             if result.planned.action is Action.KEEP and not verbose:
                 continue
@@ -101,21 +102,21 @@ def entry_text(result: EntryResult, verbose: bool) -> str:
     planned = result.planned
     entry = planned.entry
     lines = [
-        f"{entry.name}: {entry.content.value} ({entry.verdict.detail}), "
+        f"{entry.shown_name}: {entry.content.value} ({entry.verdict.detail}), "
         f"{planned.written.written.value} -> {planned.action.value} [{result.outcome.value}]"
     ]
-    lines.append(f"    why: {planned.reason}")
+    lines.append(f"    why: {printable(planned.reason)}")
     if verbose or planned.action.changes_things:
         lines.append(f"    written: {planned.written.evidence}")
     if planned.action is Action.DEL_AND_QUARANTINE:
         netlist = planned.netlist
         if netlist is not None:
             order = ", ".join(reversed(netlist.plugin_types))
-            lines.append(f"    DEL {netlist.name} from {netlist.source}: {order}")
+            lines.append(f"    DEL {printable(netlist.name)} from {netlist.source}: {order}")
         elif planned.config_problem:
-            lines.append(f"    DEL impossible: {planned.config_problem}")
-    lines.extend(f"    error: {error}" for error in result.plugin_errors)
-    lines.extend(f"    problem: {problem}" for problem in result.problems)
+            lines.append(f"    DEL impossible: {printable(planned.config_problem)}")
+    lines.extend(f"    error: {printable(str(error))}" for error in result.plugin_errors)
+    lines.extend(f"    problem: {printable(problem)}" for problem in result.problems)
     if result.quarantined_to:
-        lines.append(f"    moved to {result.quarantined_to}")
+        lines.append(f"    moved to {printable(result.quarantined_to)}")
     return "".join(line + "\n" for line in lines)

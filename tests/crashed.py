@@ -62,6 +62,10 @@ class Crashed:
         )
         return int(code), json.loads(capsys.readouterr().out)
 
+    def run_main(self, *extra: str) -> int:
+        """Through main, as the console script runs: errors become exit codes and messages."""
+        return cli.main(self.argv("--json", *extra), clock=lambda: self.t0 + 60, environ={})
+
     def argv(self, *extra: str) -> list[str]:
         return ["--root", str(self.node.root), "--bin-dir", PLUGIN_DIR, *extra]
 

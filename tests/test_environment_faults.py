@@ -1,0 +1,135 @@
+"""Faults of the machine around the reaper: a full or read-only file system, another file system
+for the quarantine, a missing or odd wtmp. Each ends with a clear message and its documented
+exit code, never with a traceback, and nothing is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_reaper.errors import ExitCode
+from tests.crashed import Crashed, by_path
+from tests.nodetree import CONTAINER_IDS
+from tests.private_node import cannot_run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_in_mount_namespace(
+    crashed: Crashed, setup: str, *extra: str
+) -> tuple[int, dict[str, Any], str]:
+    """The reaper as its own process in a private mount namespace, after the shell lines in
+    setup have arranged the mounts there."""
+    if os.geteuid() != 0:
+        cannot_run("needs root for mounts in a private mount namespace")
+    # sh -c takes the command after the script's own name ("sh"), as "$@".
+    shell = ["unshare", "--mount", "--propagation", "private", "sh", "-ec", setup + '\nexec "$@"']
+    reaper = [sys.executable, "-m", "tests.crash_run", str(crashed.t0 + 60), "--"]
+    proc = subprocess.run(
+        [*shell, "sh", *reaper, *crashed.argv("--json", *extra)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, report, proc.stderr
+
+
+def damaged_node(crashed: Crashed) -> tuple[Path, Path]:
+    valid = crashed.add(CONTAINER_IDS[0])
+    damaged = crashed.add(CONTAINER_IDS[1])
+    damaged.write_bytes(b"")
+    crashed.reboot()
+    return valid, damaged
+
+
+def test_quarantine_on_a_full_file_system(crashed: Crashed, tmp_path: Path) -> None:
+    valid, damaged = damaged_node(crashed)
+    state = tmp_path / "state"
+    state.mkdir()
+    fill = (
+        f"mount -t tmpfs -o size=64k tmpfs {state}\n"
+        f"dd if=/dev/zero of={state}/fill bs=4k 2>/dev/null || true"
+    )
+
+    code, report, stderr = run_in_mount_namespace(crashed, fill, "--state-dir", str(state))
+
+    assert code == ExitCode.ACTION_FAILED, stderr
+    assert "Traceback" not in stderr
+    entry = by_path(report)[damaged.name]
+    assert entry["outcome"] == "failed"
+    assert "No space left on device" in " ".join(entry["problems"])
+    assert any("cannot record this boot's evidence" in w for w in report["warnings"])
+    # Nothing lost: the file stays where it was, the valid one untouched; DEL still ran.
+    assert damaged.exists() and valid.exists()
+    assert list(crashed.ips().values()) == [f"{CONTAINER_IDS[0]}\r\neth0"]
+
+
+def test_read_only_results_dir(crashed: Crashed) -> None:
+    valid, damaged = damaged_node(crashed)
+    results = crashed.node.results
+    read_only = f"mount --bind {results} {results}\nmount -o remount,bind,ro {results}"
+
+    code, report, stderr = run_in_mount_namespace(crashed, read_only)
+
+    assert code == ExitCode.ACTION_FAILED, stderr
+    assert "Traceback" not in stderr
+    problems = " ".join(by_path(report)[damaged.name]["problems"])
+    assert "Read-only file system" in problems
+    assert damaged.exists() and valid.exists()
+
+
+def test_quarantine_on_another_file_system_is_copied_then_unlinked(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        cannot_run("needs /dev/shm on a file system other than the test's temp dir")
+    valid, damaged = damaged_node(crashed)
+    damaged.write_bytes(b"\0" * 300)
+    with tempfile.TemporaryDirectory(dir=shm) as other:
+        code, report = crashed.run(capsys, "--state-dir", other)
+        moved = Path(by_path(report)[damaged.name]["quarantined_to"])
+        assert moved.read_bytes() == b"\0" * 300
+        assert moved.stat().st_dev != os.stat(tmp_path).st_dev
+    assert code == ExitCode.OK
+    assert not damaged.exists() and valid.exists()
+
+
+@pytest.mark.parametrize("wtmp", ["missing", "fifo", "directory", "garbage"])
+def test_missing_or_odd_wtmp_falls_back_to_btime_and_says_so(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], wtmp: str
+) -> None:
+    valid, damaged = damaged_node(crashed)
+    path = crashed.node.root / "var/log/wtmp"
+    path.unlink()
+    if wtmp == "fifo":
+        os.mkfifo(path)
+    elif wtmp == "directory":
+        path.mkdir()
+    elif wtmp == "garbage":
+        path.write_bytes(random.Random(7).randbytes(1000))  # noqa: S311 (repeatable, not secret)
+
+    code, report = crashed.run(capsys)
+
+    warnings = " ".join(report["warnings"] + report["boot"]["warnings"])
+    expected = {
+        "missing": "no wtmp at",
+        "fifo": "is not a regular file",
+        "directory": "is not a regular file",
+        "garbage": "",
+    }[wtmp]
+    assert expected in warnings
+    # /proc/stat's btime still places the files in an earlier boot: the repair goes ahead.
+    assert report["boot"]["current_boot_start_source"] == "/proc/stat btime"
+    assert (by_path(report)[damaged.name]["outcome"], code) == ("done", ExitCode.OK)
+    assert valid.exists()

@@ -1,0 +1,143 @@
+"""Plugins that misbehave, each a fake script for a failure mode no real plugin shows on cue: the
+run goes on, reports each precisely, and still quarantines per policy."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_reaper.errors import ExitCode
+from tests.crashed import Crashed, by_path
+from tests.nodetree import CONTAINER_IDS
+
+
+def plugin_network(crashed: Crashed, name: str, script: str) -> str:
+    """A network whose only plugin is script; returns the damaged cache file left for it."""
+    bin_dir = crashed.node.root / "opt/cni/bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    plugin = bin_dir / name
+    plugin.write_text("#!/bin/sh\n" + script)
+    plugin.chmod(0o755)
+    conf = {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": name}]}
+    crashed.node.write_conf(f"60-{name}.conflist", json.dumps(conf).encode())
+    return crashed.node.write_result(f"{name}-{CONTAINER_IDS[0]}-eth0", b"").name
+
+
+def run(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    crashed.reboot()
+    bin_dir = str(crashed.node.root / "opt/cni/bin")
+    return crashed.run(capsys, "--bin-dir", bin_dir, "--plugin-timeout", "2")
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting for whoever inherited it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def quarantined(crashed: Crashed, name: str) -> bool:
+    return not (crashed.node.results / name).exists() and any(
+        p.name == name for p in crashed.node.quarantine.rglob(name)
+    )
+
+
+def test_a_plugin_that_forks_a_daemon_holding_its_output_open(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "daemon.pid"
+    # The daemon leaves the plugin's process group (setsid) and keeps stdout and stderr open.
+    name = plugin_network(
+        crashed, "forker", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' &\nexit 0\n"
+    )
+    try:
+        code, report = run(crashed, capsys)
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    # The plugin itself exited 0: DEL succeeded; the run did not wait out the daemon.
+    entry = by_path(report)[name]
+    assert (entry["outcome"], code) == ("done", ExitCode.OK)
+    assert quarantined(crashed, name)
+
+
+def test_a_plugin_that_prints_100_mib(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> None:
+    name = plugin_network(crashed, "loud", "head -c 104857600 /dev/zero\nexit 1\n")
+    code, report = run(crashed, capsys)
+    error = by_path(report)[name]["plugin_errors"][0]
+    assert error["exit_status"] == 1
+    assert error["msg"] == "netplugin failed with no error message"
+    assert code == ExitCode.ACTION_FAILED
+    assert quarantined(crashed, name)
+
+
+def test_a_plugin_that_exits_0_with_garbage(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = plugin_network(crashed, "garbler", "printf '\\001\\377not json at all'\nexit 0\n")
+    code, report = run(crashed, capsys)
+    # DEL has no result: exit 0 is success whatever it printed.
+    assert (by_path(report)[name]["outcome"], code) == ("done", ExitCode.OK)
+    assert quarantined(crashed, name)
+
+
+def test_a_plugin_that_crashes_with_a_signal(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = plugin_network(crashed, "crasher", "kill -SEGV $$\n")
+    code, report = run(crashed, capsys)
+    error = by_path(report)[name]["plugin_errors"][0]
+    assert (error["msg"], error["exit_status"]) == ("killed by SIGSEGV", -signal.SIGSEGV)
+    assert code == ExitCode.ACTION_FAILED
+    assert quarantined(crashed, name)
+
+
+def test_a_plugin_that_hangs_with_a_child_is_killed_with_it(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "child.pid"
+    name = plugin_network(crashed, "hanger", f"sleep 300 &\necho $! > {pidfile}\nwait\n")
+    code, report = run(crashed, capsys)
+    error = by_path(report)[name]["plugin_errors"][0]
+    assert (error["timed_out"], error["msg"]) == (True, "killed after the 2 s timeout")
+    child = int(pidfile.read_text())
+    for _ in range(50):
+        if not alive(child):
+            break
+        time.sleep(0.02)
+    assert not alive(child)
+    assert code == ExitCode.ACTION_FAILED
+    assert quarantined(crashed, name)
+
+
+def test_every_misbehaving_plugin_in_one_run_each_reported(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = {
+        plugin_network(crashed, "crasher", "kill -ABRT $$\n"): "killed by SIGABRT",
+        plugin_network(
+            crashed, "errjson", 'echo \'{"code": 7, "msg": "stuck", "details": "d"}\'\nexit 1\n'
+        ): "stuck",
+    }
+    # Different container ids, so each network has its own file.
+    for index, old in enumerate(list(names)):
+        new = old.replace(CONTAINER_IDS[0], CONTAINER_IDS[index + 1])
+        (crashed.node.results / old).rename(crashed.node.results / new)
+        names[new] = names.pop(old)
+    valid = crashed.add(CONTAINER_IDS[5])
+    code, report = run(crashed, capsys)
+    for name, msg in names.items():
+        assert by_path(report)[name]["plugin_errors"][0]["msg"] == msg
+        assert quarantined(crashed, name)
+    assert by_path(report)[valid.name]["action"] == "keep"
+    assert valid.exists()
+    assert code == ExitCode.ACTION_FAILED

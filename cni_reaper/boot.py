@@ -5,6 +5,7 @@ Pitfalls this guards against are in shared/reference/boot-records.md sections 2,
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import time
@@ -173,7 +174,10 @@ class BootContext:
         )
 
 
+@functools.lru_cache(maxsize=1024)
 def iso(t: float) -> str:
+    """UTC, ISO 8601, to the second. Cached: a report names the same few boot times again
+    and again."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 

@@ -18,7 +18,7 @@ from cni_reaper.paths import NodePaths
 from cni_reaper.plan import plan_entry
 from cni_reaper.plugin import PluginRunner, ProcessRunner
 from cni_reaper.quarantine import Quarantine
-from cni_reaper.report import Report
+from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter
 
 DEFAULT_PLUGIN_TIMEOUT = 30.0
 
@@ -140,21 +140,23 @@ def run(
                 f"a container runtime answers on {runtime_socket}: stop it first, or use --force"
             )
         warnings.append(f"a container runtime answers on {runtime_socket}")
+    writer: ReportWriter | None = None
+    if args.json:
+        writer = JsonWriter(sys.stdout)
+    elif not events.native:
+        # Natively, the journal already holds every fact of the text report, with its fields.
+        writer = TextWriter(sys.stdout, verbose=args.verbose)
     if args.dry_run:
-        report = _pipeline(args, paths, clock, runner, warnings, events, notifier)
+        report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer)
     else:
         with RunLock(paths.lock_file):
-            report = _pipeline(args, paths, clock, runner, warnings, events, notifier)
+            report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer)
+    report.finish()
     summary = report.summary()
     events.emit(summary_fields(summary, report.boot.previous_boot_crashed, args.dry_run))
     notifier.status(f"done: {summary_fields(summary, None, args.dry_run)['MESSAGE']}")
     if args.metrics_file:
         metrics.write(args.metrics_file, metrics.render(report, started, time.time()))
-    if args.json:
-        report.write_json(sys.stdout)
-    elif not events.native:
-        # Natively, the journal already holds every fact of the text report, with its fields.
-        report.write_text(sys.stdout, verbose=args.verbose)
     return report.exit_code
 
 
@@ -166,6 +168,7 @@ def _pipeline(
     warnings: list[str],
     events: EventLog,
     notifier: Notifier,
+    writer: ReportWriter | None,
 ) -> Report:
     boot_ctx = boot.load(paths, clock)
     if not args.dry_run and boot_ctx.boot_id and boot_ctx.shutdown is not None:
@@ -177,7 +180,7 @@ def _pipeline(
     configs = netconf.load_conf_dirs(paths.conf_dirs)
     warnings.extend(boot_ctx.warnings)
     warnings.extend(f"config skipped: {p}" for p in configs.problems)
-    report = Report(boot_ctx, args.dry_run, paths.results_dir, warnings)
+    report = Report(boot_ctx, args.dry_run, paths.results_dir, warnings, writer)
     try:
         results_fd = cache.open_results_dir(paths.results_dir)
     except cache.ResultsDirError as e:
@@ -202,7 +205,7 @@ def _pipeline(
             )
             results = apply.execute(plan, executor)
         for result in results:
-            report.results.append(result)
+            report.add(result)
             if event_of(result) is not Event.KEPT or args.verbose:
                 events.emit(entry_fields(result, args.dry_run))
             if result.planned.action.changes_things:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections import Counter
 
 from cni_reaper.content import Content
-from cni_reaper.outcome import Outcome
 from cni_reaper.report import Report
 
 
@@ -35,28 +33,21 @@ def _label(**labels: str) -> str:
 
 
 def render(report: Report, started: float, finished: float) -> str:
-    contents = Counter(r.planned.entry.content for r in report.results)
-    actions = Counter((r.planned.action.value, r.outcome.value) for r in report.results)
-    del_failures: Counter[str] = Counter()
-    for result in report.results:
-        if result.outcome is Outcome.FAILED:
-            for error in result.plugin_errors:
-                del_failures[error.plugin or "none"] += 1
     lines: list[str] = []
     lines += _series(
         "cni_reaper_entries",
         "Results cache entries found by the last run, by content verdict.",
-        [(_label(content=c.value), contents.get(c, 0)) for c in Content],
+        [(_label(content=c.value), report.contents.get(c.value, 0)) for c in Content],
     )
     lines += _series(
         "cni_reaper_actions",
         "Entries of the last run by planned action and outcome.",
-        [(_label(action=a, outcome=o), n) for (a, o), n in sorted(actions.items())],
+        [(_label(action=a, outcome=o), n) for (a, o), n in sorted(report.actions.items())],
     )
     lines += _series(
         "cni_reaper_del_failures",
         "Plugin failures during DEL replay in the last run, by plugin type.",
-        [(_label(plugin=p), n) for p, n in sorted(del_failures.items())],
+        [(_label(plugin=p), n) for p, n in sorted(report.del_failures.items())],
     )
     crashed = report.boot.previous_boot_crashed
     if crashed is not None:

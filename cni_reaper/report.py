@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from cni_reaper import __version__
 from cni_reaper.boot import BootContext, iso
@@ -18,38 +17,82 @@ from cni_reaper.shutdown_marker import ShutdownState
 SCHEMA_VERSION = 1
 
 
-@dataclass
+class ReportWriter(Protocol):
+    """Where the report goes while the run goes on: nothing is kept per entry but counts."""
+
+    def entry(self, report: Report, result: EntryResult) -> None: ...
+
+    def finish(self, report: Report) -> None: ...
+
+
 class Report:
-    boot: BootContext
-    dry_run: bool
-    results_dir: str
-    warnings: list[str] = field(default_factory=list)
-    results: list[EntryResult] = field(default_factory=list)
+    def __init__(
+        self,
+        boot: BootContext,
+        dry_run: bool,
+        results_dir: str,
+        warnings: list[str],
+        writer: ReportWriter | None = None,
+    ) -> None:
+        self.boot = boot
+        self.dry_run = dry_run
+        self.results_dir = results_dir
+        self.warnings = warnings
+        self.writer = writer
+        self.entries = 0
+        self.contents: Counter[str] = Counter()
+        self.actions: Counter[tuple[str, str]] = Counter()
+        self.del_failures: Counter[str] = Counter()  # by plugin type
+        self.plugin_errors = 0
+        self._failed = False
+        self._left_alone = False
+
+    def add(self, result: EntryResult) -> None:
+        action, outcome = result.planned.action, result.outcome
+        self.entries += 1
+        self.contents[result.planned.entry.content.value] += 1
+        self.actions[(action.value, outcome.value)] += 1
+        self.plugin_errors += len(result.plugin_errors)
+        if outcome is Outcome.FAILED:
+            self._failed = True
+            for error in result.plugin_errors:
+                self.del_failures[error.plugin or "none"] += 1
+        if action in (Action.LEAVE, Action.REPORT) or (
+            action.changes_things and outcome is Outcome.SKIPPED
+        ):
+            self._left_alone = True
+        if self.writer is not None:
+            self.writer.entry(self, result)
+
+    def finish(self) -> None:
+        if self.writer is not None:
+            self.writer.finish(self)
 
     @property
     def exit_code(self) -> ExitCode:
-        if any(r.outcome is Outcome.FAILED for r in self.results):
+        if self._failed:
             return ExitCode.ACTION_FAILED
-        for r in self.results:
-            if r.planned.action in (Action.LEAVE, Action.REPORT):
-                return ExitCode.DATA
-            if r.planned.action.changes_things and r.outcome is Outcome.SKIPPED:
-                return ExitCode.DATA
+        if self._left_alone:
+            return ExitCode.DATA
         return ExitCode.OK
 
     def summary(self) -> dict[str, Any]:
+        def by(index: int) -> dict[str, int]:
+            counts: Counter[str] = Counter()
+            for key, n in self.actions.items():
+                counts[key[index]] += n
+            return dict(sorted(counts.items()))
+
         return {
-            "entries": len(self.results),
-            "content": dict(
-                sorted(Counter(r.planned.entry.content.value for r in self.results).items())
-            ),
-            "action": dict(sorted(Counter(r.planned.action.value for r in self.results).items())),
-            "outcome": dict(sorted(Counter(r.outcome.value for r in self.results).items())),
-            "plugin_errors": sum(len(r.plugin_errors) for r in self.results),
+            "entries": self.entries,
+            "content": dict(sorted((+self.contents).items())),
+            "action": by(0),
+            "outcome": by(1),
+            "plugin_errors": self.plugin_errors,
             "exit_code": int(self.exit_code),
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def header(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA_VERSION,
             "version": __version__,
@@ -57,28 +100,67 @@ class Report:
             "results_dir": self.results_dir,
             "boot": self.boot.to_json(),
             "warnings": list(self.warnings),
-            "entries": [r.to_json() for r in self.results],
-            "summary": self.summary(),
         }
 
-    def write_json(self, out: TextIO) -> None:
-        json.dump(self.to_json(), out, indent=2)
-        out.write("\n")
 
-    def write_text(self, out: TextIO, verbose: bool = False) -> None:
-        mode = "dry run, nothing changed" if self.dry_run else "run"
-        out.write(f"cni-reaper {__version__} ({mode}): {self.results_dir}\n")
-        out.write(f"  {boot_line(self.boot)}\n")
-        for warning in self.warnings:
-            out.write(f"  warning: {printable(warning)}\n")
-        for result in self.results:
-            if result.planned.action is Action.KEEP and not verbose:
-                continue
-            out.write(entry_text(result, verbose))
-        s = self.summary()
+class JsonWriter:
+    """The schema-1 document, written as the run goes: header, one entry per line, summary.
+    Entries are encoded compactly, by the C encoder."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._started = False
+        self._encode = json.JSONEncoder(separators=(",", ":")).encode
+
+    def _start(self, report: Report) -> None:
+        if not self._started:
+            self._started = True
+            head = json.dumps(report.header(), indent=2)
+            self._out.write(head[: head.rindex("}")].rstrip() + ',\n  "entries": [')
+            self._first = True
+
+    def entry(self, report: Report, result: EntryResult) -> None:
+        self._start(report)
+        self._out.write("\n" if self._first else ",\n")
+        self._first = False
+        self._out.write(self._encode(result.to_json()))
+
+    def finish(self, report: Report) -> None:
+        self._start(report)
+        summary = json.dumps(report.summary())
+        self._out.write(f'\n  ],\n  "summary": {summary}\n}}\n')
+
+
+class TextWriter:
+    """The report for people: the boot, warnings, every entry that is not simply kept."""
+
+    def __init__(self, out: TextIO, verbose: bool = False) -> None:
+        self._out = out
+        self._verbose = verbose
+        self._started = False
+
+    def _start(self, report: Report) -> None:
+        if not self._started:
+            self._started = True
+            mode = "dry run, nothing changed" if report.dry_run else "run"
+            self._out.write(f"cni-reaper {__version__} ({mode}): {report.results_dir}\n")
+            self._out.write(f"  {boot_line(report.boot)}\n")
+            for warning in report.warnings:
+                self._out.write(f"  warning: {printable(warning)}\n")
+
+    def entry(self, report: Report, result: EntryResult) -> None:
+        self._start(report)
+        if result.planned.action is not Action.KEEP or self._verbose:
+            self._out.write(entry_text(result, self._verbose))
+
+    def finish(self, report: Report) -> None:
+        self._start(report)
+        s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"
-        out.write(f"summary: {s['entries']} entries ({counts}); {actions}; exit {s['exit_code']}\n")
+        self._out.write(
+            f"summary: {s['entries']} entries ({counts}); {actions}; exit {s['exit_code']}\n"
+        )
 
 
 def boot_line(boot: BootContext) -> str:

@@ -80,7 +80,7 @@ class Instance:
 
     def run(self, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "tests.crash_run", str(self.clock), "--", *self.argv()],
+            [sys.executable, "-m", "tests.clocked_run", str(self.clock), "--", *self.argv()],
             cwd=REPO,
             env={**os.environ, **env},
             capture_output=True,

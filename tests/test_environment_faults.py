@@ -32,7 +32,7 @@ def run_in_mount_namespace(
         cannot_run("needs root for mounts in a private mount namespace")
     # sh -c takes the command after the script's own name ("sh"), as "$@".
     shell = ["unshare", "--mount", "--propagation", "private", "sh", "-ec", setup + '\nexec "$@"']
-    reaper = [sys.executable, "-m", "tests.crash_run", str(crashed.t0 + 60), "--"]
+    reaper = [sys.executable, "-m", "tests.clocked_run", str(crashed.t0 + 60), "--"]
     proc = subprocess.run(
         [*shell, "sh", *reaper, *crashed.argv("--json", *extra)],
         capture_output=True,

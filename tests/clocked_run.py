@@ -1,6 +1,6 @@
-"""The reaper as its own process, on a clock the test chooses; run by tests/test_crash_safety.py.
+"""The reaper as its own process, on a clock the caller chooses (crash tests, benchmarks).
 
-Usage: python -m tests.crash_run CLOCK -- ARGV...
+Usage: python -m tests.clocked_run CLOCK -- ARGV...
 A process of its own, so that a failpoint's SIGKILL kills it and not the test.
 """
 

@@ -216,7 +216,7 @@ def shell_loop(calls: list[Call], work: Path) -> Path:
         assigns = " ".join(
             f"{key}='{value}'" for key, value in env.items() if key.startswith("CNI_")
         )
-        lines.append(f"env {assigns} {plugin} < {stdin_file} > /dev/null")
+        lines.append(f"{assigns} {plugin} < {stdin_file} > /dev/null")
     script = work / "serial-del.sh"
     script.write_text("\n".join(lines) + "\n")
     return script

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,20 +26,38 @@ class Executor:
     plugin_timeout: float
     quarantine: Quarantine
     clock_now: float
-
-
-def dry_run(plan: Iterable[PlannedEntry]) -> Iterator[EntryResult]:
-    for planned in plan:
-        outcome = Outcome.PLANNED if planned.action.changes_things else Outcome.SKIPPED
-        yield EntryResult(planned, outcome)
+    workers: int = 1  # DEL replays at once, each of a different network
 
 
 def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryResult]:
+    """Entries without a DEL are done (or skipped) in order as the plan streams by. DELs are
+    gathered by network and, with more than one worker, replayed network by network in
+    parallel: never two DELs of one network at once, as a runtime never runs them."""
+    by_network: dict[str, list[PlannedEntry]] = defaultdict(list)
     for planned in plan:
-        if planned.action.changes_things:
+        if planned.action is Action.DEL_AND_QUARANTINE and executor.workers > 1:
+            by_network[planned.netlist.name if planned.netlist else ""].append(planned)
+        elif planned.action.changes_things:
             yield _repair(planned, executor)
         else:
             yield EntryResult(planned, Outcome.SKIPPED)
+    if by_network:
+        yield from _replay_in_parallel(by_network, executor)
+    executor.quarantine.flush()
+
+
+def _replay_in_parallel(
+    by_network: dict[str, list[PlannedEntry]], executor: Executor
+) -> Iterator[EntryResult]:
+    executor.quarantine.open()  # once, before the threads share it
+
+    def replay(group: list[PlannedEntry]) -> list[EntryResult]:
+        return [_repair(planned, executor) for planned in group]
+
+    workers = min(executor.workers, len(by_network))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="del") as pool:
+        for done in as_completed([pool.submit(replay, g) for g in by_network.values()]):
+            yield from done.result()
 
 
 def _unchanged(planned: PlannedEntry, results_fd: int) -> str | None:

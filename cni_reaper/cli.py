@@ -6,21 +6,25 @@ import argparse
 import os
 import sys
 import time
-import traceback
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from cni_reaper import __version__, apply, boot, cache, metrics, netconf, runtime, shutdown_marker
+from cni_reaper import __version__, boot, cache, netconf, outcome, runtime, shutdown_marker
 from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
 from cni_reaper.journal import Event, EventLog, entry_fields, event_of, journal_send, summary_fields
 from cni_reaper.lock import RunLock
 from cni_reaper.notify import Notifier
 from cni_reaper.paths import NodePaths
 from cni_reaper.plan import plan_entry
-from cni_reaper.plugin import PluginRunner, ProcessRunner
-from cni_reaper.quarantine import Quarantine
+
+if TYPE_CHECKING:
+    from cni_reaper.plugin import PluginRunner
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter
 
 DEFAULT_PLUGIN_TIMEOUT = 30.0
+# Plugins are mostly waiting on the kernel (netlink, iptables' lock): a few at once pay off
+# even on a 2-core node, and a small bound keeps a boot from being swamped.
+DEFAULT_PARALLEL = 4
 
 EXIT_FOR_ERROR = {
     UsageError: ExitCode.USAGE,
@@ -80,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"kill a plugin's process group after this long (default: {DEFAULT_PLUGIN_TIMEOUT:g})",
     )
     p.add_argument(
+        "--parallel",
+        type=int,
+        default=DEFAULT_PARALLEL,
+        metavar="N",
+        help="DEL replays at once, each of a different network; never two of one network "
+        f"(default: {DEFAULT_PARALLEL})",
+    )
+    p.add_argument(
         "--force",
         action="store_true",
         help="act even while a container runtime answers on its socket",
@@ -114,6 +126,8 @@ def run(
     args = build_parser().parse_args(argv)
     if not args.plugin_timeout > 0:
         raise UsageError("--plugin-timeout must be a positive number of seconds")
+    if args.parallel < 1:
+        raise UsageError("--parallel must be at least 1")
     paths = NodePaths.build(
         root=args.root,
         cache_dir=args.cache_dir,
@@ -156,6 +170,8 @@ def run(
     events.emit(summary_fields(summary, report.boot.previous_boot_crashed, args.dry_run))
     notifier.status(f"done: {summary_fields(summary, None, args.dry_run)['MESSAGE']}")
     if args.metrics_file:
+        from cni_reaper import metrics  # noqa: PLC0415 (only when asked for)
+
         metrics.write(args.metrics_file, metrics.render(report, started, time.time()))
     return report.exit_code
 
@@ -188,13 +204,19 @@ def _pipeline(
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}: nothing to do")
         return report
-    quarantine = Quarantine(paths.quarantine_dir, boot_ctx.boot_id)
+    quarantine = None
     try:
         entries = cache.inventory(results_fd, configs.networks.keys())
         plan = (plan_entry(e, boot_ctx, configs) for e in entries)
         if args.dry_run:
-            results = apply.dry_run(plan)
+            results = outcome.dry_run(plan)
         else:
+            # Plugins, quarantine and hashing are loaded only by runs that may use them.
+            from cni_reaper import apply  # noqa: PLC0415
+            from cni_reaper.plugin import ProcessRunner  # noqa: PLC0415
+            from cni_reaper.quarantine import Quarantine  # noqa: PLC0415
+
+            quarantine = Quarantine(paths.quarantine_dir, boot_ctx.boot_id)
             executor = apply.Executor(
                 results_fd=results_fd,
                 runner=runner or ProcessRunner(),
@@ -202,6 +224,7 @@ def _pipeline(
                 plugin_timeout=args.plugin_timeout,
                 quarantine=quarantine,
                 clock_now=boot_ctx.now,
+                workers=args.parallel,
             )
             results = apply.execute(plan, executor)
         for result in results:
@@ -211,7 +234,8 @@ def _pipeline(
             if result.planned.action.changes_things:
                 notifier.status(f"{result.outcome.value}: {result.planned.entry.shown_name}")
     finally:
-        quarantine.close()
+        if quarantine is not None:
+            quarantine.close()
         os.close(results_fd)
     return report
 
@@ -229,6 +253,8 @@ def main(
     except KeyboardInterrupt:
         return int(ExitCode.REFUSED)
     except Exception:
+        import traceback  # noqa: PLC0415 (only for a bug)
+
         traceback.print_exc()
         print("cni-reaper: internal error (a bug): see the traceback above", file=sys.stderr)
         return int(ExitCode.INTERNAL)

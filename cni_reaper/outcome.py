@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cni_reaper.boot import BootEnd, iso
 from cni_reaper.plan import Action, PlannedEntry
-from cni_reaper.plugin import PluginError
-from cni_reaper.replay import DelOutcome
+
+if TYPE_CHECKING:
+    # Only real runs replay DEL; a dry run never loads the plugin machinery.
+    from cni_reaper.plugin import PluginError
+    from cni_reaper.replay import DelOutcome
 
 
 class Outcome(str, Enum):
@@ -78,3 +82,10 @@ class EntryResult:
             "quarantined_to": self.quarantined_to,
             "problems": list(self.problems),
         }
+
+
+def dry_run(plan: Iterable[PlannedEntry]) -> Iterator[EntryResult]:
+    """The plan as a dry run reports it: what would change is `planned`, the rest `skipped`."""
+    for planned in plan:
+        outcome = Outcome.PLANNED if planned.action.changes_things else Outcome.SKIPPED
+        yield EntryResult(planned, outcome)

@@ -71,6 +71,11 @@ class Quarantine:
     def __init__(self, quarantine_dir: str, boot_id: str) -> None:
         self.dir = os.path.join(quarantine_dir, boot_id or "unknown-boot")
         self._fd: int | None = None
+        self._dirty: set[int] = set()  # results dirs with moves not yet fsynced
+
+    def open(self) -> None:
+        """Open (and make) the quarantine dir now rather than at the first move."""
+        self._dir_fd()
 
     def _dir_fd(self) -> int:
         if self._fd is None:
@@ -84,6 +89,8 @@ class Quarantine:
 
     def close(self) -> None:
         if self._fd is not None:
+            if self._dirty:
+                self.flush()
             os.close(self._fd)
             self._fd = None
 
@@ -126,7 +133,11 @@ class Quarantine:
             return os.path.join(self.dir, earlier)
         dest = self._free_name(fd, name)
         path = os.path.join(self.dir, dest)
-        _write_durably(fd, dest + SIDECAR_SUFFIX, json.dumps(sidecar(path), indent=2) + "\n")
+        # The sidecar is on disk before its rename; the renames of the sidecar and of the file
+        # are made durable together, by flush(): journalling file systems commit a directory's
+        # changes in order, so the file is never found here without its sidecar. A power cut
+        # before flush() may undo some moves; the next run redoes them, DEL being idempotent.
+        _write_beside(fd, dest + SIDECAR_SUFFIX, json.dumps(sidecar(path), indent=2) + "\n")
         failpoint.hit(SIDECAR_IN_PLACE)
         try:
             os.rename(name, dest, src_dir_fd=results_fd, dst_dir_fd=fd)
@@ -135,10 +146,17 @@ class Quarantine:
             if e.errno != errno.EXDEV:
                 raise QuarantineError(e.errno, f"cannot move {name}: {e.strerror}") from None
             _copy_then_unlink(results_fd, name, fd, dest)
-        os.fsync(fd)
-        os.fsync(results_fd)
-        failpoint.hit(DIRS_FSYNCED)
+        self._dirty.add(results_fd)
         return path
+
+    def flush(self) -> None:
+        """Make every move so far durable: one fsync of each directory involved."""
+        if self._fd is None:
+            return
+        for fd in (self._fd, *sorted(self._dirty)):
+            os.fsync(fd)
+        self._dirty.clear()
+        failpoint.hit(DIRS_FSYNCED)
 
 
 def _short(name: str) -> str:
@@ -156,7 +174,8 @@ def _exists(dir_fd: int, name: str) -> bool:
     return True
 
 
-def _write_durably(dir_fd: int, name: str, text: str) -> None:
+def _write_beside(dir_fd: int, name: str, text: str) -> None:
+    """Write to a temp name, fsync, rename into place; the caller fsyncs the directory."""
     tmp = f".{name}.tmp"
     fd = os.open(
         tmp,
@@ -171,7 +190,6 @@ def _write_durably(dir_fd: int, name: str, text: str) -> None:
         os.close(fd)
     failpoint.hit(SIDECAR_WRITTEN)
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    os.fsync(dir_fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -5,7 +5,7 @@ Layouts and field offsets: shared/reference/boot-records.md section 1.
 
 from __future__ import annotations
 
-import platform
+import os
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -63,7 +63,7 @@ def _text(raw: bytes) -> str:
 
 def native_layout() -> struct.Struct:
     """The layout the userland writes: 400 bytes only for 64-bit aarch64/s390x userlands."""
-    machine = platform.machine().lower()
+    machine = os.uname().machine.lower()
     if machine in ("aarch64", "arm64", "s390x") and struct.calcsize("P") == 8:
         return LAYOUT_400
     return LAYOUT_384

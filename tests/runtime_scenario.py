@@ -218,7 +218,7 @@ def import_image(socket: Path, tar: Path) -> list[str]:
     """ctr images import, retried: it is setup, not under test, and on a loaded machine ctr
     has been seen to abort once (SIGABRT) and succeed when run again."""
     ctr = ["ctr", "--address", str(socket), "--namespace", "k8s.io", "images", "import"]
-    failures = []
+    failures: list[str] = []
     for _ in range(3):
         proc = subprocess.run([*ctr, str(tar)], capture_output=True, text=True)
         if proc.returncode == 0:

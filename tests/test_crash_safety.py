@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-# cli imports every module of the package, so every failpoint is declared.
-from cni_reaper import cli, failpoint  # noqa: F401
+# apply imports every module a repair uses (cli loads it only for real runs), so every
+# failpoint is declared once these are imported.
+from cni_reaper import apply, cli, failpoint  # noqa: F401
 from tests.libcni import add_network_list, reserved_ips
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree, have_plugins, host_local_conflist
 from tests.private_node import cannot_run, damage

@@ -149,7 +149,7 @@ def split_name(name: str, networks: Collection[str]) -> tuple[NameSplit | None, 
     return None, f"ambiguous name: {choices}"
 
 
-def _read_entry(dir_fd: int, name: str) -> ContentVerdict:
+def _read_entry(dir_fd: int, name: str, size: int) -> ContentVerdict:
     try:
         fd = os.open(
             name,
@@ -161,15 +161,18 @@ def _read_entry(dir_fd: int, name: str) -> ContentVerdict:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return ContentVerdict(Content.NOT_A_FILE, "replaced by a non-file while read")
-        chunks = []
-        remaining = content.MAX_ENTRY_BYTES + 1
-        while remaining > 0:
+        # One read of the size lstat gave, plus a byte to see growth; a file that grew since
+        # is read on, never past the limit.
+        chunks = [os.read(fd, min(size, content.MAX_ENTRY_BYTES) + 1)]
+        remaining = content.MAX_ENTRY_BYTES + 1 - len(chunks[0])
+        while len(chunks[-1]) > size and remaining > 0:
             chunk = os.read(fd, min(remaining, 1 << 16))
             if not chunk:
                 break
             chunks.append(chunk)
             remaining -= len(chunk)
-        data = b"".join(chunks)
+            size = 0
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     except OSError as e:
         return ContentVerdict(Content.UNREADABLE, f"read: {e.strerror}")
     finally:
@@ -219,7 +222,7 @@ def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
                     Content.OVERSIZED, f"{file.size} bytes, over {content.MAX_ENTRY_BYTES}"
                 )
             else:
-                verdict = _check_identity(name, _read_entry(dir_fd, name))
+                verdict = _check_identity(name, _read_entry(dir_fd, name, file.size))
         split, problem = _split(name, verdict, networks)
         yield CacheEntry(name, file, verdict, split, problem)
 

@@ -201,11 +201,28 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+
+
 def _decode_json(text: str) -> Any:
     try:
-        return json.loads(text, parse_constant=_no_constants)
+        return _DECODER.decode(text)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+
+
+def _is_pair_list(value: Any) -> bool:
+    if not isinstance(value, list):
+        return False
+    for pair in value:
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], str)
+        ):
+            return False
+    return True
 
 
 def _check_cache_fields(doc: dict[str, Any]) -> str | None:
@@ -222,12 +239,7 @@ def _check_cache_fields(doc: dict[str, Any]) -> str | None:
         except (binascii.Error, ValueError):
             return "'config' is not valid base64"
     args = doc.get("cniArgs")
-    if args is not None and not (
-        isinstance(args, list)
-        and all(
-            isinstance(a, list) and len(a) == 2 and all(isinstance(s, str) for s in a) for a in args
-        )
-    ):
+    if args is not None and not _is_pair_list(args):
         return "'cniArgs' is not a list of [key, value] pairs"
     for key in ("capabilityArgs", "result"):
         if doc.get(key) is not None and not isinstance(doc[key], dict):

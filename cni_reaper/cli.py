@@ -9,17 +9,34 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from cni_reaper import __version__, boot, cache, netconf, outcome, runtime, shutdown_marker
+from cni_reaper import (
+    __version__,
+    boot,
+    cache,
+    host_local,
+    netconf,
+    outcome,
+    runtime,
+    shutdown_marker,
+)
 from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
-from cni_reaper.journal import Event, EventLog, entry_fields, event_of, journal_send, summary_fields
+from cni_reaper.journal import (
+    Event,
+    EventLog,
+    entry_fields,
+    event_of,
+    journal_send,
+    reservation_fields,
+    summary_fields,
+)
 from cni_reaper.lock import RunLock
 from cni_reaper.notify import Notifier
 from cni_reaper.paths import NodePaths
 from cni_reaper.plan import plan_entry
+from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter
 
 if TYPE_CHECKING:
     from cni_reaper.plugin import PluginRunner
-from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter
 
 DEFAULT_PLUGIN_TIMEOUT = 30.0
 # Plugins are mostly waiting on the kernel (netlink, iptables' lock): a few at once pay off
@@ -202,7 +219,8 @@ def _pipeline(
     except cache.ResultsDirError as e:
         raise UnsafeInputError(str(e.strerror)) from None
     if results_fd is None:
-        warnings.append(f"no results dir at {paths.results_dir}: nothing to do")
+        warnings.append(f"no results dir at {paths.results_dir}")
+        _host_local(args, paths, boot_ctx, configs, report, events)
         return report
     quarantine = None
     try:
@@ -237,7 +255,43 @@ def _pipeline(
         if quarantine is not None:
             quarantine.close()
         os.close(results_fd)
+    _host_local(args, paths, boot_ctx, configs, report, events)
     return report
+
+
+def _host_local(
+    args: argparse.Namespace,
+    paths: NodePaths,
+    boot_ctx: boot.BootContext,
+    configs: netconf.NetworkConfigs,
+    report: Report,
+    events: EventLog,
+) -> None:
+    """After every DEL has run: reservations no DEL can ever release."""
+    found = [
+        r
+        for network, store in host_local.stores(configs, paths.root)
+        for r in host_local.inventory(network, store, boot_ctx)
+    ]
+    to_move = [r for r in found if r.action == "quarantine" and not args.dry_run]
+    moved = {
+        (r.store, r.ip): (outcome, dest, problem)
+        for r, outcome, dest, problem in host_local.quarantine(
+            to_move, paths.quarantine_dir, boot_ctx.boot_id or "unknown-boot", boot_ctx.now
+        )
+    }
+    for r in found:
+        if r.action == "leave":
+            outcome, dest, problem = "skipped", None, None
+        elif args.dry_run:
+            outcome, dest, problem = "planned", None, None
+        else:
+            outcome, dest, problem = moved[(r.store, r.ip)]
+        doc = r.to_json(outcome, dest)
+        if problem:
+            doc["problem"] = problem
+        report.add_reservation(doc)
+        events.emit(reservation_fields(doc, args.dry_run))
 
 
 def main(

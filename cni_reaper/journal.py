@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import TextIO
+from typing import Any, TextIO
 
 from cni_reaper.cache import printable
 from cni_reaper.outcome import EntryResult, Outcome
@@ -111,6 +111,40 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
         fields["CNI_REAPER_PROBLEMS"] = "; ".join(result.problems)
     if result.quarantined_to:
         fields["CNI_REAPER_QUARANTINED_TO"] = printable(result.quarantined_to)
+    return fields
+
+
+def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
+    """A host-local reservation the reaper acted on, or left, as one record."""
+    event = {
+        "done": Event.REPAIRED,
+        "failed": Event.REPAIR_FAILED,
+        "planned": Event.PLANNED,
+    }.get(str(doc["outcome"]), Event.LEFT)
+    message = (
+        f"{printable(str(doc['path']))}: host-local reservation {doc['content']}, "
+        f"{doc['written']} -> {doc['action']} [{doc['outcome']}]: {doc['reason']}"
+    )
+    fields = {
+        "MESSAGE": message,
+        "MESSAGE_ID": event.message_id,
+        "PRIORITY": str(event.priority),
+        "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
+        "CNI_NETWORK": printable(str(doc["network"])),
+        "CNI_CONTAINERID": "",
+        "CNI_IFNAME": "",
+        "CNI_REAPER_FILE": printable(str(doc["path"])),
+        "CNI_REAPER_CONTENT": str(doc["content"]),
+        "CNI_REAPER_WRITTEN": str(doc["written"]),
+        "CNI_REAPER_ACTION": f"{doc['action']}-reservation",
+        "CNI_REAPER_OUTCOME": str(doc["outcome"]),
+        "CNI_REAPER_EVENT": event.value,
+        "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
+    }
+    if doc.get("quarantined_to"):
+        fields["CNI_REAPER_QUARANTINED_TO"] = printable(str(doc["quarantined_to"]))
+    if doc.get("problem"):
+        fields["CNI_REAPER_PROBLEMS"] = str(doc["problem"])
     return fields
 
 

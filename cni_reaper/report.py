@@ -46,6 +46,7 @@ class Report:
         self.plugin_errors = 0
         self._failed = False
         self._left_alone = False
+        self.reservations: list[dict[str, Any]] = []  # host-local's, only those not valid
 
     def add(self, result: EntryResult) -> None:
         action, outcome = result.planned.action, result.outcome
@@ -63,6 +64,13 @@ class Report:
             self._left_alone = True
         if self.writer is not None:
             self.writer.entry(self, result)
+
+    def add_reservation(self, doc: dict[str, Any]) -> None:
+        self.reservations.append(doc)
+        if doc["outcome"] == "failed":
+            self._failed = True
+        elif doc["action"] == "leave":
+            self._left_alone = True
 
     def finish(self) -> None:
         if self.writer is not None:
@@ -89,6 +97,9 @@ class Report:
             "action": by(0),
             "outcome": by(1),
             "plugin_errors": self.plugin_errors,
+            "host_local": dict(
+                sorted(Counter(f"{r['action']}/{r['outcome']}" for r in self.reservations).items())
+            ),
             "exit_code": int(self.exit_code),
         }
 
@@ -127,8 +138,9 @@ class JsonWriter:
 
     def finish(self, report: Report) -> None:
         self._start(report)
+        reservations = json.dumps(report.reservations)
         summary = json.dumps(report.summary())
-        self._out.write(f'\n  ],\n  "summary": {summary}\n}}\n')
+        self._out.write(f'\n  ],\n  "host_local": {reservations},\n  "summary": {summary}\n}}\n')
 
 
 class TextWriter:
@@ -155,6 +167,12 @@ class TextWriter:
 
     def finish(self, report: Report) -> None:
         self._start(report)
+        for r in report.reservations:
+            line = f"{printable(r['path'])}: host-local reservation {r['content']}, "
+            line += f"{r['written']} -> {r['action']} [{r['outcome']}]\n    why: {r['reason']}\n"
+            if r["quarantined_to"]:
+                line += f"    moved to {printable(r['quarantined_to'])}\n"
+            self._out.write(line)
         s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"

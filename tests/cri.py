@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, message_factory
 
 _PACKAGE = "runtime.v1"
 _SERVICE = "/runtime.v1.RuntimeService/"
@@ -114,7 +114,8 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
 
 
 def _message_classes() -> dict[str, Any]:
-    classes = message_factory.GetMessages([_file_descriptor()], descriptor_pool.DescriptorPool())
+    # One argument only: Debian 12's protobuf 3.21 (in the VM guest) takes no pool.
+    classes = message_factory.GetMessages([_file_descriptor()])
     return {name: classes[f"{_PACKAGE}.{name}"] for name in _MESSAGES}
 
 

@@ -1,0 +1,194 @@
+"""host-local's reservation store: addresses a crash left reserved to no one.
+
+host-local keeps one file per reserved address, `<dataDir>/<network>/<ip>`, holding
+`<containerID>\\r\\n<ifname>` (shared/reference/libcni-cache.md section 7), written without
+fsync. A crash leaves some of them empty or NUL-filled. DEL releases an address by its owner's
+container ID, so a reservation whose owner cannot be read is never released by anyone: its
+address is gone from the pool for good. Every sandbox of an earlier boot died with it, so such
+a file from an earlier boot is moved to the quarantine; from this boot, it is only reported.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from cni_reaper.boot import BootContext, Written, WrittenVerdict, iso
+from cni_reaper.netconf import NetworkConfigs
+from cni_reaper.trust import untrusted
+
+DEFAULT_DATA_DIR = "/var/lib/cni/networks"
+MAX_RESERVATION_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Reservation:
+    network: str
+    store: str  # the network's store dir
+    ip: str
+    size: int
+    mtime: float
+    ctime: float
+    content: str  # valid, empty, zeroed, garbage
+    written: WrittenVerdict
+    action: str  # keep, quarantine, leave
+    reason: str
+
+    def to_json(self, outcome: str, quarantined_to: str | None = None) -> dict[str, Any]:
+        return {
+            "network": self.network,
+            "path": os.path.join(self.store, self.ip),
+            "ip": self.ip,
+            "size": self.size,
+            "mtime": iso(self.mtime),
+            "ctime": iso(self.ctime),
+            "content": self.content,
+            "written": self.written.written.value,
+            "evidence": self.written.evidence,
+            "action": self.action,
+            "reason": self.reason,
+            "outcome": outcome,
+            "quarantined_to": quarantined_to,
+        }
+
+
+def stores(configs: NetworkConfigs, root: str) -> Iterator[tuple[str, str]]:
+    """(network, store dir) of every network whose chain uses host-local, under root."""
+    for name, netlist in sorted(configs.networks.items()):
+        for plugin in netlist.plugins:
+            ipam = plugin.get("ipam")
+            if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+                data_dir = ipam.get("dataDir")
+                data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
+                yield name, os.path.join(root, data_dir.lstrip("/"), name)
+                break
+
+
+def _content(data: bytes) -> str:
+    if not data:
+        return "empty"
+    if not data.strip(b"\0"):
+        return "zeroed"
+    owner = data.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
+    if b"\0" in data or not owner.strip() or any(c < 0x21 or c > 0x7E for c in owner):
+        return "garbage"
+    return "valid"
+
+
+def inventory(network: str, store: str, boot: BootContext) -> Iterator[Reservation]:
+    """The reservations of one store that are not plainly valid; never through a symlink."""
+    try:
+        dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if untrusted(os.fstat(dir_fd)):
+            return
+        for name in sorted(os.listdir(dir_fd)):
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                continue  # lock, last_reserved_ip.N
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RESERVATION_BYTES:
+                continue
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as f:
+                content = _content(f.read(MAX_RESERVATION_BYTES))
+            if content == "valid":
+                continue
+            written = boot.classify(st.st_mtime_ns / 1e9, st.st_ctime_ns / 1e9)
+            if written.written is Written.PREVIOUS_BOOT:
+                action = "quarantine"
+                reason = "no owner to release it, and every sandbox of that boot is gone"
+            else:
+                action = "leave"
+                reason = f"written {written.written.value}: may be a reservation in flight"
+            yield Reservation(
+                network,
+                store,
+                name,
+                st.st_size,
+                st.st_mtime_ns / 1e9,
+                st.st_ctime_ns / 1e9,
+                content,
+                written,
+                action,
+                reason,
+            )
+    finally:
+        os.close(dir_fd)
+
+
+class StoreLock:
+    """host-local's own lock on the store, so no plugin reserves while a file is moved."""
+
+    def __init__(self, store: str) -> None:
+        self._fd = os.open(
+            os.path.join(store, "lock"),
+            os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self.dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        os.close(self.dir_fd)
+        os.close(self._fd)
+
+
+def quarantine(
+    reservations: list[Reservation], quarantine_dir: str, boot_id: str, now: float
+) -> Iterator[tuple[Reservation, str, str | None, str | None]]:
+    """Move each reservation to quarantine/<boot>/host-local/<network>/, under host-local's
+    own lock; yields (reservation, outcome, where it went, what went wrong)."""
+    from cni_reaper import __version__  # noqa: PLC0415
+    from cni_reaper.quarantine import Quarantine, QuarantineError, sha256_of  # noqa: PLC0415
+
+    by_store: dict[str, list[Reservation]] = {}
+    for reservation in reservations:
+        by_store.setdefault(reservation.store, []).append(reservation)
+    for store, items in by_store.items():
+        network = items[0].network
+        place = Quarantine(os.path.join(quarantine_dir, boot_id, "host-local"), network)
+        try:
+            lock = StoreLock(store)
+        except OSError as e:
+            for reservation in items:
+                yield reservation, "failed", None, f"cannot lock {store}: {e.strerror}"
+            continue
+        try:
+            for reservation in items:
+                sha256 = sha256_of(lock.dir_fd, reservation.ip)
+
+                def sidecar(
+                    dest: str, r: Reservation = reservation, digest: str | None = sha256
+                ) -> dict[str, Any]:
+                    return {
+                        "schema": 1,
+                        "reaper_version": __version__,
+                        "quarantined_at": iso(now),
+                        "sha256": digest,
+                        **r.to_json("done", dest),
+                    }
+
+                try:
+                    dest = place.move(lock.dir_fd, reservation.ip, sidecar, sha256)
+                except (QuarantineError, OSError) as e:
+                    yield reservation, "failed", None, f"quarantine: {e.strerror or e}"
+                else:
+                    yield reservation, "done", dest, None
+        finally:
+            place.close()
+            lock.close()

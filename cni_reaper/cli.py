@@ -184,7 +184,8 @@ def run(
             report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer)
     report.finish()
     summary = report.summary()
-    events.emit(summary_fields(summary, report.boot.previous_boot_crashed, args.dry_run))
+    marker = report.boot.shutdown.state.value if report.boot.shutdown else "unknown"
+    events.emit(summary_fields(summary, report.boot.previous_boot_crashed, args.dry_run, marker))
     notifier.status(f"done: {summary_fields(summary, None, args.dry_run)['MESSAGE']}")
     if args.metrics_file:
         from cni_reaper import metrics  # noqa: PLC0415 (only when asked for)

@@ -149,7 +149,7 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
 
 
 def summary_fields(
-    summary: Mapping[str, object], crashed: bool | None, dry_run: bool
+    summary: Mapping[str, object], crashed: bool | None, dry_run: bool, marker: str = "unknown"
 ) -> dict[str, str]:
     actions = summary.get("action") or {}
     outcomes = summary.get("outcome") or {}
@@ -167,6 +167,7 @@ def summary_fields(
         "CNI_REAPER_PLANNED": str(outcomes.get("planned", 0)),
         "CNI_REAPER_EXIT_CODE": str(summary["exit_code"]),
         "CNI_REAPER_PREVIOUS_BOOT_CRASHED": {None: "unknown", True: "1", False: "0"}[crashed],
+        "CNI_REAPER_SHUTDOWN_MARKER": marker,
         "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
     }
 

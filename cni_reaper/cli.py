@@ -185,7 +185,10 @@ def run(
     report.finish()
     summary = report.summary()
     marker = report.boot.shutdown.state.value if report.boot.shutdown else "unknown"
-    events.emit(summary_fields(summary, report.boot.previous_boot_crashed, args.dry_run, marker))
+    previous = report.boot.previous_boot
+    wtmp_end = previous.end.value if previous else "none"
+    crashed = report.boot.previous_boot_crashed
+    events.emit(summary_fields(summary, crashed, args.dry_run, marker, wtmp_end))
     notifier.status(f"done: {summary_fields(summary, None, args.dry_run)['MESSAGE']}")
     if args.metrics_file:
         from cni_reaper import metrics  # noqa: PLC0415 (only when asked for)

@@ -149,7 +149,11 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
 
 
 def summary_fields(
-    summary: Mapping[str, object], crashed: bool | None, dry_run: bool, marker: str = "unknown"
+    summary: Mapping[str, object],
+    crashed: bool | None,
+    dry_run: bool,
+    marker: str = "unknown",
+    wtmp_end: str = "unknown",
 ) -> dict[str, str]:
     actions = summary.get("action") or {}
     outcomes = summary.get("outcome") or {}
@@ -168,6 +172,7 @@ def summary_fields(
         "CNI_REAPER_EXIT_CODE": str(summary["exit_code"]),
         "CNI_REAPER_PREVIOUS_BOOT_CRASHED": {None: "unknown", True: "1", False: "0"}[crashed],
         "CNI_REAPER_SHUTDOWN_MARKER": marker,
+        "CNI_REAPER_WTMP_PREVIOUS_BOOT": wtmp_end,
         "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
     }
 

@@ -126,6 +126,10 @@ def test_the_reaper_named_the_crash_replayed_del_and_quarantined(
 ) -> None:
     _, _, second = crash
     assert summary(second)["CNI_REAPER_PREVIOUS_BOOT_CRASHED"] == "1"
+    # Both kinds of evidence agree: boot 1 started the reaper but never stopped it, and wtmp
+    # has its boot record (written well before the crash) with no shutdown after it.
+    assert summary(second)["CNI_REAPER_SHUTDOWN_MARKER"] == "unclean"
+    assert summary(second)["CNI_REAPER_WTMP_PREVIOUS_BOOT"] == "crashed"
     assert summary(second)["CNI_REAPER_EXIT_CODE"] == "0"
     repaired = [
         r
@@ -196,6 +200,7 @@ def test_after_a_clean_shutdown_the_reaper_touches_nothing(
     record = summary(second)
     assert record["CNI_REAPER_PREVIOUS_BOOT_CRASHED"] == "0"
     assert record["CNI_REAPER_SHUTDOWN_MARKER"] == "clean"
+    assert record["CNI_REAPER_WTMP_PREVIOUS_BOOT"] == "clean"
     assert record["CNI_REAPER_EXIT_CODE"] == "0"
     assert facts["quarantine"] == []
     assert podnet_files(facts["results"]) == podnet_files(first.one("pods")["results"])

@@ -110,7 +110,9 @@ def setup_crash() -> None:
         daemon=True,
     ).start()
     time.sleep(1.5)
-    say("crashing", in_flight=in_flight, results=files(RESULTS))
+    say("crashing", in_flight=[pod["name"] for pod in in_flight])
+    # The serial console drains asynchronously: let the line out before the kernel dies.
+    time.sleep(0.3)
     Path("/proc/sys/kernel/sysrq").write_text("1\n")
     Path("/proc/sysrq-trigger").write_text("c\n")
 

@@ -12,9 +12,7 @@ if [ -s "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "up to date: $out"
     exit 0
 fi
-# The mirror apt uses on this machine (deb822 first, then sources.list); empty: the default.
-mirror=$(sed -n 's|^URIs: *\(.*/debian\)/*$|\1|p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
-[ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 ~ /\/debian\/?$/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+mirror=$("$(dirname "$0")/debian-mirror.sh")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 debootstrap --variant=minbase --include="$include" bookworm "$work/root" $mirror >"$work/log" 2>&1 || {

@@ -7,8 +7,14 @@ sends; fields left out are simply never set, as proto3 allows.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
+
+# gRPC's fork handlers run in a child forked while a channel is open, and can abort it before
+# it execs (SIGABRT, "epoll_wait error: Bad file descriptor"): seen on Python 3.9, whose
+# subprocess forks where newer ones use vfork. The tests start processes while a client is open.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc
 from google.protobuf import descriptor_pb2, message_factory

@@ -19,30 +19,13 @@ from typing import Any
 
 from cni_reaper import wtmp
 from tests.libcni import add_network_list, reserved_ips
-from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree
+from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree, bridge_conflist
 from tests.private_node import damage, private_tmpfs, reaper_command, tree_digest
 
 CACHE_DIR = Path("/var/lib/cni")
 NETNS_DIR = Path("/run/netns")
 
-BRIDGE_NET = {
-    "cniVersion": "1.0.0",
-    "name": "bridge-net",
-    "plugins": [
-        {
-            "type": "bridge",
-            "bridge": "cni0",
-            "isGateway": True,
-            "ipMasq": True,
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{"subnet": "10.88.0.0/24"}]],
-                "routes": [{"dst": "0.0.0.0/0"}],
-            },
-        },
-        {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
-    ],
-}
+BRIDGE_NET = bridge_conflist("bridge-net", "10.88.0.0/24")
 PTP_NET = {
     "cniVersion": "0.4.0",
     "name": "ptp-net",

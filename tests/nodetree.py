@@ -46,6 +46,28 @@ def cache_entry_bytes(
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+def bridge_conflist(name: str, subnet: str) -> dict[str, Any]:
+    """bridge with host-local, then portmap: the chain most node images ship."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": name,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": True,
+                "ipMasq": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": subnet}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
+        ],
+    }
+
+
 def host_local_conflist(name: str, subnet: str, data_dir: str) -> bytes:
     """host-local run directly as the only plugin: a real plugin that needs no netns."""
     ipam = {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": data_dir}

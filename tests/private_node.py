@@ -23,6 +23,17 @@ def cannot_run(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def unshare(*, net: bool = False, pid: bool = False) -> list[str]:
+    """The command prefix for a private mount namespace (and network, and PID namespace, whose
+    first process is then PID 1: should it die, the kernel kills the rest)."""
+    argv = ["unshare", "--mount", "--propagation", "private"]
+    if net:
+        argv.append("--net")
+    if pid:
+        argv += ["--pid", "--fork", "--kill-child", "--mount-proc"]
+    return argv
+
+
 def private_tmpfs(path: Path) -> None:
     """A tmpfs over path in this mount namespace only; an absent path is made under a tmpfs parent,
     so that nothing is created on the machine's own file system."""

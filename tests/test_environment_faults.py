@@ -18,7 +18,7 @@ import pytest
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed, by_path
 from tests.nodetree import CONTAINER_IDS
-from tests.private_node import cannot_run
+from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def run_in_mount_namespace(
     if os.geteuid() != 0:
         cannot_run("needs root for mounts in a private mount namespace")
     # sh -c takes the command after the script's own name ("sh"), as "$@".
-    shell = ["unshare", "--mount", "--propagation", "private", "sh", "-ec", setup + '\nexec "$@"']
+    shell = [*unshare(), "sh", "-ec", setup + '\nexec "$@"']
     reaper = [sys.executable, "-m", "tests.clocked_run", str(crashed.t0 + 60), "--"]
     proc = subprocess.run(
         [*shell, "sh", *reaper, *crashed.argv("--json", *extra)],

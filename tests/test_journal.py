@@ -19,7 +19,7 @@ from cni_reaper import cli
 from cni_reaper.journal import Event, EventLog, journal_send
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR
-from tests.private_node import cannot_run, reaper_command
+from tests.private_node import cannot_run, reaper_command, unshare
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRY_FIELDS = {
@@ -215,14 +215,7 @@ def test_records_arrive_in_a_real_journald(crashed: Crashed, tmp_path: Path) -> 
     out = tmp_path / "journal.json"
     proc = subprocess.run(
         [
-            "unshare",
-            "--mount",
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-            "--propagation",
-            "private",
+            *unshare(pid=True),
             sys.executable,
             "-m",
             "tests.journald_scenario",

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.nodetree import have_plugins
-from tests.private_node import cannot_run
+from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.netns
@@ -42,11 +42,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("netns")
     proc = subprocess.run(
         [
-            "unshare",
-            "--net",
-            "--mount",
-            "--propagation",
-            "private",
+            *unshare(net=True),
             sys.executable,
             "-m",
             "tests.netns_scenario",

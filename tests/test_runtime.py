@@ -19,7 +19,7 @@ import pytest
 
 from tests.nodetree import have_plugins
 from tests.pause_image import BUSYBOX
-from tests.private_node import cannot_run
+from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.runtime
@@ -70,16 +70,8 @@ def run_scenario(work: Path, dry_run_first: bool) -> dict[str, Any]:
     if reason:
         cannot_run(reason)
     argv = [
-        "unshare",
-        "--net",
-        "--mount",
-        "--pid",
-        "--fork",
         # Should the test time out, the scenario's PID 1 dies, and the kernel kills the rest.
-        "--kill-child",
-        "--mount-proc",
-        "--propagation",
-        "private",
+        *unshare(net=True, pid=True),
         sys.executable,
         "-m",
         "tests.runtime_scenario",

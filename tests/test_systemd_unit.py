@@ -15,7 +15,7 @@ import pytest
 
 from cni_reaper import __version__
 from cni_reaper.cli import build_parser
-from tests.private_node import cannot_run
+from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd/cni-reaper.service"
@@ -186,10 +186,7 @@ def test_kill_switch_file(analyze: str, tmp_path: Path) -> None:
     # /etc/cni-reaper/disable exists only inside a private mount namespace.
     overlay = f"lowerdir=/etc,upperdir={upper},workdir={work}"
     prefix = [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
+        *unshare(),
         "sh",
         "-c",
         f'mount -t overlay overlay -o {overlay} /etc && exec "$@"',

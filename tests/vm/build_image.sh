@@ -24,8 +24,7 @@ debs)
         echo "up to date: $out"
         exit 0
     fi
-    mirror=$(sed -n 's|^URIs: *\(.*/debian\)/*$|\1|p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
-    [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 ~ /\/debian\/?$/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+    mirror=$("$here/../../packaging/debian-mirror.sh")
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     mkdir -p "$(dirname "$out")"

@@ -9,12 +9,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from cni_reaper import __version__
-from cni_reaper.boot import iso
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError, PluginRunner
-from cni_reaper.quarantine import Quarantine, QuarantineError, sha256_of
+from cni_reaper.quarantine import Quarantine, QuarantineError, sha256_of, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, delete
 
 
@@ -110,13 +108,6 @@ def _sidecar(
     """The sidecar for a file about to be moved to dest: its report entry, plus its digest."""
 
     def for_dest(dest: str) -> dict[str, Any]:
-        entry = EntryResult(planned, outcome, del_outcome, dest).to_json()
-        return {
-            "schema": 1,
-            "reaper_version": __version__,
-            "quarantined_at": iso(now),
-            "sha256": sha256,
-            **entry,
-        }
+        return sidecar(EntryResult(planned, outcome, del_outcome, dest).to_json(), sha256, now)
 
     return for_dest

@@ -183,13 +183,9 @@ def run(
         with RunLock(paths.lock_file):
             report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer)
     report.finish()
-    summary = report.summary()
-    marker = report.boot.shutdown.state.value if report.boot.shutdown else "unknown"
-    previous = report.boot.previous_boot
-    wtmp_end = previous.end.value if previous else "none"
-    crashed = report.boot.previous_boot_crashed
-    events.emit(summary_fields(summary, crashed, args.dry_run, marker, wtmp_end))
-    notifier.status(f"done: {summary_fields(summary, None, args.dry_run)['MESSAGE']}")
+    summary = summary_fields(report)
+    events.emit(summary)
+    notifier.status(f"done: {summary['MESSAGE']}")
     if args.metrics_file:
         from cni_reaper import metrics  # noqa: PLC0415 (only when asked for)
 
@@ -277,21 +273,15 @@ def _host_local(
         for network, store in host_local.stores(configs, paths.root)
         for r in host_local.inventory(network, store, boot_ctx)
     ]
-    to_move = [r for r in found if r.action == "quarantine" and not args.dry_run]
-    moved = {
-        (r.store, r.ip): (outcome, dest, problem)
-        for r, outcome, dest, problem in host_local.quarantine(
-            to_move, paths.quarantine_dir, boot_ctx.boot_id or "unknown-boot", boot_ctx.now
-        )
-    }
-    for r in found:
-        if r.action == "leave":
-            outcome, dest, problem = "skipped", None, None
-        elif args.dry_run:
-            outcome, dest, problem = "planned", None, None
-        else:
-            outcome, dest, problem = moved[(r.store, r.ip)]
-        doc = r.to_json(outcome, dest)
+    settled = host_local.settle(
+        found,
+        args.dry_run,
+        paths.quarantine_dir,
+        boot_ctx.boot_id or "unknown-boot",
+        boot_ctx.now,
+    )
+    for r, settled_as, dest, problem in settled:
+        doc = r.to_json(settled_as, dest)
         if problem:
             doc["problem"] = problem
         report.add_reservation(doc)

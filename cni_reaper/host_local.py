@@ -148,13 +148,33 @@ class StoreLock:
         os.close(self._fd)
 
 
-def quarantine(
+def settle(
+    reservations: list[Reservation], dry_run: bool, quarantine_dir: str, boot_id: str, now: float
+) -> Iterator[tuple[Reservation, str, str | None, str | None]]:
+    """Yields (reservation, outcome, where it went, what went wrong) for each: those to leave
+    are skipped, a dry run plans, a real run moves to quarantine/<boot>/host-local/<network>/
+    under host-local's own lock."""
+    to_move = []
+    for reservation in reservations:
+        if reservation.action == "leave":
+            yield reservation, "skipped", None, None
+        elif dry_run:
+            yield reservation, "planned", None, None
+        else:
+            to_move.append(reservation)
+    if to_move:
+        yield from _quarantine(to_move, quarantine_dir, boot_id, now)
+
+
+def _quarantine(
     reservations: list[Reservation], quarantine_dir: str, boot_id: str, now: float
 ) -> Iterator[tuple[Reservation, str, str | None, str | None]]:
-    """Move each reservation to quarantine/<boot>/host-local/<network>/, under host-local's
-    own lock; yields (reservation, outcome, where it went, what went wrong)."""
-    from cni_reaper import __version__  # noqa: PLC0415
-    from cni_reaper.quarantine import Quarantine, QuarantineError, sha256_of  # noqa: PLC0415
+    from cni_reaper.quarantine import (  # noqa: PLC0415 (only real runs move files)
+        Quarantine,
+        QuarantineError,
+        sha256_of,
+        sidecar,
+    )
 
     by_store: dict[str, list[Reservation]] = {}
     for reservation in reservations:
@@ -172,19 +192,13 @@ def quarantine(
             for reservation in items:
                 sha256 = sha256_of(lock.dir_fd, reservation.ip)
 
-                def sidecar(
+                def record(
                     dest: str, r: Reservation = reservation, digest: str | None = sha256
                 ) -> dict[str, Any]:
-                    return {
-                        "schema": 1,
-                        "reaper_version": __version__,
-                        "quarantined_at": iso(now),
-                        "sha256": digest,
-                        **r.to_json("done", dest),
-                    }
+                    return sidecar(r.to_json("done", dest), digest, now)
 
                 try:
-                    dest = place.move(lock.dir_fd, reservation.ip, sidecar, sha256)
+                    dest = place.move(lock.dir_fd, reservation.ip, record, sha256)
                 except (QuarantineError, OSError) as e:
                     yield reservation, "failed", None, f"quarantine: {e.strerror or e}"
                 else:

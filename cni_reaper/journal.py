@@ -13,11 +13,14 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from cni_reaper.cache import printable
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
+
+if TYPE_CHECKING:
+    from cni_reaper.report import Report
 
 SYSLOG_IDENTIFIER = "cni-reaper"
 
@@ -148,17 +151,13 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     return fields
 
 
-def summary_fields(
-    summary: Mapping[str, object],
-    crashed: bool | None,
-    dry_run: bool,
-    marker: str = "unknown",
-    wtmp_end: str = "unknown",
-) -> dict[str, str]:
-    actions = summary.get("action") or {}
-    outcomes = summary.get("outcome") or {}
-    assert isinstance(actions, dict) and isinstance(outcomes, dict)
+def summary_fields(report: Report) -> dict[str, str]:
+    """The run in one record: counts, exit code, and what the previous boot was and why."""
+    summary = report.summary()
+    actions, outcomes = summary["action"], summary["outcome"]
     counts = ", ".join(f"{n} {k}" for k, n in actions.items()) or "nothing to do"
+    boot = report.boot
+    previous = boot.previous_boot
     return {
         "MESSAGE": f"{summary['entries']} entries; {counts}; exit {summary['exit_code']}",
         "MESSAGE_ID": Event.SUMMARY.message_id,
@@ -170,10 +169,12 @@ def summary_fields(
         "CNI_REAPER_FAILED": str(outcomes.get("failed", 0)),
         "CNI_REAPER_PLANNED": str(outcomes.get("planned", 0)),
         "CNI_REAPER_EXIT_CODE": str(summary["exit_code"]),
-        "CNI_REAPER_PREVIOUS_BOOT_CRASHED": {None: "unknown", True: "1", False: "0"}[crashed],
-        "CNI_REAPER_SHUTDOWN_MARKER": marker,
-        "CNI_REAPER_WTMP_PREVIOUS_BOOT": wtmp_end,
-        "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
+        "CNI_REAPER_PREVIOUS_BOOT_CRASHED": {None: "unknown", True: "1", False: "0"}[
+            boot.previous_boot_crashed
+        ],
+        "CNI_REAPER_SHUTDOWN_MARKER": boot.shutdown.state.value if boot.shutdown else "unknown",
+        "CNI_REAPER_WTMP_PREVIOUS_BOOT": previous.end.value if previous else "none",
+        "CNI_REAPER_DRY_RUN": "1" if report.dry_run else "0",
     }
 
 

@@ -19,7 +19,8 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from cni_reaper import failpoint
+from cni_reaper import __version__, failpoint
+from cni_reaper.boot import iso
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -40,6 +41,17 @@ DIRS_FSYNCED = failpoint.declare("quarantine.dirs-fsynced")
 
 class QuarantineError(OSError):
     pass
+
+
+def sidecar(record: dict[str, Any], sha256: str | None, now: float) -> dict[str, Any]:
+    """What lies beside a quarantined file: its report record, its digest, when it came."""
+    return {
+        "schema": 1,
+        "reaper_version": __version__,
+        "quarantined_at": iso(now),
+        "sha256": sha256,
+        **record,
+    }
 
 
 def _open_or_make_dir(parent_fd: int | None, path: str) -> int:

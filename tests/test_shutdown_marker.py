@@ -43,6 +43,12 @@ class Node:
         code = cli.run(self.crashed.argv("--json", *extra), clock=lambda: self.clock, environ={})
         return int(code), json.loads(self.capsys.readouterr().out)
 
+    def ran_and_shut_down(self, boot_id: str, at: float) -> None:
+        """A boot in which the unit ran at start, and its ExecStop at a clean shutdown."""
+        self.boot(boot_id, at)
+        self.run()
+        self.stop()
+
     def stop(self) -> int:
         """The unit's ExecStop at a clean shutdown."""
         self.clock += 60
@@ -71,9 +77,7 @@ def test_exec_stop_writes_a_durable_marker_naming_this_boot(boots: Node) -> None
 def test_clean_shutdown_is_read_then_consumed(boots: Node) -> None:
     node = boots
     t0 = node.crashed.t0
-    node.boot(BOOT_A, t0)
-    node.run()
-    node.stop()
+    node.ran_and_shut_down(BOOT_A, t0)
     node.boot(BOOT_B, t0 + 1000, clean_before=True)
 
     code, report = node.run()
@@ -109,9 +113,7 @@ def test_marker_of_an_older_boot_does_not_speak_for_the_previous_one(
     # Only wtmp can show a boot in which the reaper did not run.
     node = Node(crashed, capsys, wtmp=True)
     t0 = node.crashed.t0
-    node.boot(BOOT_A, t0)
-    node.run()
-    node.stop()
+    node.ran_and_shut_down(BOOT_A, t0)
     # Boot B ran with the kill switch on (no run, no stop) and crashed.
     node.boot(BOOT_B, t0 + 1000, clean_before=True)
     node.boot(BOOT_C, t0 + 2000)
@@ -125,9 +127,7 @@ def test_marker_of_an_older_boot_does_not_speak_for_the_previous_one(
 def test_dry_run_reads_the_marker_but_leaves_it(boots: Node) -> None:
     node = boots
     t0 = node.crashed.t0
-    node.boot(BOOT_A, t0)
-    node.run()
-    node.stop()
+    node.ran_and_shut_down(BOOT_A, t0)
     node.boot(BOOT_B, t0 + 1000, clean_before=True)
     before = node.marker()
 
@@ -141,9 +141,7 @@ def test_dry_run_reads_the_marker_but_leaves_it(boots: Node) -> None:
 def test_later_runs_in_the_same_boot_see_what_the_first_saw(boots: Node) -> None:
     node = boots
     t0 = node.crashed.t0
-    node.boot(BOOT_A, t0)
-    node.run()
-    node.stop()
+    node.ran_and_shut_down(BOOT_A, t0)
     node.boot(BOOT_B, t0 + 1000, clean_before=True)
     node.run()
     # This boot's own stop, then a run by hand: neither changes what is known of boot A.

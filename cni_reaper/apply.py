@@ -6,8 +6,7 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action, PlannedEntry
@@ -16,8 +15,7 @@ from cni_reaper.quarantine import Quarantine, QuarantineError, sha256_of, sideca
 from cni_reaper.replay import Attachment, DelOutcome, delete
 
 
-@dataclass(frozen=True)
-class Executor:
+class Executor(NamedTuple):
     results_fd: int
     runner: PluginRunner
     bin_dirs: Sequence[str]

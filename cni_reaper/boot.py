@@ -10,9 +10,8 @@ import os
 import stat
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from cni_reaper import shutdown_marker, wtmp
 from cni_reaper.paths import NodePaths
@@ -40,8 +39,7 @@ class BootEnd(str, Enum):
     RUNNING = "running"
 
 
-@dataclass(frozen=True)
-class Boot:
+class Boot(NamedTuple):
     start: float
     kernel: str
     last_record: float  # the newest record of any kind while this boot ran
@@ -58,16 +56,14 @@ class Boot:
         }
 
 
-@dataclass(frozen=True)
-class WrittenVerdict:
+class WrittenVerdict(NamedTuple):
     written: Written
     evidence: str
     writing_boot: Boot | None = None
     seconds_before_last_record: float | None = None
 
 
-@dataclass(frozen=True)
-class BootContext:
+class BootContext(NamedTuple):
     boot_id: str
     now: float
     btime: float | None
@@ -75,7 +71,7 @@ class BootContext:
     current_start_source: str
     previous_boots: tuple[Boot, ...]  # oldest first
     margin: float = DEFAULT_MARGIN
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
     shutdown: ShutdownEvidence | None = None
 
     @property

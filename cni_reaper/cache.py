@@ -11,7 +11,7 @@ import os
 import re
 import stat
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict
@@ -24,15 +24,13 @@ class ResultsDirError(OSError):
     """The results dir cannot be inspected safely (a symlink, not a dir, unreadable)."""
 
 
-@dataclass(frozen=True)
-class NameSplit:
+class NameSplit(NamedTuple):
     network: str
     container_id: str
     ifname: str
 
 
-@dataclass(frozen=True)
-class FileStat:
+class FileStat(NamedTuple):
     kind: str  # file, symlink, directory, fifo, socket, device
     size: int
     mtime: float
@@ -77,8 +75,7 @@ def printable(text: str) -> str:
     return "".join(shown)
 
 
-@dataclass(frozen=True)
-class CacheEntry:
+class CacheEntry(NamedTuple):
     name: str  # the file name, relative to the results dir
     file: FileStat
     verdict: ContentVerdict

@@ -10,9 +10,8 @@ import binascii
 import contextlib
 import json
 import re
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 CACHE_KIND = "cniCacheV1"
 MAX_ENTRY_BYTES = 1 << 20
@@ -45,8 +44,7 @@ class Content(str, Enum):
 CORRUPT = frozenset({Content.EMPTY, Content.ZEROED, Content.TRUNCATED, Content.GARBAGE})
 
 
-@dataclass(frozen=True)
-class CachedIdentity:
+class CachedIdentity(NamedTuple):
     """The names a decoded cniCacheV1 entry carries about itself."""
 
     network: str
@@ -54,8 +52,7 @@ class CachedIdentity:
     ifname: str
 
 
-@dataclass(frozen=True)
-class ContentVerdict:
+class ContentVerdict(NamedTuple):
     content: Content
     detail: str
     identity: CachedIdentity | None = None

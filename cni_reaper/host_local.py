@@ -15,8 +15,7 @@ import ipaddress
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict, iso
 from cni_reaper.netconf import NetworkConfigs
@@ -26,8 +25,7 @@ DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 MAX_RESERVATION_BYTES = 4096
 
 
-@dataclass(frozen=True)
-class Reservation:
+class Reservation(NamedTuple):
     network: str
     store: str  # the network's store dir
     ip: str

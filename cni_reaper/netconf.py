@@ -10,8 +10,7 @@ import json
 import os
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 CONF_EXTENSIONS = (".conflist", ".conf", ".json")
 MAX_CONF_BYTES = 1 << 20
@@ -26,8 +25,7 @@ class ConfigError(ValueError):
     """A config that libcni would refuse."""
 
 
-@dataclass(frozen=True)
-class NetworkList:
+class NetworkList(NamedTuple):
     name: str
     cni_version: str
     plugins: tuple[dict[str, Any], ...]
@@ -43,8 +41,7 @@ class NetworkList:
         return version_at_least(self.cni_version, (0, 4, 0))
 
 
-@dataclass(frozen=True)
-class NetworkConfigs:
+class NetworkConfigs(NamedTuple):
     networks: dict[str, NetworkList]  # by name; the first file in load order wins
     problems: tuple[str, ...]  # files that were skipped, and why
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cni_reaper.boot import BootEnd, iso
 from cni_reaper.plan import Action, PlannedEntry
@@ -23,8 +22,7 @@ class Outcome(str, Enum):
     SKIPPED = "skipped"
 
 
-@dataclass(frozen=True)
-class EntryResult:
+class EntryResult(NamedTuple):
     planned: PlannedEntry
     outcome: Outcome
     del_outcome: DelOutcome | None = None

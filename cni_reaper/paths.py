@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 DEFAULT_CACHE_DIR = "var/lib/cni"
 DEFAULT_CONF_DIRS = ("etc/cni/net.d",)
@@ -14,8 +14,7 @@ DEFAULT_STATE_DIR = "var/lib/cni-reaper"
 RUNTIME_SOCKETS = ("run/containerd/containerd.sock", "run/crio/crio.sock")
 
 
-@dataclass(frozen=True)
-class NodePaths:
+class NodePaths(NamedTuple):
     root: str
     cache_dir: str
     conf_dirs: tuple[str, ...]

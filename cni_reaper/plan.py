@@ -5,8 +5,8 @@ The table is shared/DESIGN.md section Verdicts and policy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
@@ -27,8 +27,7 @@ class Action(str, Enum):
         return self in (Action.DEL_AND_QUARANTINE, Action.QUARANTINE)
 
 
-@dataclass(frozen=True)
-class PlannedEntry:
+class PlannedEntry(NamedTuple):
     entry: CacheEntry
     written: WrittenVerdict
     action: Action

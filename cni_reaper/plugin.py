@@ -12,8 +12,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from cni_reaper.trust import untrusted
 
@@ -27,8 +26,7 @@ class PluginRefused(Exception):
     """A plugin that must not be run: a bad name, not found, or outside the plugin dirs."""
 
 
-@dataclass(frozen=True)
-class PluginRun:
+class PluginRun(NamedTuple):
     exit_status: int  # as subprocess reports it: negative for a signal
     stdout: bytes
     stderr: bytes
@@ -36,8 +34,7 @@ class PluginRun:
     output_truncated: bool
 
 
-@dataclass(frozen=True)
-class PluginError:
+class PluginError(NamedTuple):
     plugin: str
     msg: str
     code: int | None = None

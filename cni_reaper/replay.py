@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cni_reaper import failpoint
 from cni_reaper.netconf import NetworkList
@@ -19,8 +18,7 @@ BEFORE_PLUGIN = failpoint.declare("del.before-plugin")
 AFTER_PLUGIN = failpoint.declare("del.after-plugin")
 
 
-@dataclass(frozen=True)
-class Attachment:
+class Attachment(NamedTuple):
     container_id: str
     ifname: str
     cni_args: tuple[tuple[str, str], ...] = ()
@@ -34,8 +32,7 @@ class Attachment:
         return ";".join(f"{k}={v}" for k, v in args)
 
 
-@dataclass(frozen=True)
-class DelOutcome:
+class DelOutcome(NamedTuple):
     plugins_run: tuple[str, ...]
     errors: tuple[PluginError, ...]
 

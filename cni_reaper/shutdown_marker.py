@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from cni_reaper import failpoint
 from cni_reaper.paths import NodePaths
@@ -39,8 +39,7 @@ class ShutdownState(str, Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
-class ShutdownEvidence:
+class ShutdownEvidence(NamedTuple):
     state: ShutdownState
     boot_id: str | None  # the boot it speaks about
     time: float | None  # clean: when that boot wrote the marker; unclean: when the reaper ran in it

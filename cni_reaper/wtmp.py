@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 # 384 bytes (x86_64, i386, ppc64el, riscv64, armhf): 32-bit time, read as unsigned since glibc 2.40.
 LAYOUT_384 = struct.Struct("<h2xi32s4s32s256shhiIi16s20s")
@@ -32,8 +32,7 @@ class UtType(IntEnum):
     ACCOUNTING = 9
 
 
-@dataclass(frozen=True)
-class WtmpRecord:
+class WtmpRecord(NamedTuple):
     ut_type: int
     pid: int
     line: str

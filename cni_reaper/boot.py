@@ -5,7 +5,6 @@ Pitfalls this guards against are in shared/reference/boot-records.md sections 2,
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 import time
@@ -170,11 +169,20 @@ class BootContext(NamedTuple):
         )
 
 
-@functools.lru_cache(maxsize=1024)
+_ISO_BY_SECOND: dict[int, str] = {}
+
+
 def iso(t: float) -> str:
-    """UTC, ISO 8601, to the second. Cached: a report names the same few boot times again
-    and again."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    """UTC, ISO 8601, to the second. Cached by the second: a report names the same few boot
+    times again and again, and files written together share their second."""
+    second = int(t // 1)  # the second gmtime() would take: floored, not truncated
+    text = _ISO_BY_SECOND.get(second)
+    if text is None:
+        if len(_ISO_BY_SECOND) >= 4096:
+            _ISO_BY_SECOND.clear()
+        text = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+        _ISO_BY_SECOND[second] = text
+    return text
 
 
 def boots_from_records(records: Sequence[wtmp.WtmpRecord]) -> list[Boot]:

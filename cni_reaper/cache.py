@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterator
 from typing import NamedTuple
 
 from cni_reaper import content
-from cni_reaper.content import Content, ContentVerdict
+from cni_reaper.content import Content, ContentVerdict, Identity
 from cni_reaper.trust import untrusted
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
@@ -24,10 +24,13 @@ class ResultsDirError(OSError):
     """The results dir cannot be inspected safely (a symlink, not a dir, unreadable)."""
 
 
-class NameSplit(NamedTuple):
-    network: str
-    container_id: str
-    ifname: str
+_KINDS = {
+    stat.S_IFREG: "file",
+    stat.S_IFLNK: "symlink",
+    stat.S_IFDIR: "directory",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "socket",
+}
 
 
 class FileStat(NamedTuple):
@@ -41,12 +44,12 @@ class FileStat(NamedTuple):
     @classmethod
     def of(cls, st: os.stat_result) -> FileStat:
         return cls(
-            kind=_kind(st.st_mode),
-            size=st.st_size,
-            mtime=st.st_mtime_ns / 1e9,
-            ctime=st.st_ctime_ns / 1e9,
-            inode=st.st_ino,
-            device=st.st_dev,
+            _KINDS.get(stat.S_IFMT(st.st_mode), "device"),
+            st.st_size,
+            st.st_mtime_ns / 1e9,
+            st.st_ctime_ns / 1e9,
+            st.st_ino,
+            st.st_dev,
         )
 
     def same_file(self, st: os.stat_result) -> bool:
@@ -79,7 +82,7 @@ class CacheEntry(NamedTuple):
     name: str  # the file name, relative to the results dir
     file: FileStat
     verdict: ContentVerdict
-    split: NameSplit | None
+    split: Identity | None
     name_problem: str | None
 
     @property
@@ -91,19 +94,6 @@ class CacheEntry(NamedTuple):
         return printable(self.name)
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISREG, "file"),
-        (stat.S_ISLNK, "symlink"),
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISFIFO, "fifo"),
-        (stat.S_ISSOCK, "socket"),
-    ):
-        if test(mode):
-            return name
-    return "device"
-
-
 def _split_rest(rest: str) -> list[tuple[str, str]]:
     """The ways '<containerID>-<ifname>' can be read; one when it is unambiguous."""
     match = re.match(r"([0-9a-f]{64})-(.+)\Z", rest)
@@ -113,7 +103,7 @@ def _split_rest(rest: str) -> list[tuple[str, str]]:
     return [("-".join(parts[:i]), "-".join(parts[i:])) for i in range(1, len(parts))]
 
 
-def split_name(name: str, networks: Collection[str]) -> tuple[NameSplit | None, str | None]:
+def split_name(name: str, networks: Collection[str]) -> tuple[Identity | None, str | None]:
     """Split '<network>-<containerID>-<ifname>' using the known network names.
 
     Any of the three may contain '-', so a name is split only when exactly one reading exists:
@@ -137,7 +127,7 @@ def split_name(name: str, networks: Collection[str]) -> tuple[NameSplit | None, 
         readings = hex_readings
     if len(readings) == 1:
         network, container_id, ifname = readings.pop()
-        return NameSplit(network, container_id, ifname), None
+        return Identity(network, container_id, ifname), None
     if not readings:
         return None, "no known network name and no 64-hex container ID in the name"
     choices = "; ".join(
@@ -219,26 +209,20 @@ def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
                     Content.OVERSIZED, f"{file.size} bytes, over {content.MAX_ENTRY_BYTES}"
                 )
             else:
-                verdict = _check_identity(name, _read_entry(dir_fd, name, file.size))
+                verdict = _read_entry(dir_fd, name, file.size)
+                identity = verdict.identity
+                if identity is not None:
+                    if all(identity) and identity.file_name == name:
+                        # The common case: a whole entry whose fields name the file.
+                        yield CacheEntry(name, file, verdict, identity, None)
+                        continue
+                    verdict = _mismatched(identity)
         split, problem = _split(name, verdict, networks)
         yield CacheEntry(name, file, verdict, split, problem)
 
 
-def _own_split(verdict: ContentVerdict) -> NameSplit | None:
-    identity = verdict.identity
-    if identity is None or not (identity.network and identity.container_id and identity.ifname):
-        return None
-    return NameSplit(identity.network, identity.container_id, identity.ifname)
-
-
-def _check_identity(name: str, verdict: ContentVerdict) -> ContentVerdict:
-    """A decoded entry whose fields disagree with its file name is `mismatched`."""
-    identity = verdict.identity
-    if identity is None:
-        return verdict
-    own = _own_split(verdict)
-    if own is not None and f"{own.network}-{own.container_id}-{own.ifname}" == name:
-        return verdict
+def _mismatched(identity: Identity) -> ContentVerdict:
+    """A decoded entry whose fields disagree with its file name."""
     return ContentVerdict(
         Content.MISMATCHED,
         f"its fields say network {identity.network!r}, container {identity.container_id!r}, "
@@ -249,10 +233,9 @@ def _check_identity(name: str, verdict: ContentVerdict) -> ContentVerdict:
 
 def _split(
     name: str, verdict: ContentVerdict, networks: Collection[str]
-) -> tuple[NameSplit | None, str | None]:
-    own = _own_split(verdict)
-    if own is not None and verdict.content is Content.VALID:
-        return own, None
-    if verdict.identity is not None and verdict.identity.network:
-        networks = set(networks) | {verdict.identity.network}
+) -> tuple[Identity | None, str | None]:
+    """How the file name reads, with the entry's own network name known too."""
+    identity = verdict.identity
+    if identity is not None and identity.network:
+        networks = set(networks) | {identity.network}
     return split_name(name, networks)

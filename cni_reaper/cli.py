@@ -55,9 +55,29 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}\n{self.format_usage().strip()}")
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's own, sized without shutil: argparse builds a formatter for every argument
+    added, and shutil (which loads bz2 and lzma) would be imported by every run for it."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_terminal_columns() - 2)
+
+
+def _terminal_columns() -> int:
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size().columns  # of fd 1, where help goes
+    except (ValueError, OSError):
+        return 80
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="cni-reaper",
+        formatter_class=_HelpFormatter,
         description="Repair the CNI results cache a crashed node left behind: replay CNI DEL "
         "for attachments whose cached result is damaged, then move the damaged files to a "
         "quarantine. Run before the container runtime starts.",

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 CACHE_KIND = "cniCacheV1"
+_IDENTITY_KEYS = ("networkName", "containerId", "ifName")  # in the order of Identity's fields
 MAX_ENTRY_BYTES = 1 << 20
 # Keys a bare (pre-v0.8) Result has; one of them marks a legacy entry.
 LEGACY_RESULT_KEYS = frozenset({"ips", "interfaces", "ip4", "ip6", "dns", "routes"})
@@ -44,18 +45,23 @@ class Content(str, Enum):
 CORRUPT = frozenset({Content.EMPTY, Content.ZEROED, Content.TRUNCATED, Content.GARBAGE})
 
 
-class CachedIdentity(NamedTuple):
-    """The names a decoded cniCacheV1 entry carries about itself."""
+class Identity(NamedTuple):
+    """What names an attachment. A cache file names it twice: in its file name,
+    '<network>-<containerID>-<ifname>', and in a cniCacheV1 entry's own fields."""
 
     network: str
     container_id: str
     ifname: str
 
+    @property
+    def file_name(self) -> str:
+        return f"{self.network}-{self.container_id}-{self.ifname}"
+
 
 class ContentVerdict(NamedTuple):
     content: Content
     detail: str
-    identity: CachedIdentity | None = None
+    identity: Identity | None = None
 
 
 class JsonState(str, Enum):
@@ -223,11 +229,8 @@ def _is_pair_list(value: Any) -> bool:
 
 
 def _check_cache_fields(doc: dict[str, Any]) -> str | None:
-    """Why libcni could not unmarshal this cniCacheV1 object, or None if it can."""
-    for key in ("containerId", "ifName", "networkName"):
-        if not isinstance(doc.get(key, ""), str):
-            return f"'{key}' is not a string"
-    config = doc.get("config", "")
+    """Why libcni could not unmarshal this cniCacheV1 object, besides its names, or None."""
+    config = doc.get("config")
     if config is not None:
         if not isinstance(config, str):
             return "'config' is not a base64 string"
@@ -278,14 +281,15 @@ def classify(data: bytes) -> ContentVerdict:
         return ContentVerdict(Content.GARBAGE, f"JSON {type(doc).__name__}, not an object")
     kind = doc.get("kind")
     if kind == CACHE_KIND:
+        identity = Identity(
+            doc.get("networkName", ""), doc.get("containerId", ""), doc.get("ifName", "")
+        )
+        for key, value in zip(_IDENTITY_KEYS, identity):
+            if not isinstance(value, str):
+                return ContentVerdict(Content.GARBAGE, f"'{key}' is not a string")
         problem = _check_cache_fields(doc)
         if problem:
             return ContentVerdict(Content.GARBAGE, problem)
-        identity = CachedIdentity(
-            network=doc.get("networkName", ""),
-            container_id=doc.get("containerId", ""),
-            ifname=doc.get("ifName", ""),
-        )
         return ContentVerdict(Content.VALID, CACHE_KIND, identity)
     if kind is not None:
         # A format newer than this reaper knows is not damage: never act on it.

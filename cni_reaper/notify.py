@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping
 
 
@@ -20,6 +19,8 @@ class Notifier:
     def status(self, text: str) -> None:
         if self._address is None:
             return
+        import socket  # noqa: PLC0415 (a run by hand has no NOTIFY_SOCKET; it never loads this)
+
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
                 sock.sendto(f"STATUS={text}".encode(errors="replace"), self._address)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -34,52 +35,82 @@ class EntryResult(NamedTuple):
         return self.del_outcome.errors if self.del_outcome else ()
 
     def to_json(self) -> dict[str, Any]:
-        """One entry of the JSON report (schema 1)."""
+        """One entry of the JSON report (schema 1), as the sidecars hold it."""
+        doc: dict[str, Any] = json.loads(self.json_text())
+        return doc
+
+    def json_text(self) -> str:
+        """One entry of the JSON report (schema 1), compact, on one line.
+
+        The schema is written here once, as text with its keys already quoted: a run writes
+        one per cache file, and building a dict for the generic encoder took as long as
+        reading and decoding the file did.
+        """
         planned = self.planned
         entry = planned.entry
+        file = entry.file
         split = entry.split
         written = planned.written
-        netlist = planned.netlist
         writing_boot = written.writing_boot
-        return {
-            "path": entry.name,
-            "network": split.network if split else None,
-            "container_id": split.container_id if split else None,
-            "ifname": split.ifname if split else None,
-            "name_problem": entry.name_problem,
-            "file": {
-                "kind": entry.file.kind,
-                "size": entry.file.size,
-                "mtime": iso(entry.file.mtime),
-                "ctime": iso(entry.file.ctime),
-            },
-            "content": entry.content.value,
-            "content_detail": entry.verdict.detail,
-            "written": written.written.value,
-            "evidence": written.evidence,
-            "writing_boot": None
-            if writing_boot is None
-            else {
-                "start": iso(writing_boot.start),
-                "crashed": writing_boot.end is BootEnd.CRASHED,
-                "seconds_before_last_record": written.seconds_before_last_record,
-            },
-            "action": planned.action.value,
-            "reason": planned.reason,
-            "del": None
-            if planned.action is not Action.DEL_AND_QUARANTINE
-            else {
+        if split is None:
+            names = '"network":null,"container_id":null,"ifname":null'
+        else:
+            names = (
+                f'"network":{_quote(split.network)},"container_id":{_quote(split.container_id)},'
+                f'"ifname":{_quote(split.ifname)}'
+            )
+        if writing_boot is None:
+            boot = "null"
+        else:
+            crashed = "true" if writing_boot.end is BootEnd.CRASHED else "false"
+            boot = (
+                f'{{"start":"{iso(writing_boot.start)}","crashed":{crashed},'
+                f'"seconds_before_last_record":{_json(written.seconds_before_last_record)}}}'
+            )
+        return (
+            f'{{"path":{_quote(entry.name)},{names},"name_problem":{_json(entry.name_problem)},'
+            f'"file":{{"kind":"{file.kind}","size":{file.size},"mtime":"{iso(file.mtime)}",'
+            f'"ctime":"{iso(file.ctime)}"}},"content":"{entry.content.value}",'
+            f'"content_detail":{_quote(entry.verdict.detail)},'
+            f'"written":"{written.written.value}","evidence":{_quote(written.evidence)},'
+            f'"writing_boot":{boot},"action":"{planned.action.value}",'
+            f'"reason":{_quote(planned.reason)},"del":{self._del_json()},'
+            f'"outcome":"{self.outcome.value}",'
+            f'"plugin_errors":{_json([e.to_json() for e in self.plugin_errors])},'
+            f'"quarantined_to":{_json(self.quarantined_to)},"problems":{_json(self.problems)}}}'
+        )
+
+    def _del_json(self) -> str:
+        planned = self.planned
+        if planned.action is not Action.DEL_AND_QUARANTINE:
+            return "null"
+        netlist = planned.netlist
+        del_outcome = self.del_outcome
+        return _json(
+            {
                 "config": netlist.source if netlist else None,
                 "config_problem": planned.config_problem,
                 "plugins": list(reversed(netlist.plugin_types)) if netlist else [],
-                "plugins_run": list(self.del_outcome.plugins_run) if self.del_outcome else [],
-                "ok": self.del_outcome.ok if self.del_outcome else None,
-            },
-            "outcome": self.outcome.value,
-            "plugin_errors": [e.to_json() for e in self.plugin_errors],
-            "quarantined_to": self.quarantined_to,
-            "problems": list(self.problems),
-        }
+                "plugins_run": list(del_outcome.plugins_run) if del_outcome else [],
+                "ok": del_outcome.ok if del_outcome else None,
+            }
+        )
+
+
+# Compact and ASCII-only, as the whole report is; a str takes the encoder's direct C path.
+_quote = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _json(value: Any) -> str:
+    # The values most entries have skip the generic encoder's set-up, which costs more than
+    # the rest of the entry.
+    if value is None:
+        return "null"
+    if value in ((), []):
+        return "[]"
+    if type(value) is float:
+        return repr(value)  # as the encoder writes a finite float
+    return _quote(value)
 
 
 def dry_run(plan: Iterable[PlannedEntry]) -> Iterator[EntryResult]:

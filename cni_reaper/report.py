@@ -115,13 +115,11 @@ class Report:
 
 
 class JsonWriter:
-    """The schema-1 document, written as the run goes: header, one entry per line, summary.
-    Entries are encoded compactly, by the C encoder."""
+    """The schema-1 document, written as the run goes: header, one entry per line, summary."""
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._started = False
-        self._encode = json.JSONEncoder(separators=(",", ":")).encode
 
     def _start(self, report: Report) -> None:
         if not self._started:
@@ -134,7 +132,7 @@ class JsonWriter:
         self._start(report)
         self._out.write("\n" if self._first else ",\n")
         self._first = False
-        self._out.write(self._encode(result.to_json()))
+        self._out.write(result.json_text())
 
     def finish(self, report: Report) -> None:
         self._start(report)

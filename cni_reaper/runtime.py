@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import stat
 from collections.abc import Iterable
 
@@ -16,6 +15,8 @@ def answering_socket(paths: Iterable[str], timeout: float = 1.0) -> str | None:
                 continue
         except OSError:
             continue
+        import socket  # noqa: PLC0415 (at boot there is normally no socket to probe)
+
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             probe.settimeout(timeout)
             try:

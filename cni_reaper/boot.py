@@ -116,31 +116,28 @@ class BootContext(NamedTuple):
         over by tar, cp -p or an image build and only ever weakens the verdict.
         """
         times = f"mtime {iso(mtime)}, ctime {iso(ctime)}"
-        start = self.current_start
+        start, now, margin = self.current_start, self.now, self.margin
         if start is None:
             return WrittenVerdict(Written.UNKNOWN, f"{times}; this boot's start is not known")
-        if not self.clock_trusted:
+        if now + margin < start:  # not clock_trusted
             return WrittenVerdict(
                 Written.UNKNOWN,
-                f"{times}; the clock ({iso(self.now)}) is earlier than this boot's start "
+                f"{times}; the clock ({iso(now)}) is earlier than this boot's start "
                 f"({iso(start)}): timestamps cannot be trusted",
             )
-        newest = max(mtime, ctime)
-        if newest > self.now + self.margin:
-            return WrittenVerdict(
-                Written.UNKNOWN, f"{times}; later than the clock ({iso(self.now)})"
-            )
+        newest, oldest = (mtime, ctime) if mtime > ctime else (ctime, mtime)
+        if newest > now + margin:
+            return WrittenVerdict(Written.UNKNOWN, f"{times}; later than the clock ({iso(now)})")
         boundary = f"this boot began {iso(start)} ({self.current_start_source})"
-        if newest < start - self.margin:
+        if newest < start - margin:
             return self._previous(ctime, f"{times}: {start - newest:.0f} s before {boundary}")
-        if min(mtime, ctime) > start + self.margin:
+        if oldest > start + margin:
             return WrittenVerdict(
-                Written.CURRENT_BOOT,
-                f"{times}: {min(mtime, ctime) - start:.0f} s after {boundary}",
+                Written.CURRENT_BOOT, f"{times}: {oldest - start:.0f} s after {boundary}"
             )
         return WrittenVerdict(
             Written.UNKNOWN,
-            f"{times}: within {self.margin:.0f} s of, or on both sides of, {boundary}",
+            f"{times}: within {margin:.0f} s of, or on both sides of, {boundary}",
         )
 
     def _previous(self, when: float, evidence: str) -> WrittenVerdict:
@@ -164,8 +161,8 @@ class BootContext(NamedTuple):
             Written.PREVIOUS_BOOT,
             f"{evidence}; written in the boot that began {iso(writer.start)}, {how}, "
             f"{relation} that boot's last wtmp record",
-            writing_boot=writer,
-            seconds_before_last_record=round(before, 3),
+            writer,
+            round(before, 3),
         )
 
 

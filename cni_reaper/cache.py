@@ -78,6 +78,9 @@ def printable(text: str) -> str:
     return "".join(shown)
 
 
+_UNKNOWN_FILE = FileStat("unknown", 0, 0.0, 0.0, 0, 0)
+
+
 class CacheEntry(NamedTuple):
     name: str  # the file name, relative to the results dir
     file: FileStat
@@ -136,37 +139,61 @@ def split_name(name: str, networks: Collection[str]) -> tuple[Identity | None, s
     return None, f"ambiguous name: {choices}"
 
 
-def _read_entry(dir_fd: int, name: str, size: int) -> ContentVerdict:
+# Never through a symlink, never blocking on a FIFO swapped in, never taking a terminal.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def _inspect(dir_fd: int, name: str, regular: bool) -> tuple[FileStat, ContentVerdict] | None:
+    """The file's stat and content verdict, None if it was removed since the listing.
+    A non-file is only looked at, never opened."""
+    if not regular:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return _UNKNOWN_FILE, ContentVerdict(Content.UNREADABLE, f"lstat: {e.strerror}")
+        if not stat.S_ISREG(st.st_mode):
+            file = FileStat.of(st)
+            return file, ContentVerdict(Content.NOT_A_FILE, f"a {file.kind}; never opened")
     try:
-        fd = os.open(
-            name,
-            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
-            dir_fd=dir_fd,
-        )
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
     except OSError as e:
-        return ContentVerdict(Content.UNREADABLE, f"open: {e.strerror}")
+        return _UNKNOWN_FILE, ContentVerdict(Content.UNREADABLE, f"open: {e.strerror}")
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ContentVerdict(Content.NOT_A_FILE, "replaced by a non-file while read")
-        # One read of the size lstat gave, plus a byte to see growth; a file that grew since
-        # is read on, never past the limit.
-        chunks = [os.read(fd, min(size, content.MAX_ENTRY_BYTES) + 1)]
-        remaining = content.MAX_ENTRY_BYTES + 1 - len(chunks[0])
-        while len(chunks[-1]) > size and remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-            size = 0
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        file = FileStat.of(os.fstat(fd))
+        if file.kind != "file":
+            return file, ContentVerdict(Content.NOT_A_FILE, "replaced by a non-file while read")
+        if file.size > content.MAX_ENTRY_BYTES:
+            return file, ContentVerdict(
+                Content.OVERSIZED, f"{file.size} bytes, over {content.MAX_ENTRY_BYTES}"
+            )
+        # The size fstat gave and a byte more, to see whether it grows while read.
+        data = os.read(fd, file.size + 1)
+        if len(data) > file.size:
+            data = _read_on(fd, data)
     except OSError as e:
-        return ContentVerdict(Content.UNREADABLE, f"read: {e.strerror}")
+        return _UNKNOWN_FILE, ContentVerdict(Content.UNREADABLE, f"read: {e.strerror}")
     finally:
         os.close(fd)
     if len(data) > content.MAX_ENTRY_BYTES:
-        return ContentVerdict(Content.OVERSIZED, f"grew past {content.MAX_ENTRY_BYTES} bytes")
-    return content.classify(data)
+        return file, ContentVerdict(Content.OVERSIZED, f"grew past {content.MAX_ENTRY_BYTES} bytes")
+    return file, content.classify(data)
+
+
+def _read_on(fd: int, start: bytes) -> bytes:
+    """The rest of a file that grew while it was read, never past the limit."""
+    chunks = [start]
+    remaining = content.MAX_ENTRY_BYTES + 1 - len(start)
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
 
 
 def open_results_dir(path: str) -> int | None:
@@ -192,31 +219,22 @@ def open_results_dir(path: str) -> int | None:
 
 def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
     """Every entry of the results dir in name order, classified; reads one file at a time."""
-    for name in sorted(os.listdir(dir_fd)):
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue  # removed since the listing
-        except OSError as e:
-            file = FileStat("unknown", 0, 0.0, 0.0, 0, 0)
-            verdict = ContentVerdict(Content.UNREADABLE, f"lstat: {e.strerror}")
-        else:
-            file = FileStat.of(st)
-            if file.kind != "file":
-                verdict = ContentVerdict(Content.NOT_A_FILE, f"a {file.kind}; never opened")
-            elif file.size > content.MAX_ENTRY_BYTES:
-                verdict = ContentVerdict(
-                    Content.OVERSIZED, f"{file.size} bytes, over {content.MAX_ENTRY_BYTES}"
-                )
-            else:
-                verdict = _read_entry(dir_fd, name, file.size)
-                identity = verdict.identity
-                if identity is not None:
-                    if all(identity) and identity.file_name == name:
-                        # The common case: a whole entry whose fields name the file.
-                        yield CacheEntry(name, file, verdict, identity, None)
-                        continue
-                    verdict = _mismatched(identity)
+    with os.scandir(dir_fd) as listing:
+        # The listing's file type spares a regular file its lstat: it is opened without
+        # following links and fstat-ed instead, and anything else is lstat-ed, never opened.
+        names = sorted((e.name, e.is_file(follow_symlinks=False)) for e in listing)
+    for name, regular in names:
+        inspected = _inspect(dir_fd, name, regular)
+        if inspected is None:
+            continue
+        file, verdict = inspected
+        identity = verdict.identity
+        if identity is not None:
+            if all(identity) and identity.file_name == name:
+                # The common case: a whole entry whose fields name the file.
+                yield CacheEntry(name, file, verdict, identity, None)
+                continue
+            verdict = _mismatched(identity)
         split, problem = _split(name, verdict, networks)
         yield CacheEntry(name, file, verdict, split, problem)
 

@@ -269,7 +269,7 @@ def _pipeline(
             report.add(result)
             if event_of(result) is not Event.KEPT or args.verbose:
                 events.emit(entry_fields(result, args.dry_run))
-            if result.planned.action.changes_things:
+            if notifier.enabled and result.planned.action.changes_things:
                 notifier.status(f"{result.outcome.value}: {result.planned.entry.shown_name}")
     finally:
         if quarantine is not None:

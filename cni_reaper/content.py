@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import json
 import re
 from enum import Enum
@@ -262,8 +261,10 @@ def classify(data: bytes) -> ContentVerdict:
     if not nul_tail:
         # The common case, a whole document, decodes at C speed; only what fails to decode is
         # scanned by the (pure Python) grammar to tell a cut-off document from garbage.
-        with contextlib.suppress(ValueError):
-            doc = _decode_json(text)
+        try:
+            doc = _DECODER.decode(text)
+        except (ValueError, RecursionError):
+            doc = _UNDECODED
     if doc is _UNDECODED:
         state = json_state(text)
         if state is JsonState.PREFIX:

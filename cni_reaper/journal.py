@@ -69,18 +69,19 @@ Send = Callable[..., None]
 
 
 def event_of(result: EntryResult) -> Event:
-    action = result.planned.action
-    if result.outcome is Outcome.FAILED:
+    outcome = result.outcome
+    if outcome is Outcome.SKIPPED:
+        action = result.planned.action
+        if action is Action.KEEP:
+            return Event.KEPT
+        if action is Action.REPORT:
+            return Event.NEEDS_ATTENTION
+        return Event.LEFT  # a corrupt file that may be in flight, or one changed since the scan
+    if outcome is Outcome.FAILED:
         return Event.REPAIR_FAILED
-    if result.outcome is Outcome.PLANNED:
+    if outcome is Outcome.PLANNED:
         return Event.PLANNED
-    if result.outcome is Outcome.DONE:
-        return Event.REPAIRED
-    if action is Action.KEEP:
-        return Event.KEPT
-    if action is Action.REPORT:
-        return Event.NEEDS_ATTENTION
-    return Event.LEFT  # a corrupt file that may be in flight, or one that changed since the scan
+    return Event.REPAIRED
 
 
 def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:

@@ -16,6 +16,10 @@ class Notifier:
         else:
             self._address = None
 
+    @property
+    def enabled(self) -> bool:
+        return self._address is not None
+
     def status(self, text: str) -> None:
         if self._address is None:
             return

@@ -9,6 +9,7 @@ from typing import Any, Protocol, TextIO
 from cni_reaper import __version__
 from cni_reaper.boot import BootContext, iso
 from cni_reaper.cache import printable
+from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
@@ -40,8 +41,8 @@ class Report:
         self.warnings = warnings
         self.writer = writer
         self.entries = 0
-        self.contents: Counter[str] = Counter()
-        self.actions: Counter[tuple[str, str]] = Counter()
+        # Counted by the members themselves; the strings are made once, for the summary.
+        self._counts: dict[tuple[Content, Action, Outcome], int] = {}
         self.del_failures: Counter[str] = Counter()  # by plugin type
         self.plugin_errors = 0
         self._failed = False
@@ -49,21 +50,37 @@ class Report:
         self.reservations: list[dict[str, Any]] = []  # host-local's, only those not valid
 
     def add(self, result: EntryResult) -> None:
-        action, outcome = result.planned.action, result.outcome
+        planned = result.planned
+        action, outcome = planned.action, result.outcome
         self.entries += 1
-        self.contents[result.planned.entry.content.value] += 1
-        self.actions[(action.value, outcome.value)] += 1
-        self.plugin_errors += len(result.plugin_errors)
+        key = (planned.entry.verdict.content, action, outcome)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        if result.del_outcome is not None and result.del_outcome.errors:
+            self.plugin_errors += len(result.del_outcome.errors)
+            if outcome is Outcome.FAILED:
+                for error in result.del_outcome.errors:
+                    self.del_failures[error.plugin or "none"] += 1
         if outcome is Outcome.FAILED:
             self._failed = True
-            for error in result.plugin_errors:
-                self.del_failures[error.plugin or "none"] += 1
-        if action in (Action.LEAVE, Action.REPORT) or (
-            action.changes_things and outcome is Outcome.SKIPPED
-        ):
+        elif outcome is Outcome.SKIPPED and action is not Action.KEEP:
+            # Left as it is: to report, maybe in flight, or changed since the scan.
             self._left_alone = True
         if self.writer is not None:
             self.writer.entry(self, result)
+
+    @property
+    def contents(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for (content, _, _), n in self._counts.items():
+            counts[content.value] += n
+        return counts
+
+    @property
+    def actions(self) -> Counter[tuple[str, str]]:
+        counts: Counter[tuple[str, str]] = Counter()
+        for (_, action, outcome), n in self._counts.items():
+            counts[(action.value, outcome.value)] += n
+        return counts
 
     def add_reservation(self, doc: dict[str, Any]) -> None:
         self.reservations.append(doc)

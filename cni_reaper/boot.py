@@ -5,6 +5,7 @@ Pitfalls this guards against are in shared/reference/boot-records.md sections 2,
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import time
@@ -172,7 +173,7 @@ _ISO_BY_SECOND: dict[int, str] = {}
 def iso(t: float) -> str:
     """UTC, ISO 8601, to the second. Cached by the second: a report names the same few boot
     times again and again, and files written together share their second."""
-    second = int(t // 1)  # the second gmtime() would take: floored, not truncated
+    second = math.floor(t)  # the second gmtime() takes: floored, not truncated
     text = _ISO_BY_SECOND.get(second)
     if text is None:
         if len(_ISO_BY_SECOND) >= 4096:

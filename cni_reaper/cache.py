@@ -219,12 +219,18 @@ def open_results_dir(path: str) -> int | None:
 
 def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
     """Every entry of the results dir in name order, classified; reads one file at a time."""
+    # The listing's file type spares a regular file its lstat: it is opened without following
+    # links and fstat-ed instead; anything else is lstat-ed and never opened.
+    names = []
+    irregular = set()
     with os.scandir(dir_fd) as listing:
-        # The listing's file type spares a regular file its lstat: it is opened without
-        # following links and fstat-ed instead, and anything else is lstat-ed, never opened.
-        names = sorted((e.name, e.is_file(follow_symlinks=False)) for e in listing)
-    for name, regular in names:
-        inspected = _inspect(dir_fd, name, regular)
+        for found in listing:
+            names.append(found.name)
+            if not found.is_file(follow_symlinks=False):
+                irregular.add(found.name)
+    names.sort()
+    for name in names:
+        inspected = _inspect(dir_fd, name, name not in irregular)
         if inspected is None:
             continue
         file, verdict = inspected

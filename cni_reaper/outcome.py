@@ -62,31 +62,37 @@ class EntryResult(NamedTuple):
         if writing_boot is None:
             boot = "null"
         else:
-            crashed = "true" if writing_boot.end is BootEnd.CRASHED else "false"
             boot = (
-                f'{{"start":"{iso(writing_boot.start)}","crashed":{crashed},'
-                f'"seconds_before_last_record":{_json(written.seconds_before_last_record)}}}'
+                f'{{"start":"{iso(writing_boot.start)}","crashed":'
+                f"{'true' if writing_boot.end is BootEnd.CRASHED else 'false'},"
+                f'"seconds_before_last_record":{written.seconds_before_last_record!r}}}'
             )
+        if self.del_outcome is None and self.quarantined_to is None and not self.problems:
+            done = '"plugin_errors":[],"quarantined_to":null,"problems":[]}'
+        else:
+            done = (
+                f'"plugin_errors":{_quote([e.to_json() for e in self.plugin_errors])},'
+                f'"quarantined_to":{_json(self.quarantined_to)},'
+                f'"problems":{_quote(self.problems)}}}'
+            )
+        # Enum members by _value_: the value property costs a Python call per use.
         return (
             f'{{"path":{_quote(entry.name)},{names},"name_problem":{_json(entry.name_problem)},'
             f'"file":{{"kind":"{file.kind}","size":{file.size},"mtime":"{iso(file.mtime)}",'
-            f'"ctime":"{iso(file.ctime)}"}},"content":"{entry.content.value}",'
+            f'"ctime":"{iso(file.ctime)}"}},"content":"{entry.verdict.content._value_}",'
             f'"content_detail":{_quote(entry.verdict.detail)},'
-            f'"written":"{written.written.value}","evidence":{_quote(written.evidence)},'
-            f'"writing_boot":{boot},"action":"{planned.action.value}",'
-            f'"reason":{_quote(planned.reason)},"del":{self._del_json()},'
-            f'"outcome":"{self.outcome.value}",'
-            f'"plugin_errors":{_json([e.to_json() for e in self.plugin_errors])},'
-            f'"quarantined_to":{_json(self.quarantined_to)},"problems":{_json(self.problems)}}}'
+            f'"written":"{written.written._value_}","evidence":{_quote(written.evidence)},'
+            f'"writing_boot":{boot},"action":"{planned.action._value_}",'
+            f'"reason":{_quote(planned.reason)},'
+            f'"del":{"null" if planned.action is not Action.DEL_AND_QUARANTINE else self._del()},'
+            f'"outcome":"{self.outcome._value_}",{done}'
         )
 
-    def _del_json(self) -> str:
+    def _del(self) -> str:
         planned = self.planned
-        if planned.action is not Action.DEL_AND_QUARANTINE:
-            return "null"
         netlist = planned.netlist
         del_outcome = self.del_outcome
-        return _json(
+        return _quote(
             {
                 "config": netlist.source if netlist else None,
                 "config_problem": planned.config_problem,
@@ -101,16 +107,9 @@ class EntryResult(NamedTuple):
 _quote = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def _json(value: Any) -> str:
-    # The values most entries have skip the generic encoder's set-up, which costs more than
-    # the rest of the entry.
-    if value is None:
-        return "null"
-    if value in ((), []):
-        return "[]"
-    if type(value) is float:
-        return repr(value)  # as the encoder writes a finite float
-    return _quote(value)
+def _json(value: str | None) -> str:
+    # None skips the generic encoder's set-up, which costs more than quoting a string.
+    return "null" if value is None else _quote(value)
 
 
 def dry_run(plan: Iterable[PlannedEntry]) -> Iterator[EntryResult]:

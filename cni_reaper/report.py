@@ -137,19 +137,19 @@ class JsonWriter:
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._started = False
+        self._separator = "\n"
 
     def _start(self, report: Report) -> None:
         if not self._started:
             self._started = True
             head = json.dumps(report.header(), indent=2)
             self._out.write(head[: head.rindex("}")].rstrip() + ',\n  "entries": [')
-            self._first = True
 
     def entry(self, report: Report, result: EntryResult) -> None:
-        self._start(report)
-        self._out.write("\n" if self._first else ",\n")
-        self._first = False
-        self._out.write(result.json_text())
+        if not self._started:
+            self._start(report)
+        self._out.write(self._separator + result.json_text())
+        self._separator = ",\n"
 
     def finish(self, report: Report) -> None:
         self._start(report)

@@ -106,3 +106,26 @@ def test_json_state_never_calls_invalid_json_complete(text: str) -> None:
 @given(st.binary(max_size=2000))
 def test_classify_never_raises(data: bytes) -> None:
     assert classify(data).content in set(Content)
+
+
+@given(st.text(alphabet=st.sampled_from('ab"\\/ufnrt0F\x01\x1f\u00e9'), max_size=12))
+def test_json_state_reads_strings_as_the_json_module_does(body: str) -> None:
+    """Escapes, control characters and cut-off escapes, each where the input may end."""
+    text = '"' + body
+    try:
+        json.loads(text)
+        expected = JsonState.COMPLETE
+    except ValueError:
+        # Not one whole string: a prefix iff some continuation makes it one.
+        expected = JsonState.PREFIX if _completes(text) else JsonState.INVALID
+    assert json_state(text) is expected
+
+
+def _completes(text: str) -> bool:
+    for tail in ('"', '0"', '00"', '000"', '0000"', 'n"'):
+        try:
+            json.loads(text + tail)
+        except ValueError:
+            continue
+        return True
+    return False

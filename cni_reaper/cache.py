@@ -79,6 +79,7 @@ def printable(text: str) -> str:
 
 
 _UNKNOWN_FILE = FileStat("unknown", 0, 0.0, 0.0, 0, 0)
+_VALID = ContentVerdict(Content.VALID, content.CACHE_KIND)  # its names are the entry's split
 
 
 class CacheEntry(NamedTuple):
@@ -143,8 +144,10 @@ def split_name(name: str, networks: Collection[str]) -> tuple[Identity | None, s
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-def _inspect(dir_fd: int, name: str, regular: bool) -> tuple[FileStat, ContentVerdict] | None:
-    """The file's stat and content verdict, None if it was removed since the listing.
+def _inspect(
+    dir_fd: int, name: str, regular: bool
+) -> tuple[FileStat, ContentVerdict | Identity] | None:
+    """The file's stat and content.judge(), None if it was removed since the listing.
     A non-file is only looked at, never opened."""
     if not regular:
         try:
@@ -180,7 +183,7 @@ def _inspect(dir_fd: int, name: str, regular: bool) -> tuple[FileStat, ContentVe
         os.close(fd)
     if len(data) > content.MAX_ENTRY_BYTES:
         return file, ContentVerdict(Content.OVERSIZED, f"grew past {content.MAX_ENTRY_BYTES} bytes")
-    return file, content.classify(data)
+    return file, content.judge(data)
 
 
 def _read_on(fd: int, start: bytes) -> bytes:
@@ -224,23 +227,24 @@ def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
     names = []
     irregular = set()
     with os.scandir(dir_fd) as listing:
-        for found in listing:
-            names.append(found.name)
-            if not found.is_file(follow_symlinks=False):
-                irregular.add(found.name)
+        for dirent in listing:
+            names.append(dirent.name)
+            if not dirent.is_file(follow_symlinks=False):
+                irregular.add(dirent.name)
     names.sort()
     for name in names:
         inspected = _inspect(dir_fd, name, name not in irregular)
         if inspected is None:
             continue
-        file, verdict = inspected
-        identity = verdict.identity
-        if identity is not None:
-            if all(identity) and identity.file_name == name:
+        file, found = inspected
+        if isinstance(found, Identity):
+            if all(found) and found.file_name == name:
                 # The common case: a whole entry whose fields name the file.
-                yield CacheEntry(name, file, verdict, identity, None)
+                yield CacheEntry(name, file, _VALID, found, None)
                 continue
-            verdict = _mismatched(identity)
+            verdict = _mismatched(found)
+        else:
+            verdict = found
         split, problem = _split(name, verdict, networks)
         yield CacheEntry(name, file, verdict, split, problem)
 

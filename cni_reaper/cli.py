@@ -42,6 +42,7 @@ DEFAULT_PLUGIN_TIMEOUT = 30.0
 # Plugins are mostly waiting on the kernel (netlink, iptables' lock): a few at once pay off
 # even on a 2-core node, and a small bound keeps a boot from being swamped.
 DEFAULT_PARALLEL = 4
+EVENT_BLOCK = 64  # lines per write to stderr in a dry run
 
 EXIT_FOR_ERROR = {
     UsageError: ExitCode.USAGE,
@@ -180,7 +181,24 @@ def run(
         shutdown_marker.mark_clean_shutdown(paths, boot_id, clock())
         return ExitCode.OK
     if events is None:
-        events = EventLog(journal_send(env))
+        # A dry run runs no plugin: its lines can wait for a block. A repair's line goes out
+        # when the repair is done.
+        events = EventLog(journal_send(env), block=EVENT_BLOCK if args.dry_run else 1)
+    try:
+        return _run(args, paths, clock, runner, events, env, started)
+    finally:
+        events.flush()
+
+
+def _run(
+    args: argparse.Namespace,
+    paths: NodePaths,
+    clock: boot.Clock,
+    runner: PluginRunner | None,
+    events: EventLog,
+    env: Mapping[str, str],
+    started: float,
+) -> ExitCode:
     notifier = Notifier(env)
     notifier.status(f"scanning {paths.results_dir}")
     warnings: list[str] = []

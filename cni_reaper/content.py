@@ -238,6 +238,15 @@ def _check_cache_fields(doc: dict[str, Any]) -> str | None:
 
 def classify(data: bytes) -> ContentVerdict:
     """The content verdict of a regular file's bytes (at most MAX_ENTRY_BYTES of them)."""
+    found = judge(data)
+    if isinstance(found, Identity):
+        return ContentVerdict(Content.VALID, CACHE_KIND, found)
+    return found
+
+
+def judge(data: bytes) -> ContentVerdict | Identity:
+    """As classify(), but a whole cniCacheV1 entry, the common case, comes back as just the
+    names it carries: the inventory of a large cache makes no verdict object for it."""
     if not data:
         return ContentVerdict(Content.EMPTY, "0 bytes")
     body = data.rstrip(b"\0")
@@ -285,7 +294,7 @@ def classify(data: bytes) -> ContentVerdict:
         problem = _check_cache_fields(doc)
         if problem:
             return ContentVerdict(Content.GARBAGE, problem)
-        return ContentVerdict(Content.VALID, CACHE_KIND, identity)
+        return identity
     if kind is not None:
         # A format newer than this reaper knows is not damage: never act on it.
         return ContentVerdict(Content.MISMATCHED, f"unknown kind {kind!r}")

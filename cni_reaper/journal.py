@@ -180,11 +180,20 @@ def summary_fields(report: Report) -> dict[str, str]:
 
 
 class EventLog:
-    """Where events go: the journal's send function, or plain lines on a text stream."""
+    """Where events go: the journal's send function, or plain lines on a text stream.
 
-    def __init__(self, send: Send | None = None, stream: TextIO | None = None) -> None:
+    Lines are written as they come, or, with block > 1, that many at a time and at flush():
+    a dry run over a crashed node may report tens of thousands of files at once, and a write
+    per line would be a system call per line.
+    """
+
+    def __init__(
+        self, send: Send | None = None, stream: TextIO | None = None, block: int = 1
+    ) -> None:
         self._send = send
         self._stream = stream if stream is not None else sys.stderr
+        self._block = block
+        self._lines: list[str] = []
 
     @property
     def native(self) -> bool:
@@ -199,8 +208,15 @@ class EventLog:
             for key, value in fields.items()
             if key.startswith("CNI_") and value and key != "CNI_REAPER_FILE"
         )
-        self._stream.write(f"cni-reaper: {fields['MESSAGE']} ({extra})\n")
-        self._stream.flush()
+        self._lines.append(f"cni-reaper: {fields['MESSAGE']} ({extra})\n")
+        if len(self._lines) >= self._block:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._lines:
+            self._stream.write("".join(self._lines))
+            self._lines.clear()
+            self._stream.flush()
 
 
 def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:

@@ -56,8 +56,8 @@ class EntryResult(NamedTuple):
             names = '"network":null,"container_id":null,"ifname":null'
         else:
             names = (
-                f'"network":{_quote(split.network)},"container_id":{_quote(split.container_id)},'
-                f'"ifname":{_quote(split.ifname)}'
+                f'"network":{_string(split.network)},"container_id":{_string(split.container_id)},'
+                f'"ifname":{_string(split.ifname)}'
             )
         if writing_boot is None:
             boot = "null"
@@ -77,13 +77,13 @@ class EntryResult(NamedTuple):
             )
         # Enum members by _value_: the value property costs a Python call per use.
         return (
-            f'{{"path":{_quote(entry.name)},{names},"name_problem":{_json(entry.name_problem)},'
+            f'{{"path":{_string(entry.name)},{names},"name_problem":{_json(entry.name_problem)},'
             f'"file":{{"kind":"{file.kind}","size":{file.size},"mtime":"{iso(file.mtime)}",'
             f'"ctime":"{iso(file.ctime)}"}},"content":"{entry.verdict.content._value_}",'
-            f'"content_detail":{_quote(entry.verdict.detail)},'
-            f'"written":"{written.written._value_}","evidence":{_quote(written.evidence)},'
+            f'"content_detail":{_string(entry.verdict.detail)},'
+            f'"written":"{written.written._value_}","evidence":{_string(written.evidence)},'
             f'"writing_boot":{boot},"action":"{planned.action._value_}",'
-            f'"reason":{_quote(planned.reason)},'
+            f'"reason":{_string(planned.reason)},'
             f'"del":{"null" if planned.action is not Action.DEL_AND_QUARANTINE else self._del()},'
             f'"outcome":"{self.outcome._value_}",{done}'
         )
@@ -103,13 +103,15 @@ class EntryResult(NamedTuple):
         )
 
 
-# Compact and ASCII-only, as the whole report is; a str takes the encoder's direct C path.
+# Compact and ASCII-only, as the whole report is. A string is quoted by the function the
+# encoder itself calls for one (its own call is the slower part of quoting a short name).
 _quote = json.JSONEncoder(separators=(",", ":")).encode
+_string = json.encoder.encode_basestring_ascii
 
 
 def _json(value: str | None) -> str:
     # None skips the generic encoder's set-up, which costs more than quoting a string.
-    return "null" if value is None else _quote(value)
+    return "null" if value is None else _string(value)
 
 
 def dry_run(plan: Iterable[PlannedEntry]) -> Iterator[EntryResult]:

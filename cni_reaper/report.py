@@ -132,11 +132,16 @@ class Report:
 
 
 class JsonWriter:
-    """The schema-1 document, written as the run goes: header, one entry per line, summary."""
+    """The schema-1 document, written as the run goes: header, one entry per line, summary.
+    Entries go out in blocks: one write per entry would be a system call per entry wherever
+    the stream is unbuffered (PYTHONUNBUFFERED=1, a pipe set to write through)."""
+
+    BLOCK = 64  # entries per write
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._started = False
+        self._pending: list[str] = []
         self._separator = "\n"
 
     def _start(self, report: Report) -> None:
@@ -148,14 +153,23 @@ class JsonWriter:
     def entry(self, report: Report, result: EntryResult) -> None:
         if not self._started:
             self._start(report)
-        self._out.write(self._separator + result.json_text())
+        pending = self._pending
+        pending.append(self._separator)
+        pending.append(result.json_text())
         self._separator = ",\n"
+        if len(pending) >= 2 * self.BLOCK:
+            self._out.write("".join(pending))
+            pending.clear()
 
     def finish(self, report: Report) -> None:
         self._start(report)
         reservations = json.dumps(report.reservations)
         summary = json.dumps(report.summary())
-        self._out.write(f'\n  ],\n  "host_local": {reservations},\n  "summary": {summary}\n}}\n')
+        self._pending.append(
+            f'\n  ],\n  "host_local": {reservations},\n  "summary": {summary}\n}}\n'
+        )
+        self._out.write("".join(self._pending))
+        self._pending.clear()
 
 
 class TextWriter:

@@ -5,6 +5,7 @@ Pitfalls this guards against are in shared/reference/boot-records.md sections 2,
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import stat
@@ -129,9 +130,9 @@ class BootContext(NamedTuple):
         newest, oldest = (mtime, ctime) if mtime > ctime else (ctime, mtime)
         if newest > now + margin:
             return WrittenVerdict(Written.UNKNOWN, f"{times}; later than the clock ({iso(now)})")
-        boundary = f"this boot began {iso(start)} ({self.current_start_source})"
+        boundary = _boot_began(start, self.current_start_source)
         if newest < start - margin:
-            return self._previous(ctime, f"{times}: {start - newest:.0f} s before {boundary}")
+            return self._previous(ctime, times, f"{start - newest:.0f} s before {boundary}")
         if oldest > start + margin:
             return WrittenVerdict(
                 Written.CURRENT_BOOT, f"{times}: {oldest - start:.0f} s after {boundary}"
@@ -141,30 +142,43 @@ class BootContext(NamedTuple):
             f"{times}: within {margin:.0f} s of, or on both sides of, {boundary}",
         )
 
-    def _previous(self, when: float, evidence: str) -> WrittenVerdict:
+    def _previous(self, when: float, times: str, before_start: str) -> WrittenVerdict:
         writer = None
         for boot in self.previous_boots:
             if boot.start <= when:
                 writer = boot
         if writer is None:
             if self.previous_boots:
-                tail = "; older than every boot in wtmp"
+                tail = "older than every boot in wtmp"
             else:
-                tail = "; wtmp names no earlier boot"
-            return WrittenVerdict(Written.PREVIOUS_BOOT, evidence + tail)
+                tail = "wtmp names no earlier boot"
+            return WrittenVerdict(Written.PREVIOUS_BOOT, f"{times}: {before_start}; {tail}")
         before = writer.last_record - when
-        if writer.end is BootEnd.CRASHED:
-            how = "which crashed (no shutdown record before the next boot)"
-        else:
-            how = f"which shut down cleanly at {iso(writer.shutdown or writer.last_record)}"
         relation = f"{before:.0f} s before" if before >= 0 else f"{-before:.0f} s after"
         return WrittenVerdict(
             Written.PREVIOUS_BOOT,
-            f"{evidence}; written in the boot that began {iso(writer.start)}, {how}, "
-            f"{relation} that boot's last wtmp record",
+            f"{times}: {before_start}; {_written_in(writer)}, {relation} that boot's last "
+            "wtmp record",
             writer,
             round(before, 3),
         )
+
+
+# Every file's evidence names the same boots: their part of it is made once each.
+
+
+@functools.lru_cache(maxsize=8)
+def _boot_began(start: float, source: str) -> str:
+    return f"this boot began {iso(start)} ({source})"
+
+
+@functools.lru_cache(maxsize=64)
+def _written_in(boot: Boot) -> str:
+    if boot.end is BootEnd.CRASHED:
+        how = "which crashed (no shutdown record before the next boot)"
+    else:
+        how = f"which shut down cleanly at {iso(boot.shutdown or boot.last_record)}"
+    return f"written in the boot that began {iso(boot.start)}, {how}"
 
 
 _ISO_BY_SECOND: dict[int, str] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -263,7 +264,7 @@ def _pipeline(
     quarantine = None
     try:
         entries = cache.inventory(results_fd, configs.networks.keys())
-        plan = (plan_entry(e, boot_ctx, configs) for e in entries)
+        plan = map(plan_entry, entries, itertools.repeat(boot_ctx), itertools.repeat(configs))
         if args.dry_run:
             results = outcome.dry_run(plan)
         else:

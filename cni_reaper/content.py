@@ -261,7 +261,11 @@ def judge(data: bytes) -> ContentVerdict | Identity:
         # The common case, a whole document, decodes at C speed; only what fails to decode is
         # scanned by the (pure Python) grammar to tell a cut-off document from garbage.
         try:
-            doc = _DECODER.decode(text)
+            # raw_decode: what decode() does less its whitespace regexes. A document that
+            # starts with whitespace fails here and is decoded below.
+            doc, end = _DECODER.raw_decode(text)
+            if end != len(text) and text[end:].strip(_WS):
+                doc = _UNDECODED
         except (ValueError, RecursionError):
             doc = _UNDECODED
     if doc is _UNDECODED:

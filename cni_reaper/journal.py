@@ -89,23 +89,24 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     entry = planned.entry
     split = entry.split
     event = event_of(result)
-    message = (
-        f"{entry.shown_name}: {entry.content.value}, {planned.written.written.value} -> "
-        f"{planned.action.value} [{result.outcome.value}]: {planned.reason}"
-    )
+    name = entry.shown_name
+    content = entry.verdict.content.value
+    written = planned.written.written.value
+    action = planned.action.value
+    outcome = result.outcome.value
     fields = {
-        "MESSAGE": message,
+        "MESSAGE": f"{name}: {content}, {written} -> {action} [{outcome}]: {planned.reason}",
         "MESSAGE_ID": event.message_id,
         "PRIORITY": str(event.priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
         "CNI_NETWORK": printable(split.network) if split else "",
         "CNI_CONTAINERID": printable(split.container_id) if split else "",
         "CNI_IFNAME": printable(split.ifname) if split else "",
-        "CNI_REAPER_FILE": entry.shown_name,
-        "CNI_REAPER_CONTENT": entry.content.value,
-        "CNI_REAPER_WRITTEN": planned.written.written.value,
-        "CNI_REAPER_ACTION": planned.action.value,
-        "CNI_REAPER_OUTCOME": result.outcome.value,
+        "CNI_REAPER_FILE": name,
+        "CNI_REAPER_CONTENT": content,
+        "CNI_REAPER_WRITTEN": written,
+        "CNI_REAPER_ACTION": action,
+        "CNI_REAPER_OUTCOME": outcome,
         "CNI_REAPER_EVENT": event.value,
         "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
     }
@@ -204,9 +205,11 @@ class EventLog:
             self._send(**fields)
             return
         extra = " ".join(
-            f"{key.lower()}={value}"
-            for key, value in fields.items()
-            if key.startswith("CNI_") and value and key != "CNI_REAPER_FILE"
+            [
+                f"{key.lower()}={value}"
+                for key, value in fields.items()
+                if value and key.startswith("CNI_") and key != "CNI_REAPER_FILE"
+            ]
         )
         self._lines.append(f"cni-reaper: {fields['MESSAGE']} ({extra})\n")
         if len(self._lines) >= self._block:

@@ -117,5 +117,9 @@ def _json(value: str | None) -> str:
 def dry_run(plan: Iterable[PlannedEntry]) -> Iterator[EntryResult]:
     """The plan as a dry run reports it: what would change is `planned`, the rest `skipped`."""
     for planned in plan:
-        outcome = Outcome.PLANNED if planned.action.changes_things else Outcome.SKIPPED
-        yield EntryResult(planned, outcome)
+        yield EntryResult(planned, _DRY_RUN_OUTCOMES[planned.action])
+
+
+_DRY_RUN_OUTCOMES = {
+    action: Outcome.PLANNED if action.changes_things else Outcome.SKIPPED for action in Action
+}

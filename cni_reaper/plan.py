@@ -13,6 +13,7 @@ from cni_reaper.cache import CacheEntry
 from cni_reaper.netconf import BUILTIN_LOOPBACK, NetworkConfigs, NetworkList, builtin_loopback
 
 STALE_DAMAGE = "left by an earlier boot; the runtime's DEL would abort on it"
+READABLE = "libcni can read it: the runtime's own DEL will use it"
 
 
 class Action(str, Enum):
@@ -37,12 +38,11 @@ class PlannedEntry(NamedTuple):
 
 
 def plan_entry(entry: CacheEntry, boot: BootContext, configs: NetworkConfigs) -> PlannedEntry:
-    written = boot.classify(entry.file.mtime, entry.file.ctime)
-    content = entry.content
+    file = entry.file
+    written = boot.classify(file.mtime, file.ctime)
+    content = entry.verdict.content
     if content.is_readable_by_libcni:
-        return PlannedEntry(
-            entry, written, Action.KEEP, "libcni can read it: the runtime's own DEL will use it"
-        )
+        return PlannedEntry(entry, written, Action.KEEP, READABLE)
     if not content.is_corrupt:
         return PlannedEntry(entry, written, Action.REPORT, f"{content.value}: never touched")
     if entry.split is None:

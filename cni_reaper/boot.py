@@ -132,7 +132,9 @@ class BootContext(NamedTuple):
             return WrittenVerdict(Written.UNKNOWN, f"{times}; later than the clock ({iso(now)})")
         boundary = _boot_began(start, self.current_start_source)
         if newest < start - margin:
-            return self._previous(ctime, times, f"{start - newest:.0f} s before {boundary}")
+            # round() to an int formats as :.0f would (half to even), without the float
+            # formatting, which showed at 100,000 entries.
+            return self._previous(ctime, times, f"{round(start - newest)} s before {boundary}")
         if oldest > start + margin:
             return WrittenVerdict(
                 Written.CURRENT_BOOT, f"{times}: {oldest - start:.0f} s after {boundary}"
@@ -154,7 +156,7 @@ class BootContext(NamedTuple):
                 tail = "wtmp names no earlier boot"
             return WrittenVerdict(Written.PREVIOUS_BOOT, f"{times}: {before_start}; {tail}")
         before = writer.last_record - when
-        relation = f"{before:.0f} s before" if before >= 0 else f"{-before:.0f} s after"
+        relation = f"{round(before)} s before" if before >= 0 else f"{round(-before)} s after"
         return WrittenVerdict(
             Written.PREVIOUS_BOOT,
             f"{times}: {before_start}; {_written_in(writer)}, {relation} that boot's last "

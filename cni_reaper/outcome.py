@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from cni_reaper.boot import BootEnd, iso
+from cni_reaper.boot import Boot, BootEnd, iso
 from cni_reaper.plan import Action, PlannedEntry
 
 if TYPE_CHECKING:
@@ -62,11 +63,7 @@ class EntryResult(NamedTuple):
         if writing_boot is None:
             boot = "null"
         else:
-            boot = (
-                f'{{"start":"{iso(writing_boot.start)}","crashed":'
-                f"{'true' if writing_boot.end is BootEnd.CRASHED else 'false'},"
-                f'"seconds_before_last_record":{written.seconds_before_last_record!r}}}'
-            )
+            boot = f"{_boot_json(writing_boot)}{written.seconds_before_last_record!r}}}"
         if self.del_outcome is None and self.quarantined_to is None and not self.problems:
             done = '"plugin_errors":[],"quarantined_to":null,"problems":[]}'
         else:
@@ -107,6 +104,13 @@ class EntryResult(NamedTuple):
 # encoder itself calls for one (its own call is the slower part of quoting a short name).
 _quote = json.JSONEncoder(separators=(",", ":")).encode
 _string = json.encoder.encode_basestring_ascii
+
+
+@functools.lru_cache(maxsize=64)
+def _boot_json(boot: Boot) -> str:
+    """A writing boot's object, open at its last value: the same few boots write most files."""
+    crashed = "true" if boot.end is BootEnd.CRASHED else "false"
+    return f'{{"start":"{iso(boot.start)}","crashed":{crashed},"seconds_before_last_record":'
 
 
 def _json(value: str | None) -> str:

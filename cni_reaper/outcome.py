@@ -120,8 +120,11 @@ def _json(value: str | None) -> str:
 
 def dry_run(plan: Iterable[PlannedEntry]) -> Iterator[EntryResult]:
     """The plan as a dry run reports it: what would change is `planned`, the rest `skipped`."""
-    for planned in plan:
-        yield EntryResult(planned, _DRY_RUN_OUTCOMES[planned.action])
+    return map(_dry_run_result, plan)
+
+
+def _dry_run_result(planned: PlannedEntry) -> EntryResult:
+    return EntryResult(planned, _DRY_RUN_OUTCOMES[planned.action])
 
 
 _DRY_RUN_OUTCOMES = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, NamedTuple
 
@@ -23,6 +23,7 @@ class Executor(NamedTuple):
     quarantine: Quarantine
     clock_now: float
     workers: int = 1  # DEL replays at once, each of a different network
+    inherited_env: Mapping[str, str] | None = None  # for the plugins; None: taken per DEL
 
 
 def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryResult]:
@@ -81,7 +82,12 @@ def _repair(planned: PlannedEntry, ex: Executor) -> EntryResult:
         else:
             attachment = Attachment(entry.split.container_id, entry.split.ifname)
             del_outcome = delete(
-                planned.netlist, attachment, ex.runner, ex.bin_dirs, ex.plugin_timeout
+                planned.netlist,
+                attachment,
+                ex.runner,
+                ex.bin_dirs,
+                ex.plugin_timeout,
+                ex.inherited_env,
             )
     outcome = Outcome.DONE if del_outcome is None or del_outcome.ok else Outcome.FAILED
     # Quarantine even when DEL failed: a missing file lets the runtime's own DEL run.

@@ -272,6 +272,7 @@ def _pipeline(
             from cni_reaper import apply  # noqa: PLC0415
             from cni_reaper.plugin import ProcessRunner  # noqa: PLC0415
             from cni_reaper.quarantine import Quarantine  # noqa: PLC0415
+            from cni_reaper.replay import inherited_env  # noqa: PLC0415
 
             quarantine = Quarantine(paths.quarantine_dir, boot_ctx.boot_id)
             executor = apply.Executor(
@@ -282,6 +283,7 @@ def _pipeline(
                 quarantine=quarantine,
                 clock_now=boot_ctx.now,
                 workers=args.parallel,
+                inherited_env=inherited_env(),
             )
             results = apply.execute(plan, executor)
         for result in results:

@@ -149,7 +149,8 @@ class Quarantine:
         # are made durable together, by flush(): journalling file systems commit a directory's
         # changes in order, so the file is never found here without its sidecar. A power cut
         # before flush() may undo some moves; the next run redoes them, DEL being idempotent.
-        _write_beside(fd, dest + SIDECAR_SUFFIX, json.dumps(sidecar(path), indent=2) + "\n")
+        record = json.dumps(sidecar(path), separators=(",", ":"))  # as compact as the report's
+        _write_beside(fd, dest + SIDECAR_SUFFIX, record + "\n")
         failpoint.hit(SIDECAR_IN_PLACE)
         try:
             os.rename(name, dest, src_dir_fd=results_fd, dst_dir_fd=fd)

@@ -60,9 +60,16 @@ def plugin_stdin(
     return json.dumps(conf, sort_keys=True, separators=(",", ":")).encode()
 
 
-def plugin_env(attachment: Attachment, bin_dirs: Sequence[str]) -> dict[str, str]:
-    # A CNI_* variable inherited from whoever ran the reaper must not leak into a plugin.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
+def inherited_env() -> dict[str, str]:
+    """What every plugin inherits: the reaper's environment less any CNI_* variable, which
+    must not leak from whoever ran the reaper into a plugin. Taken once per run."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
+
+
+def plugin_env(
+    attachment: Attachment, bin_dirs: Sequence[str], inherited: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    env = dict(inherited_env() if inherited is None else inherited)
     env.update(
         CNI_COMMAND="DEL",
         CNI_CONTAINERID=attachment.container_id,
@@ -80,9 +87,10 @@ def delete(
     runner: PluginRunner,
     bin_dirs: Sequence[str],
     timeout: float,
+    inherited: Mapping[str, str] | None = None,
 ) -> DelOutcome:
     """Plugins in reverse order, stopping at the first failure, as libcni does."""
-    env = plugin_env(attachment, bin_dirs)
+    env = plugin_env(attachment, bin_dirs, inherited)
     ran: list[str] = []
     for plugin in reversed(netlist.plugins):
         kind = str(plugin.get("type", ""))

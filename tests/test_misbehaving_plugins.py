@@ -51,8 +51,16 @@ def quarantined(crashed: Crashed, name: str) -> bool:
     )
 
 
+@pytest.fixture(params=["pidfd", "polling"])
+def exit_wakeup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The plugin's exit seen through a pidfd, and by polling as on a kernel before 5.3."""
+    if request.param == "polling":
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    return str(request.param)
+
+
 def test_a_plugin_that_forks_a_daemon_holding_its_output_open(
-    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path, exit_wakeup: str
 ) -> None:
     pidfile = tmp_path / "daemon.pid"
     # The daemon leaves the plugin's process group (setsid) and keeps stdout and stderr open.
@@ -102,7 +110,7 @@ def test_a_plugin_that_crashes_with_a_signal(
 
 
 def test_a_plugin_that_hangs_with_a_child_is_killed_with_it(
-    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path, exit_wakeup: str
 ) -> None:
     pidfile = tmp_path / "child.pid"
     name = plugin_network(crashed, "hanger", f"sleep 300 &\necho $! > {pidfile}\nwait\n")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, NamedTuple
 
 from cni_reaper.outcome import EntryResult, Outcome
@@ -35,26 +36,69 @@ def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryR
         if planned.action is Action.DEL_AND_QUARANTINE and executor.workers > 1:
             by_network[planned.netlist.name if planned.netlist else ""].append(planned)
         elif planned.action.changes_things:
-            yield _repair(planned, executor)
+            yield _quarantine(planned, _replay(planned, executor), executor)
         else:
             yield EntryResult(planned, Outcome.SKIPPED)
     if by_network:
-        yield from _replay_in_parallel(by_network, executor)
+        yield from _replay_in_parallel(list(by_network.values()), executor)
     executor.quarantine.flush()
 
 
+_Replayed = tuple[PlannedEntry, "EntryResult | DelOutcome | None"]
+_WORKER_DONE = None
+
+
 def _replay_in_parallel(
-    by_network: dict[str, list[PlannedEntry]], executor: Executor
+    groups: list[list[PlannedEntry]], executor: Executor
 ) -> Iterator[EntryResult]:
-    executor.quarantine.open()  # once, before the threads share it
+    """Worker threads replay the DELs, a network at a time each; this thread quarantines each
+    file as its DEL returns. A worker goes straight on to its network's next DEL: the
+    sidecar's fsync and the move never stand between two plugins."""
+    pending: queue.SimpleQueue[list[PlannedEntry]] = queue.SimpleQueue()
+    for group in groups:
+        pending.put(group)
+    replayed: queue.SimpleQueue[_Replayed | None] = queue.SimpleQueue()
+    failures: list[BaseException] = []
+    stop = threading.Event()  # set when this side gives up: workers start no further DEL
 
-    def replay(group: list[PlannedEntry]) -> list[EntryResult]:
-        return [_repair(planned, executor) for planned in group]
+    def worker() -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    group = pending.get_nowait()
+                except queue.Empty:
+                    return
+                for planned in group:
+                    if stop.is_set():
+                        return
+                    replayed.put((planned, _replay(planned, executor)))
+        except BaseException as e:  # a bug: raised again below, once every worker is done
+            failures.append(e)
+        finally:
+            replayed.put(_WORKER_DONE)
 
-    workers = min(executor.workers, len(by_network))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="del") as pool:
-        for done in as_completed([pool.submit(replay, g) for g in by_network.values()]):
-            yield from done.result()
+    threads = [
+        threading.Thread(target=worker, name=f"del-{n}", daemon=True)
+        for n in range(min(executor.workers, len(groups)))
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        running = len(threads)
+        while running:
+            item = replayed.get()
+            if item is _WORKER_DONE:
+                running -= 1
+                continue
+            planned, done = item
+            yield _quarantine(planned, done, executor)
+    finally:
+        # Also when the caller stops early or a move raised: no plugin may outlive the run.
+        stop.set()
+        for thread in threads:
+            thread.join()
+    if failures:
+        raise failures[0]
 
 
 def _unchanged(planned: PlannedEntry, results_fd: int) -> str | None:
@@ -68,33 +112,38 @@ def _unchanged(planned: PlannedEntry, results_fd: int) -> str | None:
     return None
 
 
-def _repair(planned: PlannedEntry, ex: Executor) -> EntryResult:
-    entry = planned.entry
+def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | None:
+    """The DEL, if the plan has one: its outcome; a result already if the file changed since
+    the scan and is not to be touched."""
     changed = _unchanged(planned, ex.results_fd)
     if changed:
         return EntryResult(planned, Outcome.SKIPPED, problems=(changed,))
-    del_outcome: DelOutcome | None = None
-    if planned.action is Action.DEL_AND_QUARANTINE:
-        assert entry.split is not None
-        if planned.netlist is None:
-            problem = planned.config_problem or "no network config"
-            del_outcome = DelOutcome((), (PluginError("", problem),))
-        else:
-            attachment = Attachment(entry.split.container_id, entry.split.ifname)
-            del_outcome = delete(
-                planned.netlist,
-                attachment,
-                ex.runner,
-                ex.bin_dirs,
-                ex.plugin_timeout,
-                ex.inherited_env,
-            )
+    if planned.action is not Action.DEL_AND_QUARANTINE:
+        return None
+    split = planned.entry.split
+    assert split is not None
+    if planned.netlist is None:
+        problem = planned.config_problem or "no network config"
+        return DelOutcome((), (PluginError("", problem),))
+    attachment = Attachment(split.container_id, split.ifname)
+    return delete(
+        planned.netlist, attachment, ex.runner, ex.bin_dirs, ex.plugin_timeout, ex.inherited_env
+    )
+
+
+def _quarantine(
+    planned: PlannedEntry, replayed: EntryResult | DelOutcome | None, ex: Executor
+) -> EntryResult:
+    if isinstance(replayed, EntryResult):
+        return replayed
+    del_outcome = replayed
     outcome = Outcome.DONE if del_outcome is None or del_outcome.ok else Outcome.FAILED
     # Quarantine even when DEL failed: a missing file lets the runtime's own DEL run.
-    sha256 = sha256_of(ex.results_fd, entry.name)
+    name = planned.entry.name
+    sha256 = sha256_of(ex.results_fd, name)
     sidecar = _sidecar(planned, outcome, del_outcome, sha256, ex.clock_now)
     try:
-        dest = ex.quarantine.move(ex.results_fd, entry.name, sidecar, sha256)
+        dest = ex.quarantine.move(ex.results_fd, name, sidecar, sha256)
     except (QuarantineError, OSError) as e:
         return EntryResult(
             planned, Outcome.FAILED, del_outcome, problems=(f"quarantine: {e.strerror or e}",)

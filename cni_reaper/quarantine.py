@@ -85,10 +85,6 @@ class Quarantine:
         self._fd: int | None = None
         self._dirty: set[int] = set()  # results dirs with moves not yet fsynced
 
-    def open(self) -> None:
-        """Open (and make) the quarantine dir now rather than at the first move."""
-        self._dir_fd()
-
     def _dir_fd(self) -> int:
         if self._fd is None:
             try:

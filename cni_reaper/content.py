@@ -36,10 +36,6 @@ class Content(str, Enum):
         """Damage a crash leaves, on which libcni up to v1.1.2 aborts the DEL."""
         return self in CORRUPT
 
-    @property
-    def is_readable_by_libcni(self) -> bool:
-        return self in (Content.VALID, Content.LEGACY)
-
 
 CORRUPT = frozenset({Content.EMPTY, Content.ZEROED, Content.TRUNCATED, Content.GARBAGE})
 

@@ -90,10 +90,11 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     split = entry.split
     event = event_of(result)
     name = entry.shown_name
-    content = entry.verdict.content.value
-    written = planned.written.written.value
-    action = planned.action.value
-    outcome = result.outcome.value
+    # _value_: the value property is a Python call per use, and this runs per damaged file.
+    content = entry.verdict.content._value_
+    written = planned.written.written._value_
+    action = planned.action._value_
+    outcome = result.outcome._value_
     fields = {
         "MESSAGE": f"{name}: {content}, {written} -> {action} [{outcome}]: {planned.reason}",
         "MESSAGE_ID": event.message_id,
@@ -206,9 +207,9 @@ class EventLog:
             return
         extra = " ".join(
             [
-                f"{key.lower()}={value}"
+                f"{name}={value}"
                 for key, value in fields.items()
-                if value and key.startswith("CNI_") and key != "CNI_REAPER_FILE"
+                if value and (name := _line_name(key))
             ]
         )
         self._lines.append(f"cni-reaper: {fields['MESSAGE']} ({extra})\n")
@@ -220,6 +221,19 @@ class EventLog:
             self._stream.write("".join(self._lines))
             self._lines.clear()
             self._stream.flush()
+
+
+_LINE_NAMES: dict[str, str] = {}
+
+
+def _line_name(field: str) -> str:
+    """How a line on stderr names a field: the CNI_* ones in lower case; the others, and the
+    file (which begins the message), as "" and so left out."""
+    name = _LINE_NAMES.get(field)
+    if name is None:
+        name = "" if not field.startswith("CNI_") or field == "CNI_REAPER_FILE" else field.lower()
+        _LINE_NAMES[field] = name
+    return name
 
 
 def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:

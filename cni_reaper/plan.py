@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
+from cni_reaper.content import Content
 from cni_reaper.netconf import BUILTIN_LOOPBACK, NetworkConfigs, NetworkList, builtin_loopback
 
 STALE_DAMAGE = "left by an earlier boot; the runtime's DEL would abort on it"
@@ -41,7 +42,7 @@ def plan_entry(entry: CacheEntry, boot: BootContext, configs: NetworkConfigs) ->
     file = entry.file
     written = boot.classify(file.mtime, file.ctime)
     content = entry.verdict.content
-    if content.is_readable_by_libcni:
+    if content is Content.VALID or content is Content.LEGACY:  # what libcni can read
         return PlannedEntry(entry, written, Action.KEEP, READABLE)
     if not content.is_corrupt:
         return PlannedEntry(entry, written, Action.REPORT, f"{content.value}: never touched")

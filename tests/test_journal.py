@@ -248,3 +248,21 @@ def test_records_arrive_in_a_real_journald(crashed: Crashed, tmp_path: Path) -> 
     summary = [r for r in records if r.get("CNI_REAPER_EVENT") == "summary"]
     assert len(summary) == 1
     assert summary[0]["MESSAGE_ID"] == Event.SUMMARY.message_id
+
+
+def test_a_dry_run_writes_every_line_though_in_blocks(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """More damaged files than one block holds: every line still arrives, the summary last."""
+    damaged = {crashed.node.write_result(f"hl-{n:064x}-eth0", b"").name for n in range(150)}
+    crashed.reboot()
+
+    code = cli.main(crashed.argv("--dry-run"), clock=lambda: crashed.t0 + 60, environ={})
+
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 0
+    assert len(damaged) > 2 * cli.EVENT_BLOCK
+    assert len(lines) == 151  # 150 planned repairs, then the summary
+    planned = {line.split(":")[1].strip() for line in lines[:-1]}
+    assert planned == damaged
+    assert lines[-1].startswith("cni-reaper: 150 entries;")

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from cni_reaper import cli
 from cni_reaper.errors import ExitCode
+from cni_reaper.plugin import PluginRun
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS
 
@@ -75,3 +79,36 @@ def test_networks_in_parallel_each_network_in_turn(
 
 def test_parallel_must_be_at_least_one(crashed: Crashed) -> None:
     assert crashed.run_main("--parallel", "0") == ExitCode.USAGE
+
+
+class FailingRunner:
+    """A runner with a bug on one network: what the threads must survive without a trace."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun:
+        network = json.loads(stdin)["name"]
+        self.calls.append(network)
+        if network == "net-b":
+            raise RuntimeError("a bug in the runner")
+        return PluginRun(0, b"", b"", timed_out=False, output_truncated=False)
+
+
+def test_a_bug_in_one_worker_ends_the_run_with_every_worker_joined(crashed: Crashed) -> None:
+    bin_dir = timed_plugin(crashed, crashed.node.root / "unused.log")
+    runner = FailingRunner()
+    before = threading.active_count()
+
+    with pytest.raises(RuntimeError, match="a bug in the runner"):
+        cli.run(
+            crashed.argv("--json", "--bin-dir", str(bin_dir), "--parallel", "2"),
+            clock=lambda: crashed.t0 + 60,
+            runner=runner,
+            environ={},
+        )
+
+    assert threading.active_count() == before
+    # net-b's worker stopped at its first DEL; net-a's went on to the end of its network.
+    assert runner.calls.count("net-b") == 1
+    assert runner.calls.count("net-a") == 3

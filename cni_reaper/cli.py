@@ -286,11 +286,12 @@ def _pipeline(
                 inherited_env=inherited_env(),
             )
             results = apply.execute(plan, executor)
+        log_kept, dry_run, notify = args.verbose, args.dry_run, notifier.enabled
         for result in results:
             report.add(result)
-            if event_of(result) is not Event.KEPT or args.verbose:
-                events.emit(entry_fields(result, args.dry_run))
-            if notifier.enabled and result.planned.action.changes_things:
+            if log_kept or event_of(result) is not Event.KEPT:
+                events.emit(entry_fields(result, dry_run))
+            if notify and result.planned.action.changes_things:
                 notifier.status(f"{result.outcome.value}: {result.planned.entry.shown_name}")
     finally:
         if quarantine is not None:

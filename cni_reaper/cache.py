@@ -164,7 +164,8 @@ def _inspect(
     except FileNotFoundError:
         return None
     except OSError as e:
-        return _UNKNOWN_FILE, ContentVerdict(Content.UNREADABLE, f"open: {e.strerror}")
+        return _looked_at(dir_fd, name), ContentVerdict(Content.UNREADABLE, f"open: {e.strerror}")
+    file = _UNKNOWN_FILE
     try:
         file = FileStat.of(os.fstat(fd))
         if file.kind != "file":
@@ -178,12 +179,20 @@ def _inspect(
         if len(data) > file.size:
             data = _read_on(fd, data)
     except OSError as e:
-        return _UNKNOWN_FILE, ContentVerdict(Content.UNREADABLE, f"read: {e.strerror}")
+        return file, ContentVerdict(Content.UNREADABLE, f"read: {e.strerror}")
     finally:
         os.close(fd)
     if len(data) > content.MAX_ENTRY_BYTES:
         return file, ContentVerdict(Content.OVERSIZED, f"grew past {content.MAX_ENTRY_BYTES} bytes")
     return file, content.judge(data)
+
+
+def _looked_at(dir_fd: int, name: str) -> FileStat:
+    """What lstat says of a file that could not be opened, for the report."""
+    try:
+        return FileStat.of(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+    except OSError:
+        return _UNKNOWN_FILE
 
 
 def _read_on(fd: int, start: bytes) -> bytes:

@@ -23,8 +23,8 @@ class Executor(NamedTuple):
     plugin_timeout: float
     quarantine: Quarantine
     clock_now: float
+    inherited_env: Mapping[str, str]  # for the plugins, taken once per run
     workers: int = 1  # DEL replays at once, each of a different network
-    inherited_env: Mapping[str, str] | None = None  # for the plugins; None: taken per DEL
 
 
 def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryResult]:

@@ -68,12 +68,16 @@ class Report:
         if self.writer is not None:
             self.writer.entry(self, result)
 
-    @property
-    def contents(self) -> Counter[str]:
+    def _tally(self, field: int) -> dict[str, int]:
+        """The counts by one of (content, action, outcome), in name order."""
         counts: Counter[str] = Counter()
-        for (content, _, _), n in self._counts.items():
-            counts[content.value] += n
-        return counts
+        for key, n in self._counts.items():
+            counts[key[field].value] += n
+        return dict(sorted(counts.items()))
+
+    @property
+    def contents(self) -> dict[str, int]:
+        return self._tally(0)
 
     @property
     def actions(self) -> Counter[tuple[str, str]]:
@@ -102,17 +106,11 @@ class Report:
         return ExitCode.OK
 
     def summary(self) -> dict[str, Any]:
-        def by(index: int) -> dict[str, int]:
-            counts: Counter[str] = Counter()
-            for key, n in self.actions.items():
-                counts[key[index]] += n
-            return dict(sorted(counts.items()))
-
         return {
             "entries": self.entries,
-            "content": dict(sorted((+self.contents).items())),
-            "action": by(0),
-            "outcome": by(1),
+            "content": self._tally(0),
+            "action": self._tally(1),
+            "outcome": self._tally(2),
             "plugin_errors": self.plugin_errors,
             "host_local": dict(
                 sorted(Counter(f"{r['action']}/{r['outcome']}" for r in self.reservations).items())

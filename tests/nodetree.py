@@ -99,6 +99,18 @@ class NodeTree:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         (self.conf_dir / file_name).write_bytes(data)
 
+    def fake_plugin_network(self, name: str, kind: str, script: str) -> Path:
+        """A plugin that is a shell script, for a failure mode no real plugin shows on cue, in
+        ROOT/opt/cni/bin, and a network of it alone; returns the plugin dir."""
+        bin_dir = self.root / "opt/cni/bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        plugin = bin_dir / kind
+        plugin.write_text("#!/bin/sh\n" + script)
+        plugin.chmod(0o755)
+        conf = {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": kind}]}
+        self.write_conf(f"60-{name}.conflist", json.dumps(conf).encode())
+        return bin_dir
+
     def write_result(self, name: str, data: bytes) -> Path:
         self.results.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.results / name

@@ -63,14 +63,8 @@ def test_metrics_file_holds_the_run_figures(
 def test_plugin_failures_are_counted_by_plugin_type(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    bin_dir = crashed.node.root / "opt/cni/bin"
-    bin_dir.mkdir(parents=True)
-    # A fake plugin: a CNI error is the failure mode wanted, which no real plugin shows on cue.
-    failing = bin_dir / "failing"
-    failing.write_text('#!/bin/sh\necho \'{"code": 11, "msg": "store locked"}\'\nexit 1\n')
-    failing.chmod(0o755)
-    crashed.node.write_conf(
-        "20-f.conflist", b'{"cniVersion":"1.0.0","name":"f","plugins":[{"type":"failing"}]}'
+    bin_dir = crashed.node.fake_plugin_network(
+        "f", "failing", 'echo \'{"code": 11, "msg": "store locked"}\'\nexit 1\n'
     )
     for cid in CONTAINER_IDS[:2]:
         crashed.node.write_result(f"f-{cid}-eth0", b"")

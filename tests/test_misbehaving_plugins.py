@@ -4,7 +4,6 @@ run goes on, reports each precisely, and still quarantines per policy."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -20,13 +19,7 @@ from tests.nodetree import CONTAINER_IDS
 
 def plugin_network(crashed: Crashed, name: str, script: str) -> str:
     """A network whose only plugin is script; returns the damaged cache file left for it."""
-    bin_dir = crashed.node.root / "opt/cni/bin"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    plugin = bin_dir / name
-    plugin.write_text("#!/bin/sh\n" + script)
-    plugin.chmod(0o755)
-    conf = {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": name}]}
-    crashed.node.write_conf(f"60-{name}.conflist", json.dumps(conf).encode())
+    crashed.node.fake_plugin_network(name, name, script)
     return crashed.node.write_result(f"{name}-{CONTAINER_IDS[0]}-eth0", b"").name
 
 

@@ -19,20 +19,14 @@ from tests.nodetree import CONTAINER_IDS
 def timed_plugin(crashed: Crashed, log: Path) -> Path:
     """A fake plugin that logs when each DEL of each network starts and ends; it stands for
     a slow real one, which no real plugin is on cue."""
-    bin_dir = crashed.node.root / "opt/cni/bin"
-    bin_dir.mkdir(parents=True)
-    plugin = bin_dir / "slow"
-    plugin.write_text(
-        "#!/bin/sh\n"
+    script = (
         'net=$(sed -n \'s/.*"name":"\\([^"]*\\)".*/\\1/p\')\n'
         f'echo "start $net $(date +%s.%N)" >> {log}\n'
         "sleep 0.3\n"
         f'echo "end $net $(date +%s.%N)" >> {log}\n'
     )
-    plugin.chmod(0o755)
     for name in ("net-a", "net-b"):
-        conf = {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": "slow"}]}
-        crashed.node.write_conf(f"80-{name}.conflist", json.dumps(conf).encode())
+        bin_dir = crashed.node.fake_plugin_network(name, "slow", script)
         for cid in CONTAINER_IDS[:3]:
             crashed.node.write_result(f"{name}-{cid}-eth0", b"")
     crashed.reboot()

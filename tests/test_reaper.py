@@ -154,18 +154,10 @@ def test_network_without_config_is_still_quarantined_but_fails(
 def test_cni_error_from_a_plugin_is_reported_and_the_file_still_quarantined(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bin_dir = crashed.node.root / "opt/cni/bin"
-    bin_dir.mkdir(parents=True)
-    failing = bin_dir / "failing"
-    failing.write_text(
-        "#!/bin/sh\n"
-        'echo \'{"cniVersion":"1.0.0","code":11,"msg":"try again","details":"busy"}\'\n'
-        "exit 1\n"
-    )
-    failing.chmod(0o755)
-    crashed.node.write_conf(
-        "20-f.conflist",
-        b'{"cniVersion":"1.0.0","name":"f","plugins":[{"type":"failing"}]}',
+    bin_dir = crashed.node.fake_plugin_network(
+        "f",
+        "failing",
+        'echo \'{"cniVersion":"1.0.0","code":11,"msg":"try again","details":"busy"}\'\nexit 1\n',
     )
     path = crashed.node.write_result(f"f-{CONTAINER_IDS[6]}-eth0", b"\0" * 100)
     crashed.reboot()
@@ -190,13 +182,7 @@ def test_cni_error_from_a_plugin_is_reported_and_the_file_still_quarantined(
 def test_hanging_plugin_is_killed_at_the_timeout(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bin_dir = crashed.node.root / "opt/cni/bin"
-    bin_dir.mkdir(parents=True)
-    (bin_dir / "hang").write_text("#!/bin/sh\nsleep 300 &\nsleep 300\n")
-    (bin_dir / "hang").chmod(0o755)
-    crashed.node.write_conf(
-        "30-h.conflist", b'{"cniVersion":"1.0.0","name":"h","plugins":[{"type":"hang"}]}'
-    )
+    bin_dir = crashed.node.fake_plugin_network("h", "hang", "sleep 300 &\nsleep 300\n")
     crashed.node.write_result(f"h-{CONTAINER_IDS[7]}-eth0", b"")
     crashed.reboot()
 

@@ -24,6 +24,7 @@ from cni_reaper.boot import iso
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # temp files
 SIDECAR_SUFFIX = ".json"
 
 
@@ -186,12 +187,7 @@ def _exists(dir_fd: int, name: str) -> bool:
 def _write_beside(dir_fd: int, name: str, text: str) -> None:
     """Write to a temp name, fsync, rename into place; the caller fsyncs the directory."""
     tmp = f".{name}.tmp"
-    fd = os.open(
-        tmp,
-        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o600,
-        dir_fd=dir_fd,
-    )
+    fd = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=dir_fd)
     try:
         _write_all(fd, text.encode())
         os.fsync(fd)
@@ -240,12 +236,7 @@ def _copy_then_unlink(src_dir: int, name: str, dst_dir: int, dest: str) -> None:
     try:
         if not stat.S_ISREG(os.fstat(src).st_mode):
             raise QuarantineError(errno.EINVAL, f"{name} is no longer a regular file")
-        dst = os.open(
-            tmp,
-            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=dst_dir,
-        )
+        dst = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=dst_dir)
         try:
             while True:
                 chunk = os.read(src, 1 << 16)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -12,7 +13,7 @@ from typing import Any, NamedTuple
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError, PluginRunner
-from cni_reaper.quarantine import Quarantine, QuarantineError, sha256_of, sidecar
+from cni_reaper.quarantine import Move, Quarantine, sha256_of, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, delete
 
 
@@ -30,30 +31,57 @@ class Executor(NamedTuple):
 def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryResult]:
     """Entries without a DEL are done (or skipped) in order as the plan streams by. DELs are
     gathered by network and, with more than one worker, replayed network by network in
-    parallel: never two DELs of one network at once, as a runtime never runs them."""
+    parallel: never two DELs of one network at once, as a runtime never runs them. Files are
+    quarantined in batches (see _in_batches)."""
     by_network: dict[str, list[PlannedEntry]] = defaultdict(list)
-    for planned in plan:
-        if planned.action is Action.DEL_AND_QUARANTINE and executor.workers > 1:
-            by_network[planned.netlist.name if planned.netlist else ""].append(planned)
-        elif planned.action.changes_things:
-            yield _quarantine(planned, _replay(planned, executor), executor)
-        else:
-            yield EntryResult(planned, Outcome.SKIPPED)
+
+    def in_order() -> Iterator[_Replayed]:
+        for planned in plan:
+            if planned.action is Action.DEL_AND_QUARANTINE and executor.workers > 1:
+                by_network[planned.netlist.name if planned.netlist else ""].append(planned)
+            elif planned.action.changes_things:
+                yield planned, _replay(planned, executor)
+            else:
+                yield planned, EntryResult(planned, Outcome.SKIPPED)
+
+    yield from _in_batches(in_order(), executor)
     if by_network:
-        yield from _replay_in_parallel(list(by_network.values()), executor)
+        yield from _in_batches(_replay_in_parallel(list(by_network.values()), executor), executor)
     executor.quarantine.flush()
 
 
 _Replayed = tuple[PlannedEntry, "EntryResult | DelOutcome | None"]
 _WORKER_DONE = None
 
+# Files are quarantined in batches, their sidecars fsynced together: one at a time, every
+# file cost a journal commit. A batch closes at this many files, or this long after its first
+# DEL returned, so that results still come in while DELs go on.
+BATCH_FILES = 64
+BATCH_SECONDS = 0.25
+
+
+def _in_batches(replayed: Iterable[_Replayed | None], executor: Executor) -> Iterator[EntryResult]:
+    """The results of replayed entries, quarantined a batch at a time. None from replayed is
+    a tick: nothing new, but a batch that has waited long enough is closed."""
+    batch: list[_Replayed] = []
+    opened = 0.0
+    for item in replayed:
+        if item is not None:
+            if not batch:
+                opened = time.monotonic()
+            batch.append(item)
+        if batch and (len(batch) >= BATCH_FILES or time.monotonic() - opened >= BATCH_SECONDS):
+            yield from _quarantine(batch, executor)
+            batch = []
+    yield from _quarantine(batch, executor)
+
 
 def _replay_in_parallel(
     groups: list[list[PlannedEntry]], executor: Executor
-) -> Iterator[EntryResult]:
-    """Worker threads replay the DELs, a network at a time each; this thread quarantines each
-    file as its DEL returns. A worker goes straight on to its network's next DEL: the
-    sidecar's fsync and the move never stand between two plugins."""
+) -> Iterator[_Replayed | None]:
+    """Worker threads replay the DELs, a network at a time each, and this generator hands on
+    each DEL as it returns (or None, a tick, when none returned for a while). A worker goes
+    straight on to its network's next DEL: quarantining never stands between two plugins."""
     pending: queue.SimpleQueue[list[PlannedEntry]] = queue.SimpleQueue()
     for group in groups:
         pending.put(group)
@@ -86,12 +114,15 @@ def _replay_in_parallel(
     try:
         running = len(threads)
         while running:
-            item = replayed.get()
+            try:
+                item = replayed.get(timeout=BATCH_SECONDS)
+            except queue.Empty:
+                yield None
+                continue
             if item is _WORKER_DONE:
                 running -= 1
                 continue
-            planned, done = item
-            yield _quarantine(planned, done, executor)
+            yield item
     finally:
         # Also when the caller stops early or a move raised: no plugin may outlive the run.
         stop.set()
@@ -131,24 +162,29 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
     )
 
 
-def _quarantine(
-    planned: PlannedEntry, replayed: EntryResult | DelOutcome | None, ex: Executor
-) -> EntryResult:
-    if isinstance(replayed, EntryResult):
-        return replayed
-    del_outcome = replayed
-    outcome = Outcome.DONE if del_outcome is None or del_outcome.ok else Outcome.FAILED
-    # Quarantine even when DEL failed: a missing file lets the runtime's own DEL run.
-    name = planned.entry.name
-    sha256 = sha256_of(ex.results_fd, name)
-    sidecar = _sidecar(planned, outcome, del_outcome, sha256, ex.clock_now)
-    try:
-        dest = ex.quarantine.move(ex.results_fd, name, sidecar, sha256)
-    except (QuarantineError, OSError) as e:
-        return EntryResult(
-            planned, Outcome.FAILED, del_outcome, problems=(f"quarantine: {e.strerror or e}",)
-        )
-    return EntryResult(planned, outcome, del_outcome, dest)
+def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:
+    """Each file of the batch moved to the quarantine, whatever its DEL's outcome: a missing
+    file lets the runtime's own DEL run. Entries already done pass through."""
+    results: list[EntryResult] = []
+    moves: list[tuple[int, Move]] = []  # (index in results, the move)
+    for planned, replayed in batch:
+        if isinstance(replayed, EntryResult):
+            results.append(replayed)
+            continue
+        outcome = Outcome.DONE if replayed is None or replayed.ok else Outcome.FAILED
+        name = planned.entry.name
+        sha256 = sha256_of(ex.results_fd, name)
+        sidecar = _sidecar(planned, outcome, replayed, sha256, ex.clock_now)
+        moves.append((len(results), Move(ex.results_fd, name, sidecar, sha256)))
+        results.append(EntryResult(planned, outcome, replayed))
+    moved = ex.quarantine.move_all([move for _, move in moves])
+    for (index, _), dest in zip(moves, moved):
+        if isinstance(dest, OSError):
+            problem = f"quarantine: {dest.strerror or dest}"
+            results[index] = results[index]._replace(outcome=Outcome.FAILED, problems=(problem,))
+        else:
+            results[index] = results[index]._replace(quarantined_to=dest)
+    return results
 
 
 def _sidecar(

@@ -16,8 +16,9 @@ import itertools
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 from cni_reaper import __version__, failpoint
 from cni_reaper.boot import iso
@@ -26,6 +27,8 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # temp files
 SIDECAR_SUFFIX = ".json"
+# Threads that fsync a batch's sidecars at once. Past a few, they share commits anyway.
+FSYNC_LANES = 8
 
 
 # A file name may have 255 bytes; its quarantine name leaves room for ".N", ".json" and the
@@ -42,6 +45,15 @@ DIRS_FSYNCED = failpoint.declare("quarantine.dirs-fsynced")
 
 class QuarantineError(OSError):
     pass
+
+
+class Move(NamedTuple):
+    """A file to quarantine, and its sidecar, given the path the file will have."""
+
+    results_fd: int
+    name: str
+    sidecar: Callable[[str], dict[str, Any]]
+    sha256: str | None = None
 
 
 def sidecar(record: dict[str, Any], sha256: str | None, now: float) -> dict[str, Any]:
@@ -109,10 +121,11 @@ class Quarantine:
         for n in itertools.count(1):
             yield f"{base}.{n}"
 
-    def _free_name(self, fd: int, name: str) -> str:
-        """The first name not taken by a quarantined file. A sidecar alone is what a move
-        interrupted before its rename left behind: it is written anew."""
-        return next(c for c in self._names(name) if not _exists(fd, c))
+    def _free_name(self, fd: int, name: str, taken: set[str]) -> str:
+        """The first name not taken by a quarantined file, nor by a file of this batch. A
+        sidecar alone is what a move interrupted before its rename left behind: it is written
+        anew."""
+        return next(c for c in self._names(name) if c not in taken and not _exists(fd, c))
 
     def _copied_earlier(self, fd: int, name: str, sha256: str | None) -> str | None:
         """A quarantined copy of this very file whose original was never unlinked."""
@@ -133,31 +146,71 @@ class Quarantine:
         sidecar: Callable[[str], dict[str, Any]],
         sha256: str | None = None,
     ) -> str:
-        """Write the sidecar, then move the file beside it; returns the path it now has."""
-        fd = self._dir_fd()
-        earlier = self._copied_earlier(fd, name, sha256)
-        if earlier is not None:
-            os.unlink(name, dir_fd=results_fd)
-            os.fsync(results_fd)
-            return os.path.join(self.dir, earlier)
-        dest = self._free_name(fd, name)
-        path = os.path.join(self.dir, dest)
-        # The sidecar is on disk before its rename; the renames of the sidecar and of the file
-        # are made durable together, by flush(): journalling file systems commit a directory's
-        # changes in order, so the file is never found here without its sidecar. A power cut
-        # before flush() may undo some moves; the next run redoes them, DEL being idempotent.
-        record = json.dumps(sidecar(path), separators=(",", ":"))  # as compact as the report's
-        _write_beside(fd, dest + SIDECAR_SUFFIX, record + "\n")
-        failpoint.hit(SIDECAR_IN_PLACE)
+        """One file: the path it now has; raises why it could not move."""
+        (moved,) = self.move_all([Move(results_fd, name, sidecar, sha256)])
+        if isinstance(moved, OSError):
+            raise moved
+        return moved
+
+    def move_all(self, moves: Sequence[Move]) -> list[str | OSError]:
+        """Move a batch of files, each beside its sidecar; for each, the path it now has or
+        why it could not move (it then stays where it was).
+
+        Every sidecar is written, then all are fsynced at once, then each file is moved. The
+        sidecar is on disk before its rename; the renames of the sidecar and of the file are
+        made durable together, by flush(): journalling file systems commit a directory's
+        changes in order, so a file is never found here without its sidecar. A power cut
+        before flush() may undo some moves; the next run redoes them, DEL being idempotent.
+        """
+        if not moves:
+            return []  # no quarantine dir made for nothing
         try:
-            os.rename(name, dest, src_dir_fd=results_fd, dst_dir_fd=fd)
-            failpoint.hit(FILE_RENAMED)
+            fd = self._dir_fd()
+        except QuarantineError as e:
+            return [e for _ in moves]
+        moved: list[str | OSError] = []
+        staged: list[tuple[int, str, int]] = []  # (index in moves, dest, sidecar temp fd)
+        taken: set[str] = set()  # names given to this batch, not yet on disk
+        for index, move in enumerate(moves):
+            try:
+                earlier = self._copied_earlier(fd, move.name, move.sha256)
+                if earlier is not None:
+                    os.unlink(move.name, dir_fd=move.results_fd)
+                    os.fsync(move.results_fd)
+                    moved.append(os.path.join(self.dir, earlier))
+                    continue
+                dest = self._free_name(fd, move.name, taken)
+                taken.add(dest)
+                record = move.sidecar(os.path.join(self.dir, dest))
+                text = json.dumps(record, separators=(",", ":")) + "\n"  # as the report's lines
+                staged.append((index, dest, _write_temp(fd, dest + SIDECAR_SUFFIX, text)))
+                moved.append(dest)  # until it is in place
+            except OSError as e:
+                moved.append(e)
+        synced = _fsync_together([temp for _, _, temp in staged])
+        for (index, dest, temp), error in zip(staged, synced):
+            os.close(temp)
+            moved[index] = error or self._put_in_place(fd, moves[index], dest)
+        return moved
+
+    def _put_in_place(self, fd: int, move: Move, dest: str) -> str | OSError:
+        """The fsynced sidecar to its name, then the file beside it."""
+        failpoint.hit(SIDECAR_WRITTEN)
+        sidecar = dest + SIDECAR_SUFFIX
+        try:
+            os.rename(_temp_name(sidecar), sidecar, src_dir_fd=fd, dst_dir_fd=fd)
+            failpoint.hit(SIDECAR_IN_PLACE)
+            try:
+                os.rename(move.name, dest, src_dir_fd=move.results_fd, dst_dir_fd=fd)
+                failpoint.hit(FILE_RENAMED)
+            except OSError as e:
+                if e.errno != errno.EXDEV:
+                    return QuarantineError(e.errno, f"cannot move {move.name}: {e.strerror}")
+                _copy_then_unlink(move.results_fd, move.name, fd, dest)
         except OSError as e:
-            if e.errno != errno.EXDEV:
-                raise QuarantineError(e.errno, f"cannot move {name}: {e.strerror}") from None
-            _copy_then_unlink(results_fd, name, fd, dest)
-        self._dirty.add(results_fd)
-        return path
+            return e
+        self._dirty.add(move.results_fd)
+        return os.path.join(self.dir, dest)
 
     def flush(self) -> None:
         """Make every move so far durable: one fsync of each directory involved."""
@@ -184,17 +237,45 @@ def _exists(dir_fd: int, name: str) -> bool:
     return True
 
 
-def _write_beside(dir_fd: int, name: str, text: str) -> None:
-    """Write to a temp name, fsync, rename into place; the caller fsyncs the directory."""
-    tmp = f".{name}.tmp"
-    fd = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=dir_fd)
+def _temp_name(name: str) -> str:
+    return f".{name}.tmp"
+
+
+def _write_temp(dir_fd: int, name: str, text: str) -> int:
+    """Write text to name's temp file; its descriptor, still open, for the fsync."""
+    fd = os.open(_temp_name(name), TEMP_FLAGS, 0o600, dir_fd=dir_fd)
     try:
         _write_all(fd, text.encode())
-        os.fsync(fd)
-    finally:
+    except OSError:
         os.close(fd)
-    failpoint.hit(SIDECAR_WRITTEN)
-    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        raise
+    return fd
+
+
+def _fsync_together(fds: Sequence[int]) -> list[OSError | None]:
+    """fsync each descriptor, from up to FSYNC_LANES threads at once: a journalling file
+    system then commits their data in one transaction, or a few, where fsyncs one after
+    another cost a journal commit each. For each, the error if it failed."""
+    errors: list[OSError | None] = [None for _ in fds]
+    lanes = min(len(fds), FSYNC_LANES)
+
+    def sync(lane: int) -> None:
+        for index in range(lane, len(fds), lanes):
+            try:
+                os.fsync(fds[index])
+            except OSError as e:
+                errors[index] = e
+
+    threads = [threading.Thread(target=sync, args=(lane,)) for lane in range(1, lanes)]
+    for thread in threads:
+        thread.start()
+    try:
+        if lanes:
+            sync(0)
+    finally:
+        for thread in threads:
+            thread.join()
+    return errors
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -232,7 +313,7 @@ def sha256_of(dir_fd: int, name: str) -> str | None:
 def _copy_then_unlink(src_dir: int, name: str, dst_dir: int, dest: str) -> None:
     """Across file systems: a durable copy first, the original removed only after it."""
     src = os.open(name, READ_FLAGS, dir_fd=src_dir)
-    tmp = f".{dest}.tmp"
+    tmp = _temp_name(dest)
     try:
         if not stat.S_ISREG(os.fstat(src).st_mode):
             raise QuarantineError(errno.EINVAL, f"{name} is no longer a regular file")

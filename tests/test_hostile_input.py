@@ -105,6 +105,33 @@ def test_odd_names_are_handled_inside_the_dirs(
     assert text_code == ExitCode.OK
 
 
+def test_a_name_that_is_another_files_quarantine_name(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """eth0.1 is a VLAN's interface name, and also what eth0 is quarantined as when eth0 is
+    there already: two files moved in one batch each get a name, and a sidecar, of their own."""
+    qdir = crashed.node.quarantine / "11111111-2222-3333-4444-555555555555"
+    qdir.mkdir(parents=True)
+    earlier = qdir / f"hl-{CID}-eth0"
+    earlier.write_bytes(b"\0" * 8)
+    (qdir / f"hl-{CID}-eth0.json").write_text('{"sha256": "from an earlier run"}\n')
+    before = snapshot(qdir)
+    for ifname in ("eth0", "eth0.1"):
+        crashed.node.write_result(f"hl-{CID}-{ifname}", b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.OK
+    moved = {e["ifname"]: Path(e["quarantined_to"]) for e in report["entries"]}
+    assert moved == {"eth0": qdir / f"hl-{CID}-eth0.1", "eth0.1": qdir / f"hl-{CID}-eth0.1.1"}
+    for entry in report["entries"]:
+        sidecar = json.loads(Path(entry["quarantined_to"] + ".json").read_text())
+        assert sidecar["path"] == entry["path"]
+    after = snapshot(qdir)
+    assert {k: after[k] for k in before} == before
+
+
 def run_text(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     code = cli.run(crashed.argv("--dry-run"), clock=lambda: crashed.t0 + 60, environ={})
     return int(code), capsys.readouterr().out

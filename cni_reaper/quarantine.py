@@ -216,8 +216,9 @@ class Quarantine:
         """Make every move so far durable: one fsync of each directory involved."""
         if self._fd is None:
             return
-        for fd in (self._fd, *sorted(self._dirty)):
-            os.fsync(fd)
+        for error in _fsync_together([self._fd, *sorted(self._dirty)]):
+            if error is not None:
+                raise error
         self._dirty.clear()
         failpoint.hit(DIRS_FSYNCED)
 

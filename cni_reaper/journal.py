@@ -205,12 +205,9 @@ class EventLog:
         if self._send is not None:
             self._send(**fields)
             return
+        names = _LINE_NAMES
         extra = " ".join(
-            [
-                f"{name}={value}"
-                for key, value in fields.items()
-                if value and (name := _line_name(key))
-            ]
+            [f"{name}={value}" for key, value in fields.items() if value and (name := names[key])]
         )
         self._lines.append(f"cni-reaper: {fields['MESSAGE']} ({extra})\n")
         if len(self._lines) >= self._block:
@@ -223,17 +220,18 @@ class EventLog:
             self._stream.flush()
 
 
-_LINE_NAMES: dict[str, str] = {}
-
-
-def _line_name(field: str) -> str:
+class _LineNames(dict[str, str]):
     """How a line on stderr names a field: the CNI_* ones in lower case; the others, and the
-    file (which begins the message), as "" and so left out."""
-    name = _LINE_NAMES.get(field)
-    if name is None:
+    file (which begins the message), as "" and so left out. Looked up as a dict, so that only
+    a field's first use costs a call."""
+
+    def __missing__(self, field: str) -> str:
         name = "" if not field.startswith("CNI_") or field == "CNI_REAPER_FILE" else field.lower()
-        _LINE_NAMES[field] = name
-    return name
+        self[field] = name
+        return name
+
+
+_LINE_NAMES = _LineNames()
 
 
 def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:

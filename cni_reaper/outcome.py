@@ -12,6 +12,8 @@ from cni_reaper.boot import Boot, BootEnd, iso
 from cni_reaper.plan import Action, PlannedEntry
 
 if TYPE_CHECKING:
+    from cni_reaper.netconf import NetworkList
+
     # Only real runs replay DEL; a dry run never loads the plugin machinery.
     from cni_reaper.plugin import PluginError
     from cni_reaper.replay import DelOutcome
@@ -87,17 +89,36 @@ class EntryResult(NamedTuple):
 
     def _del(self) -> str:
         planned = self.planned
-        netlist = planned.netlist
         del_outcome = self.del_outcome
-        return _quote(
-            {
-                "config": netlist.source if netlist else None,
-                "config_problem": planned.config_problem,
-                "plugins": list(reversed(netlist.plugin_types)) if netlist else [],
-                "plugins_run": list(del_outcome.plugins_run) if del_outcome else [],
-                "ok": del_outcome.ok if del_outcome else None,
-            }
-        )
+        if del_outcome is None:
+            ran = '"plugins_run":[],"ok":null}'
+        else:
+            ok = "true" if del_outcome.ok else "false"
+            ran = f'"plugins_run":{_quote(del_outcome.plugins_run)},"ok":{ok}}}'
+        return _del_config(planned.netlist, planned.config_problem) + ran
+
+
+_DEL_CONFIGS: dict[tuple[int, str | None], tuple[NetworkList | None, str]] = {}
+
+
+def _del_config(netlist: NetworkList | None, problem: str | None) -> str:
+    """The opening of an entry's "del" object, up to what ran: the same for every file of a
+    network, and quoting its config anew for each cost as much as the rest of the entry. Kept
+    by the config's identity, with the config itself, so that no other config reuses it."""
+    key = (id(netlist), problem)
+    cached = _DEL_CONFIGS.get(key)
+    if cached is not None and cached[0] is netlist:
+        return cached[1]
+    config = {
+        "config": netlist.source if netlist else None,
+        "config_problem": problem,
+        "plugins": list(reversed(netlist.plugin_types)) if netlist else [],
+    }
+    text = _quote(config)[:-1] + ","
+    if len(_DEL_CONFIGS) >= 256:
+        _DEL_CONFIGS.clear()
+    _DEL_CONFIGS[key] = (netlist, text)
+    return text
 
 
 # Compact and ASCII-only, as the whole report is. A string is quoted by the function the

@@ -18,6 +18,7 @@ from cni_reaper.content import Content, ContentVerdict, Identity
 from cni_reaper.trust import untrusted
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+_ID_THEN_IFNAME = re.compile(r"([0-9a-f]{64})-(.+)\Z")
 
 
 class ResultsDirError(OSError):
@@ -100,7 +101,7 @@ class CacheEntry(NamedTuple):
 
 def _split_rest(rest: str) -> list[tuple[str, str]]:
     """The ways '<containerID>-<ifname>' can be read; one when it is unambiguous."""
-    match = re.match(r"([0-9a-f]{64})-(.+)\Z", rest)
+    match = _ID_THEN_IFNAME.match(rest)
     if match:
         return [(match.group(1), match.group(2))]
     parts = rest.split("-")

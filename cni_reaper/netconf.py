@@ -6,6 +6,7 @@ carrying its name and cniVersion, as libcni's ConfListFromConf does.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -49,6 +50,7 @@ class NetworkConfigs(NamedTuple):
         return self.networks.get(name)
 
 
+@functools.lru_cache(maxsize=64)  # asked per damaged file, of the few versions there are
 def version_at_least(version: str, floor: tuple[int, int, int]) -> bool:
     if not version:
         return False  # libcni reads "" as 0.1.0

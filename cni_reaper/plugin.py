@@ -6,7 +6,7 @@ import contextlib
 import errno
 import json
 import os
-import selectors
+import select
 import signal
 import stat
 import subprocess
@@ -143,28 +143,38 @@ class ProcessRunner:
         # The plugin's exit wakes the loop through a pidfd: polling for it, as waiting with a
         # timeout does, cost up to a millisecond per plugin, more than a DEL takes the shell.
         exit_fd = _pidfd(proc.pid)
-        with selectors.DefaultSelector() as sel, _closing(exit_fd):
+        poller = select.poll()
+        watched: set[int] = set()
+
+        def watch(fd: int, events: int) -> None:
+            poller.register(fd, events)
+            watched.add(fd)
+
+        def unwatch(fd: int) -> None:
+            poller.unregister(fd)
+            watched.discard(fd)
+
+        with _closing(exit_fd):
             if exit_fd is not None:
-                sel.register(exit_fd, selectors.EVENT_READ)
+                watch(exit_fd, select.POLLIN)
             for fd in limits:
-                os.set_blocking(fd, False)
-                sel.register(fd, selectors.EVENT_READ)
+                # poll says when a read will not block: the pipes may stay blocking.
+                watch(fd, select.POLLIN)
             if pending:
                 os.set_blocking(stdin_fd, False)
-                sel.register(stdin_fd, selectors.EVENT_WRITE)
+                watch(stdin_fd, select.POLLOUT)
             else:
                 proc.stdin.close()
-            while sel.get_map():
+            while watched:
                 now = time.monotonic()
                 if exited_at is None and proc.poll() is not None:
                     exited_at = now
                 limit = deadline if exited_at is None else min(deadline, exited_at + EXIT_GRACE)
                 if now >= limit:
                     break
-                for key, _ in sel.select(min(limit - now, 0.1)):
-                    fd = int(key.fd)
+                for fd, _ in poller.poll(min(limit - now, 0.1) * 1000):
                     if fd == exit_fd:
-                        sel.unregister(fd)  # the next round's poll() reaps it
+                        unwatch(fd)  # the next round's poll() reaps it
                         continue
                     if fd == stdin_fd:
                         try:
@@ -173,12 +183,12 @@ class ProcessRunner:
                             written = len(pending)
                         pending = pending[written:]
                         if not pending:
-                            sel.unregister(fd)
+                            unwatch(fd)
                             proc.stdin.close()
                         continue
                     chunk = os.read(fd, 1 << 16)
                     if not chunk:
-                        sel.unregister(fd)
+                        unwatch(fd)
                         continue
                     room = limits[fd] - len(buffers[fd])
                     if len(chunk) > room:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from cni_reaper import (
@@ -219,7 +220,7 @@ def _run(
     if args.dry_run:
         report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer)
     else:
-        with RunLock(paths.lock_file):
+        with RunLock(paths.lock_file), _from_root_dir():
             report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer)
     report.finish()
     summary = summary_fields(report)
@@ -230,6 +231,23 @@ def _run(
 
         metrics.write(args.metrics_file, metrics.render(report, started, time.time()))
     return report.exit_code
+
+
+@contextlib.contextmanager
+def _from_root_dir() -> Iterator[None]:
+    """A repair runs from /, as a runtime under systemd does: the plugins start in this
+    process's working directory (see spawn.py). The caller's is given back after."""
+    try:
+        caller: int | None = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        caller = None
+    os.chdir("/")
+    try:
+        yield
+    finally:
+        if caller is not None:
+            os.fchdir(caller)
+            os.close(caller)
 
 
 def _pipeline(

@@ -49,7 +49,11 @@ class NodePaths(NamedTuple):
         wtmp: str | None = None,
         state_dir: str | None = None,
     ) -> NodePaths:
-        """Defaults are joined to root; an explicit path is taken as given, like tmpfiles --root."""
+        """Defaults are joined to root; an explicit path is taken as given, like tmpfiles --root.
+        Every path is made absolute: a repair runs from / (see spawn.py), and CNI_PATH is
+        handed to plugins as it is."""
+        root = os.path.abspath(root)
+        absolute = os.path.abspath
 
         def under(rel: str) -> str:
             return os.path.join(root, rel)
@@ -62,14 +66,14 @@ class NodePaths(NamedTuple):
         if wtmp is None:
             wtmp_files: tuple[str, ...] = (under(DEFAULT_WTMP + ".1"), under(DEFAULT_WTMP))
         else:
-            wtmp_files = (wtmp + ".1", wtmp)
+            wtmp_files = (absolute(wtmp + ".1"), absolute(wtmp))
         return cls(
             root=root,
-            cache_dir=cache_dir if cache_dir is not None else under(DEFAULT_CACHE_DIR),
-            conf_dirs=tuple(conf_dirs) if conf_dirs else tuple(map(under, DEFAULT_CONF_DIRS)),
-            bin_dirs=tuple(bin_dirs) if bin_dirs else tuple(map(under, DEFAULT_BIN_DIRS)),
+            cache_dir=absolute(cache_dir) if cache_dir is not None else under(DEFAULT_CACHE_DIR),
+            conf_dirs=tuple(map(absolute, conf_dirs or ())) or tuple(map(under, DEFAULT_CONF_DIRS)),
+            bin_dirs=tuple(map(absolute, bin_dirs or ())) or tuple(map(under, DEFAULT_BIN_DIRS)),
             wtmp_files=wtmp_files,
-            state_dir=state_dir if state_dir is not None else under(DEFAULT_STATE_DIR),
+            state_dir=absolute(state_dir) if state_dir is not None else under(DEFAULT_STATE_DIR),
             proc_stat=os.path.join(proc, "stat"),
             boot_id=os.path.join(proc, "sys/kernel/random/boot_id"),
             run_dir=under("run"),

@@ -9,11 +9,11 @@ import os
 import select
 import signal
 import stat
-import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from cni_reaper.spawn import Child, inherited_fds
 from cni_reaper.trust import untrusted
 
 MAX_STDOUT = 1 << 20
@@ -107,42 +107,33 @@ def _refuse_untrusted(path: str, st: os.stat_result) -> None:
 
 
 class ProcessRunner:
-    """Runs a plugin in its own process group; the whole group dies at the timeout."""
+    """Runs a plugin in a session and process group of its own; the whole group dies at the
+    timeout. Made once per run: it notes the descriptors this process inherited, which no
+    plugin gets."""
+
+    def __init__(self) -> None:
+        self._close_fds = inherited_fds()
 
     def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun:
-        proc = subprocess.Popen(
-            [path],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env),
-            cwd="/",
-            start_new_session=True,
-            close_fds=True,
-        )
+        child = Child.spawn(path, dict(env), self._close_fds)
         try:
-            return self._communicate(proc, stdin, timeout)
+            return self._communicate(child, stdin, timeout)
         finally:
-            _kill_group(proc.pid)
-            proc.wait()
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+            _kill_group(child.pid)
+            child.wait()
+            child.close()
 
-    def _communicate(
-        self, proc: subprocess.Popen[bytes], stdin: bytes, timeout: float
-    ) -> PluginRun:
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        limits = {proc.stdout.fileno(): MAX_STDOUT, proc.stderr.fileno(): MAX_STDERR}
+    def _communicate(self, child: Child, stdin: bytes, timeout: float) -> PluginRun:
+        limits = {child.stdout_fd: MAX_STDOUT, child.stderr_fd: MAX_STDERR}
         buffers: dict[int, bytearray] = {fd: bytearray() for fd in limits}
         truncated = False
         pending = memoryview(stdin)
         deadline = time.monotonic() + timeout
         exited_at: float | None = None
-        stdin_fd = proc.stdin.fileno()
+        stdin_fd = child.stdin_fd
         # The plugin's exit wakes the loop through a pidfd: polling for it, as waiting with a
         # timeout does, cost up to a millisecond per plugin, more than a DEL takes the shell.
-        exit_fd = _pidfd(proc.pid)
+        exit_fd = _pidfd(child.pid)
         poller = select.poll()
         watched: set[int] = set()
 
@@ -164,10 +155,10 @@ class ProcessRunner:
                 os.set_blocking(stdin_fd, False)
                 watch(stdin_fd, select.POLLOUT)
             else:
-                proc.stdin.close()
+                child.close_stdin()
             while watched:
                 now = time.monotonic()
-                if exited_at is None and proc.poll() is not None:
+                if exited_at is None and child.poll() is not None:
                     exited_at = now
                 limit = deadline if exited_at is None else min(deadline, exited_at + EXIT_GRACE)
                 if now >= limit:
@@ -184,7 +175,7 @@ class ProcessRunner:
                         pending = pending[written:]
                         if not pending:
                             unwatch(fd)
-                            proc.stdin.close()
+                            child.close_stdin()
                         continue
                     chunk = os.read(fd, 1 << 16)
                     if not chunk:
@@ -194,18 +185,15 @@ class ProcessRunner:
                     if len(chunk) > room:
                         truncated = True
                     buffers[fd] += chunk[: max(room, 0)]
-        if proc.poll() is None:
-            # Both pipes closed but the plugin has not exited: it still gets its full time.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(deadline - time.monotonic(), 0))
-        timed_out = proc.poll() is None
+        # Both pipes closed but the plugin has not exited: it still gets its full time.
+        timed_out = child.wait_until(deadline) is None
         if timed_out:
-            _kill_group(proc.pid)
-        status = proc.wait()
+            _kill_group(child.pid)
+        status = child.wait()
         return PluginRun(
             exit_status=status,
-            stdout=bytes(buffers[proc.stdout.fileno()]),
-            stderr=bytes(buffers[proc.stderr.fileno()]),
+            stdout=bytes(buffers[child.stdout_fd]),
+            stderr=bytes(buffers[child.stderr_fd]),
             timed_out=timed_out,
             output_truncated=truncated,
         )

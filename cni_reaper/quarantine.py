@@ -171,23 +171,28 @@ class Quarantine:
         moved: list[str | OSError] = []
         staged: list[tuple[int, str, int]] = []  # (index in moves, dest, sidecar temp fd)
         taken: set[str] = set()  # names given to this batch, not yet on disk
-        for index, move in enumerate(moves):
-            try:
-                earlier = self._copied_earlier(fd, move.name, move.sha256)
-                if earlier is not None:
-                    os.unlink(move.name, dir_fd=move.results_fd)
-                    os.fsync(move.results_fd)
-                    moved.append(os.path.join(self.dir, earlier))
-                    continue
-                dest = self._free_name(fd, move.name, taken)
-                taken.add(dest)
-                record = move.sidecar(os.path.join(self.dir, dest))
-                text = json.dumps(record, separators=(",", ":")) + "\n"  # as the report's lines
-                staged.append((index, dest, _write_temp(fd, dest + SIDECAR_SUFFIX, text)))
-                moved.append(dest)  # until it is in place
-            except OSError as e:
-                moved.append(e)
-        synced = _fsync_together([temp for _, _, temp in staged])
+        try:
+            for index, move in enumerate(moves):
+                try:
+                    earlier = self._copied_earlier(fd, move.name, move.sha256)
+                    if earlier is not None:
+                        os.unlink(move.name, dir_fd=move.results_fd)
+                        os.fsync(move.results_fd)
+                        moved.append(os.path.join(self.dir, earlier))
+                        continue
+                    dest = self._free_name(fd, move.name, taken)
+                    taken.add(dest)
+                    record = move.sidecar(os.path.join(self.dir, dest))
+                    text = json.dumps(record, separators=(",", ":")) + "\n"  # as the report's
+                    staged.append((index, dest, _write_temp(fd, dest + SIDECAR_SUFFIX, text)))
+                    moved.append(dest)  # until it is in place
+                except OSError as e:
+                    moved.append(e)
+            synced = _fsync_together([temp for _, _, temp in staged])
+        except BaseException:
+            for _, _, temp in staged:
+                os.close(temp)
+            raise
         for (index, dest, temp), error in zip(staged, synced):
             os.close(temp)
             moved[index] = error or self._put_in_place(fd, moves[index], dest)

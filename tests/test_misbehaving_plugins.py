@@ -4,6 +4,7 @@ run goes on, reports each precisely, and still quarantines per policy."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import time
@@ -100,6 +101,23 @@ def test_a_plugin_that_crashes_with_a_signal(
     assert (error["msg"], error["exit_status"]) == ("killed by SIGSEGV", -signal.SIGSEGV)
     assert code == ExitCode.ACTION_FAILED
     assert quarantined(crashed, name)
+
+
+def test_a_plugin_that_is_not_a_program(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Executable, but neither a script nor a binary: the kernel refuses it (libcni's exec
+    too), the refusal is reported, and the pipes made for it are closed."""
+    name = plugin_network(crashed, "garbage", "")
+    plugin = crashed.node.root / "opt/cni/bin/garbage"
+    plugin.write_bytes(b"\x7fELF but nothing else")
+    fds_before = sorted(os.listdir("/proc/self/fd"))
+    code, report = run(crashed, capsys)
+    error = by_path(report)[name]["plugin_errors"][0]
+    assert error["msg"].startswith(f"cannot run {plugin}: [Errno {errno.ENOEXEC}]")
+    assert code == ExitCode.ACTION_FAILED
+    assert quarantined(crashed, name)
+    assert sorted(os.listdir("/proc/self/fd")) == fds_before
 
 
 def test_a_plugin_that_hangs_with_a_child_is_killed_with_it(

@@ -66,7 +66,8 @@ class NodePaths(NamedTuple):
         if wtmp is None:
             wtmp_files: tuple[str, ...] = (under(DEFAULT_WTMP + ".1"), under(DEFAULT_WTMP))
         else:
-            wtmp_files = (absolute(wtmp + ".1"), absolute(wtmp))
+            wtmp = absolute(wtmp)
+            wtmp_files = (wtmp + ".1", wtmp)
         return cls(
             root=root,
             cache_dir=absolute(cache_dir) if cache_dir is not None else under(DEFAULT_CACHE_DIR),

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import select
 import signal
 import stat
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from cni_reaper.spawn import Child, inherited_fds
@@ -119,7 +117,7 @@ class ProcessRunner:
         try:
             return self._communicate(child, stdin, timeout)
         finally:
-            _kill_group(child.pid)
+            child.kill_group()
             child.wait()
             child.close()
 
@@ -131,9 +129,9 @@ class ProcessRunner:
         deadline = time.monotonic() + timeout
         exited_at: float | None = None
         stdin_fd = child.stdin_fd
-        # The plugin's exit wakes the loop through a pidfd: polling for it, as waiting with a
+        # The plugin's exit wakes the loop through its pidfd: polling for it, as waiting with a
         # timeout does, cost up to a millisecond per plugin, more than a DEL takes the shell.
-        exit_fd = _pidfd(child.pid)
+        exit_fd = child.exit_fd
         poller = select.poll()
         watched: set[int] = set()
 
@@ -145,50 +143,49 @@ class ProcessRunner:
             poller.unregister(fd)
             watched.discard(fd)
 
-        with _closing(exit_fd):
-            if exit_fd is not None:
-                watch(exit_fd, select.POLLIN)
-            for fd in limits:
-                # poll says when a read will not block: the pipes may stay blocking.
-                watch(fd, select.POLLIN)
-            if pending:
-                os.set_blocking(stdin_fd, False)
-                watch(stdin_fd, select.POLLOUT)
-            else:
-                child.close_stdin()
-            while watched:
-                now = time.monotonic()
-                if exited_at is None and child.poll() is not None:
-                    exited_at = now
-                limit = deadline if exited_at is None else min(deadline, exited_at + EXIT_GRACE)
-                if now >= limit:
-                    break
-                for fd, _ in poller.poll(min(limit - now, 0.1) * 1000):
-                    if fd == exit_fd:
-                        unwatch(fd)  # the next round's poll() reaps it
-                        continue
-                    if fd == stdin_fd:
-                        try:
-                            written = os.write(fd, pending[: 1 << 16])
-                        except (BrokenPipeError, OSError):
-                            written = len(pending)
-                        pending = pending[written:]
-                        if not pending:
-                            unwatch(fd)
-                            child.close_stdin()
-                        continue
-                    chunk = os.read(fd, 1 << 16)
-                    if not chunk:
+        if exit_fd is not None:
+            watch(exit_fd, select.POLLIN)
+        for fd in limits:
+            # poll says when a read will not block: the pipes may stay blocking.
+            watch(fd, select.POLLIN)
+        if pending:
+            os.set_blocking(stdin_fd, False)
+            watch(stdin_fd, select.POLLOUT)
+        else:
+            child.close_stdin()
+        while watched:
+            now = time.monotonic()
+            if exited_at is None and child.poll() is not None:
+                exited_at = now
+            limit = deadline if exited_at is None else min(deadline, exited_at + EXIT_GRACE)
+            if now >= limit:
+                break
+            for fd, _ in poller.poll(min(limit - now, 0.1) * 1000):
+                if fd == exit_fd:
+                    unwatch(fd)  # the next round's poll() reaps it
+                    continue
+                if fd == stdin_fd:
+                    try:
+                        written = os.write(fd, pending[: 1 << 16])
+                    except (BrokenPipeError, OSError):
+                        written = len(pending)
+                    pending = pending[written:]
+                    if not pending:
                         unwatch(fd)
-                        continue
-                    room = limits[fd] - len(buffers[fd])
-                    if len(chunk) > room:
-                        truncated = True
-                    buffers[fd] += chunk[: max(room, 0)]
+                        child.close_stdin()
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    unwatch(fd)
+                    continue
+                room = limits[fd] - len(buffers[fd])
+                if len(chunk) > room:
+                    truncated = True
+                buffers[fd] += chunk[: max(room, 0)]
         # Both pipes closed but the plugin has not exited: it still gets its full time.
         timed_out = child.wait_until(deadline) is None
         if timed_out:
-            _kill_group(child.pid)
+            child.kill_group()
         status = child.wait()
         return PluginRun(
             exit_status=status,
@@ -197,36 +194,6 @@ class ProcessRunner:
             timed_out=timed_out,
             output_truncated=truncated,
         )
-
-
-def _pidfd(pid: int) -> int | None:
-    """A descriptor that turns readable when pid exits; None where the kernel (before 5.3)
-    or Python has none, and the loop falls back to polling."""
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is None:
-        return None
-    try:
-        fd: int = pidfd_open(pid)
-    except OSError:
-        return None
-    return fd
-
-
-@contextlib.contextmanager
-def _closing(fd: int | None) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError as e:
-        if e.errno not in (errno.ESRCH, errno.EPERM):
-            raise
 
 
 def error_from_run(kind: str, run: PluginRun, timeout: float) -> PluginError | None:

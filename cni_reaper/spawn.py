@@ -10,8 +10,10 @@ directory: the CLI runs repairs from /, as a runtime under systemd runs its plug
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import select
 import signal
 import time
 
@@ -48,6 +50,9 @@ class Child:
         self.stdout_fd = stdout_fd
         self.stderr_fd = stderr_fd
         self.returncode: int | None = None  # as subprocess has it: negative for a signal
+        # Readable once the program exits, so that its exit wakes a poll(); None where the
+        # kernel (before 5.3) or Python has no pidfd, and callers poll with a timeout.
+        self.exit_fd = _pidfd(pid)
 
     @classmethod
     def spawn(cls, path: str, env: dict[str, str], close_fds: tuple[int, ...]) -> Child:
@@ -96,14 +101,25 @@ class Child:
         return self.returncode
 
     def wait_until(self, deadline: float) -> int | None:
-        """Wait for the exit until deadline (time.monotonic()); None if still running. Only
-        for a program that closed its pipes but lives on, so a plain sleep loop does."""
+        """Wait for the exit until deadline (time.monotonic()); None if still running."""
+        exits = select.poll()
+        if self.exit_fd is not None:
+            exits.register(self.exit_fd, select.POLLIN)
         while self.poll() is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            time.sleep(min(left, 0.005))
+            step = left if self.exit_fd is not None else min(left, 0.005)
+            exits.poll(step * 1000)  # with no pidfd to watch, just a sleep
         return self.returncode
+
+    def kill_group(self) -> None:
+        """SIGKILL to its whole process group: the program and whatever it started there."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError as e:
+            if e.errno not in (errno.ESRCH, errno.EPERM):
+                raise
 
     def close_stdin(self) -> None:
         if self.stdin_fd >= 0:
@@ -111,12 +127,24 @@ class Child:
             self.stdin_fd = -1
 
     def close(self) -> None:
-        """Close this side's ends of the pipes (the exit status stays)."""
+        """Close this side's descriptors: the pipes and the pidfd (the exit status stays)."""
         self.close_stdin()
-        for fd in (self.stdout_fd, self.stderr_fd):
-            if fd >= 0:
+        for fd in (self.stdout_fd, self.stderr_fd, self.exit_fd):
+            if fd is not None and fd >= 0:
                 os.close(fd)
         self.stdout_fd = self.stderr_fd = -1
+        self.exit_fd = None
+
+
+def _pidfd(pid: int) -> int | None:
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        fd: int = pidfd_open(pid)
+    except OSError:
+        return None
+    return fd
 
 
 def _pipe() -> tuple[int, int]:

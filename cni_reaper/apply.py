@@ -10,10 +10,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from cni_reaper import content
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError, PluginRunner
-from cni_reaper.quarantine import Move, Quarantine, sha256_of, sidecar
+from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, delete
 
 
@@ -164,7 +165,8 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
 
 def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:
     """Each file of the batch moved to the quarantine, whatever its DEL's outcome: a missing
-    file lets the runtime's own DEL run. Entries already done pass through."""
+    file lets the runtime's own DEL run. Entries already done pass through; a file that is no
+    longer what the scan saw stays where it is."""
     results: list[EntryResult] = []
     moves: list[tuple[int, Move]] = []  # (index in results, the move)
     for planned, replayed in batch:
@@ -172,14 +174,19 @@ def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:
             results.append(replayed)
             continue
         outcome = Outcome.DONE if replayed is None or replayed.ok else Outcome.FAILED
-        name = planned.entry.name
-        sha256 = sha256_of(ex.results_fd, name)
-        sidecar = _sidecar(planned, outcome, replayed, sha256, ex.clock_now)
-        moves.append((len(results), Move(ex.results_fd, name, sidecar, sha256)))
+        entry = planned.entry
+        sidecar = _sidecar(planned, outcome, replayed, ex.clock_now)
+        moves.append(
+            (len(results), Move(ex.results_fd, entry.name, entry.file, sidecar, _vet(planned)))
+        )
         results.append(EntryResult(planned, outcome, replayed))
     moved = ex.quarantine.move_all([move for _, move in moves])
     for (index, _), dest in zip(moves, moved):
-        if isinstance(dest, OSError):
+        if isinstance(dest, FileChanged):
+            results[index] = results[index]._replace(
+                outcome=Outcome.SKIPPED, problems=(f"changed: {dest}; left for the next run",)
+            )
+        elif isinstance(dest, OSError):
             problem = f"quarantine: {dest.strerror or dest}"
             results[index] = results[index]._replace(outcome=Outcome.FAILED, problems=(problem,))
         else:
@@ -187,16 +194,24 @@ def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:
     return results
 
 
-def _sidecar(
-    planned: PlannedEntry,
-    outcome: Outcome,
-    del_outcome: DelOutcome | None,
-    sha256: str | None,
-    now: float,
-) -> Callable[[str], dict[str, Any]]:
-    """The sidecar for a file about to be moved to dest: its report entry, plus its digest."""
+def _vet(planned: PlannedEntry) -> Callable[[bytes], str | None]:
+    """The bytes about to be moved must still be the damage the plan was made on."""
+    judged = planned.entry.verdict.content
 
-    def for_dest(dest: str) -> dict[str, Any]:
+    def vet(data: bytes) -> str | None:
+        found = content.classify(data).content
+        return None if found is judged else f"now {found.value}, was {judged.value}"
+
+    return vet
+
+
+def _sidecar(
+    planned: PlannedEntry, outcome: Outcome, del_outcome: DelOutcome | None, now: float
+) -> Callable[[str, str], dict[str, Any]]:
+    """The sidecar for a file about to be moved to dest: its report entry, plus the digest
+    of the bytes that move."""
+
+    def for_dest(dest: str, sha256: str) -> dict[str, Any]:
         return sidecar(EntryResult(planned, outcome, del_outcome, dest).to_json(), sha256, now)
 
     return for_dest

@@ -74,6 +74,7 @@ class BootContext(NamedTuple):
     margin: float = DEFAULT_MARGIN
     warnings: tuple[str, ...] = ()
     shutdown: ShutdownEvidence | None = None
+    first: FirstReading | None = None  # what a first run of this boot keeps of this reading
 
     @property
     def previous_boot(self) -> Boot | None:
@@ -269,7 +270,20 @@ def read_wtmp(files: Sequence[str]) -> tuple[list[wtmp.WtmpRecord], list[str]]:
     return records, warnings
 
 
-def load(paths: NodePaths, clock: Clock, margin: float = DEFAULT_MARGIN) -> BootContext:
+class FirstReading(NamedTuple):
+    """What this boot's first run read of its start, kept in the pre-runtime record: later
+    runs of the boot still know it after the clock, and so btime, has been stepped."""
+
+    btime: float | None
+    wtmp_boot: float | None  # this boot's wtmp boot record, as the first run found it
+
+
+def load(
+    paths: NodePaths,
+    clock: Clock,
+    margin: float = DEFAULT_MARGIN,
+    first: FirstReading | None = None,
+) -> BootContext:
     now = clock()
     records, warnings = read_wtmp(paths.wtmp_files)
     boots = boots_from_records(records)
@@ -277,22 +291,26 @@ def load(paths: NodePaths, clock: Clock, margin: float = DEFAULT_MARGIN) -> Boot
     if btime is None:
         warnings.append(f"no btime in {paths.proc_stat}")
 
-    current_start: float | None = None
-    source = "unknown"
+    # Every estimate of when this boot began; the boundary is the earliest of them, so that
+    # doubt falls on the side of "this boot" (a step of the clock moves btime, not the record).
+    estimates: list[tuple[float, str]] = []
+    if btime is not None:
+        estimates.append((btime, "/proc/stat btime"))
+    if first is not None and first.btime is not None:
+        estimates.append((first.btime, "btime as this boot's first run read it"))
     last = boots[-1] if boots else None
-    if (
-        last is not None
-        and last.end is BootEnd.RUNNING
-        and btime is not None
-        and btime - margin <= last.start <= btime + MAX_USERSPACE_START_DELAY
-    ):
-        current_start, source = last.start, "wtmp boot record"
-        boots = boots[:-1]
-    elif btime is not None:
-        current_start, source = btime, "/proc/stat btime"
-    elif last is not None and last.end is BootEnd.RUNNING:
-        current_start, source = last.start, "wtmp boot record, unchecked: no btime"
-        boots = boots[:-1]
+    if last is not None and last.end is BootEnd.RUNNING:
+        known = first is not None and first.wtmp_boot == last.start
+        near_btime = (
+            btime is not None and btime - margin <= last.start <= btime + MAX_USERSPACE_START_DELAY
+        )
+        if known or near_btime:
+            estimates.append((last.start, "wtmp boot record"))
+            boots = boots[:-1]
+        elif btime is None:
+            estimates.append((last.start, "wtmp boot record, unchecked: no btime"))
+            boots = boots[:-1]
+    current_start, source = min(estimates) if estimates else (None, "unknown")
 
     # A boot that was still open when this one began never shut down: it crashed.
     previous = tuple(
@@ -304,6 +322,7 @@ def load(paths: NodePaths, clock: Clock, margin: float = DEFAULT_MARGIN) -> Boot
     if current_start is not None:
         previous = tuple(b for b in previous if b.start < current_start)
     boot_id = read_boot_id(paths.boot_id)
+    wtmp_boot = next((start for start, src in estimates if src.startswith("wtmp")), None)
     return BootContext(
         boot_id=boot_id,
         now=now,
@@ -314,4 +333,5 @@ def load(paths: NodePaths, clock: Clock, margin: float = DEFAULT_MARGIN) -> Boot
         margin=margin,
         warnings=tuple(warnings),
         shutdown=shutdown_marker.read(paths, boot_id) if boot_id else None,
+        first=FirstReading(btime, wtmp_boot),
     )

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict, Identity
+from cni_reaper.filestat import UNKNOWN_FILE, FileStat
 from cni_reaper.trust import untrusted
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
@@ -23,44 +24,6 @@ _ID_THEN_IFNAME = re.compile(r"([0-9a-f]{64})-(.+)\Z")
 
 class ResultsDirError(OSError):
     """The results dir cannot be inspected safely (a symlink, not a dir, unreadable)."""
-
-
-_KINDS = {
-    stat.S_IFREG: "file",
-    stat.S_IFLNK: "symlink",
-    stat.S_IFDIR: "directory",
-    stat.S_IFIFO: "fifo",
-    stat.S_IFSOCK: "socket",
-}
-
-
-class FileStat(NamedTuple):
-    kind: str  # file, symlink, directory, fifo, socket, device
-    size: int
-    mtime: float
-    ctime: float
-    inode: int
-    device: int
-
-    @classmethod
-    def of(cls, st: os.stat_result) -> FileStat:
-        return cls(
-            _KINDS.get(stat.S_IFMT(st.st_mode), "device"),
-            st.st_size,
-            st.st_mtime_ns / 1e9,
-            st.st_ctime_ns / 1e9,
-            st.st_ino,
-            st.st_dev,
-        )
-
-    def same_file(self, st: os.stat_result) -> bool:
-        """Whether st is still the file that was inventoried, unchanged."""
-        return (
-            st.st_ino == self.inode
-            and st.st_dev == self.device
-            and st.st_size == self.size
-            and st.st_mtime_ns / 1e9 == self.mtime
-        )
 
 
 def printable(text: str) -> str:
@@ -79,7 +42,6 @@ def printable(text: str) -> str:
     return "".join(shown)
 
 
-_UNKNOWN_FILE = FileStat("unknown", 0, 0.0, 0.0, 0, 0)
 _VALID = ContentVerdict(Content.VALID, content.CACHE_KIND)  # its names are the entry's split
 
 
@@ -156,7 +118,7 @@ def _inspect(
         except FileNotFoundError:
             return None
         except OSError as e:
-            return _UNKNOWN_FILE, ContentVerdict(Content.UNREADABLE, f"lstat: {e.strerror}")
+            return UNKNOWN_FILE, ContentVerdict(Content.UNREADABLE, f"lstat: {e.strerror}")
         if not stat.S_ISREG(st.st_mode):
             file = FileStat.of(st)
             return file, ContentVerdict(Content.NOT_A_FILE, f"a {file.kind}; never opened")
@@ -166,7 +128,7 @@ def _inspect(
         return None
     except OSError as e:
         return _looked_at(dir_fd, name), ContentVerdict(Content.UNREADABLE, f"open: {e.strerror}")
-    file = _UNKNOWN_FILE
+    file = UNKNOWN_FILE
     try:
         file = FileStat.of(os.fstat(fd))
         if file.kind != "file":
@@ -193,7 +155,7 @@ def _looked_at(dir_fd: int, name: str) -> FileStat:
     try:
         return FileStat.of(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
     except OSError:
-        return _UNKNOWN_FILE
+        return UNKNOWN_FILE
 
 
 def _read_on(fd: int, start: bytes) -> bytes:

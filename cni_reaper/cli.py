@@ -8,8 +8,8 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cni_reaper import (
     __version__,
@@ -18,6 +18,7 @@ from cni_reaper import (
     host_local,
     netconf,
     outcome,
+    pre_runtime,
     runtime,
     shutdown_marker,
 )
@@ -34,8 +35,8 @@ from cni_reaper.journal import (
 from cni_reaper.lock import RunLock
 from cni_reaper.notify import Notifier
 from cni_reaper.paths import NodePaths
-from cni_reaper.plan import plan_entry
-from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter
+from cni_reaper.plan import held_until, plan_entry
+from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
 
 if TYPE_CHECKING:
     from cni_reaper.plugin import PluginRunner
@@ -163,11 +164,13 @@ def run(
 ) -> ExitCode:
     started = time.time()
     env = os.environ if environ is None else environ
-    args = build_parser().parse_args(argv)
-    if not args.plugin_timeout > 0:
-        raise UsageError("--plugin-timeout must be a positive number of seconds")
-    if args.parallel < 1:
-        raise UsageError("--parallel must be at least 1")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as e:
+        if "--json" in argv:
+            _json_failure(JsonWriter(sys.stdout), None, bare_header("--dry-run" in argv, ""), e)
+        raise
     paths = NodePaths.build(
         root=args.root,
         cache_dir=args.cache_dir,
@@ -176,20 +179,60 @@ def run(
         wtmp=args.wtmp,
         state_dir=args.state_dir,
     )
-    if args.mark_clean_shutdown:
-        boot_id = boot.read_boot_id(paths.boot_id)
-        if not boot_id:
-            raise UnsafeInputError(f"no boot id in {paths.boot_id}: cannot name this boot")
-        shutdown_marker.mark_clean_shutdown(paths, boot_id, clock())
-        return ExitCode.OK
+    writer: ReportWriter | None = None
+    json_writer = JsonWriter(sys.stdout) if args.json else None
     if events is None:
         # A dry run runs no plugin: its lines can wait for a block. A repair's line goes out
         # when the repair is done.
         events = EventLog(journal_send(env), block=EVENT_BLOCK if args.dry_run else 1)
+    if json_writer is not None:
+        writer = json_writer
+    elif not events.native:
+        # Natively, the journal already holds every fact of the text report, with its fields.
+        writer = TextWriter(sys.stdout, verbose=args.verbose)
+    made: list[Report] = []  # the report, once the run has one
     try:
-        return _run(args, paths, clock, runner, events, env, started)
+        if not args.plugin_timeout > 0:
+            raise UsageError("--plugin-timeout must be a positive number of seconds")
+        if args.parallel < 1:
+            raise UsageError("--parallel must be at least 1")
+        if args.mark_clean_shutdown:
+            boot_id = boot.read_boot_id(paths.boot_id)
+            if not boot_id:
+                raise UnsafeInputError(f"no boot id in {paths.boot_id}: cannot name this boot")
+            shutdown_marker.mark_clean_shutdown(paths, boot_id, clock())
+            return ExitCode.OK
+        return _run(args, paths, clock, runner, events, env, started, writer, made)
+    except (ReaperError, KeyboardInterrupt, Exception) as e:
+        if json_writer is not None:
+            header = bare_header(args.dry_run, paths.results_dir)
+            _json_failure(json_writer, made[0] if made else None, header, e)
+        raise
     finally:
         events.flush()
+
+
+def _json_failure(
+    writer: JsonWriter, report: Report | None, header: dict[str, Any], error: BaseException
+) -> None:
+    """With --json, a run that refuses or fails still ends its one document: the error and the
+    exit code it ends with."""
+    code = exit_code_for(error)
+    if isinstance(error, ReaperError):
+        message = str(error)
+    elif isinstance(error, KeyboardInterrupt):
+        message = "interrupted"
+    else:
+        message = f"internal error (a bug): {type(error).__name__}: {error}"
+    writer.fail(report, header, message, int(code))
+
+
+def exit_code_for(error: BaseException) -> ExitCode:
+    if isinstance(error, KeyboardInterrupt):
+        return ExitCode.REFUSED
+    if isinstance(error, ReaperError):
+        return EXIT_FOR_ERROR.get(type(error), ExitCode.INTERNAL)
+    return ExitCode.INTERNAL
 
 
 def _run(
@@ -200,6 +243,8 @@ def _run(
     events: EventLog,
     env: Mapping[str, str],
     started: float,
+    writer: ReportWriter | None,
+    made: list[Report],
 ) -> ExitCode:
     notifier = Notifier(env)
     notifier.status(f"scanning {paths.results_dir}")
@@ -211,17 +256,11 @@ def _run(
                 f"a container runtime answers on {runtime_socket}: stop it first, or use --force"
             )
         warnings.append(f"a container runtime answers on {runtime_socket}")
-    writer: ReportWriter | None = None
-    if args.json:
-        writer = JsonWriter(sys.stdout)
-    elif not events.native:
-        # Natively, the journal already holds every fact of the text report, with its fields.
-        writer = TextWriter(sys.stdout, verbose=args.verbose)
     if args.dry_run:
-        report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer)
+        report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer, made)
     else:
         with RunLock(paths.lock_file), _from_root_dir():
-            report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer)
+            report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer, made)
     report.finish()
     summary = summary_fields(report)
     events.emit(summary)
@@ -250,6 +289,23 @@ def _from_root_dir() -> Iterator[None]:
             os.close(caller)
 
 
+def _runtime_started(paths: NodePaths) -> Callable[[], list[str]]:
+    """What /run and /proc say of a runtime having started in this boot."""
+
+    def look() -> list[str]:
+        return [
+            f"{path} exists"
+            for path in (
+                os.path.join(paths.run_dir, "containerd"),
+                os.path.join(paths.run_dir, "k3s/containerd"),
+                os.path.join(paths.run_dir, "crio"),
+            )
+            if os.path.lexists(path)
+        ]
+
+    return look
+
+
 def _pipeline(
     args: argparse.Namespace,
     paths: NodePaths,
@@ -259,8 +315,17 @@ def _pipeline(
     events: EventLog,
     notifier: Notifier,
     writer: ReportWriter | None,
+    made: list[Report],
 ) -> Report:
-    boot_ctx = boot.load(paths, clock)
+    boot_id = boot.read_boot_id(paths.boot_id)
+    loaded, record_problem = pre_runtime.load(paths.run_dir, boot_id) if boot_id else (None, None)
+    boot_ctx = boot.load(paths, clock, first=loaded.first if loaded is not None else None)
+    if record_problem:
+        warnings.append(record_problem)
+    runtime_started = _runtime_started(paths)
+    proof = pre_runtime.establish(
+        boot_ctx.boot_id, boot_ctx.now, boot_ctx.first, loaded, record_problem, runtime_started
+    )
     if not args.dry_run and boot_ctx.boot_id and boot_ctx.shutdown is not None:
         try:
             shutdown_marker.consume(paths, boot_ctx.boot_id, boot_ctx.shutdown, boot_ctx.now)
@@ -270,19 +335,47 @@ def _pipeline(
     configs = netconf.load_conf_dirs(paths.conf_dirs)
     warnings.extend(boot_ctx.warnings)
     warnings.extend(f"config skipped: {p}" for p in configs.problems)
-    report = Report(boot_ctx, args.dry_run, paths.results_dir, warnings, writer)
+    report = Report(boot_ctx, args.dry_run, paths.results_dir, warnings, writer, proof)
+    made.append(report)
+    stores = list(host_local.stores(configs, paths.root))
+
+    def ready() -> str | None:
+        """Once the whole plan is made, before anything changes: the pre-runtime record
+        completed (the host-local stores too), checked and kept for later runs."""
+        for _, store in stores:
+            pre_runtime.record_dir(proof, store)
+        veto = pre_runtime.confirm(proof, runtime_started)
+        if veto is None and not args.dry_run:
+            try:
+                pre_runtime.save(paths.run_dir, proof)
+            except OSError as e:
+                warnings.append(f"cannot keep this boot's pre-runtime record: {e}")
+        return veto
+
     try:
         results_fd = cache.open_results_dir(paths.results_dir)
     except cache.ResultsDirError as e:
         raise UnsafeInputError(str(e.strerror)) from None
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}")
-        _host_local(args, paths, boot_ctx, configs, report, events)
+        ready()
+        _host_local(args, paths, boot_ctx, proof, stores, report, events)
         return report
     quarantine = None
     try:
+        proof.open_dir(paths.results_dir, os.fstat(results_fd))
         entries = cache.inventory(results_fd, configs.networks.keys())
-        plan = map(plan_entry, entries, itertools.repeat(boot_ctx), itertools.repeat(configs))
+        plan = held_until(
+            map(
+                plan_entry,
+                entries,
+                itertools.repeat(boot_ctx),
+                itertools.repeat(configs),
+                itertools.repeat(proof),
+                itertools.repeat(paths.results_dir),
+            ),
+            ready,
+        )
         if args.dry_run:
             results = outcome.dry_run(plan)
         else:
@@ -315,7 +408,7 @@ def _pipeline(
         if quarantine is not None:
             quarantine.close()
         os.close(results_fd)
-    _host_local(args, paths, boot_ctx, configs, report, events)
+    _host_local(args, paths, boot_ctx, proof, stores, report, events)
     return report
 
 
@@ -323,15 +416,16 @@ def _host_local(
     args: argparse.Namespace,
     paths: NodePaths,
     boot_ctx: boot.BootContext,
-    configs: netconf.NetworkConfigs,
+    proof: pre_runtime.Proof,
+    stores: list[tuple[str, str]],
     report: Report,
     events: EventLog,
 ) -> None:
     """After every DEL has run: reservations no DEL can ever release."""
     found = [
         r
-        for network, store in host_local.stores(configs, paths.root)
-        for r in host_local.inventory(network, store, boot_ctx)
+        for network, store in stores
+        for r in host_local.inventory(network, store, boot_ctx, proof)
     ]
     settled = host_local.settle(
         found,
@@ -357,7 +451,7 @@ def main(
         return int(run(argv, clock=clock, environ=environ))
     except ReaperError as e:
         print(f"cni-reaper: {e}", file=sys.stderr)
-        return int(EXIT_FOR_ERROR.get(type(e), ExitCode.INTERNAL))
+        return int(exit_code_for(e))
     except KeyboardInterrupt:
         return int(ExitCode.REFUSED)
     except Exception:

@@ -4,17 +4,20 @@ Inert unless $CNI_REAPER_FAILPOINT names one: "NAME" kills the process with SIGK
 time NAME is reached, "NAME#N" the N-th time. With $CNI_REAPER_FAILPOINT_LOG set, every point
 reached is appended to that file, so a test learns which steps a run takes. Every point is
 declared at import by the module that owns the step, so registered() lists them all and a new
-step is covered by the tests without touching them.
+step is covered by the tests without touching them. A test in the same process may also have
+something happen at a point (a file rewritten between two steps, say): interfere().
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 ENV = "CNI_REAPER_FAILPOINT"
 LOG_ENV = "CNI_REAPER_FAILPOINT_LOG"
 
 _registered: list[str] = []
+_interference: dict[str, Callable[[], None]] = {}
 _target: tuple[str, int] | None = None
 _log: str | None = None
 _hits = 0
@@ -40,8 +43,22 @@ def arm(spec: str | None, log: str | None = None) -> None:
         _target = (name, int(nth) if nth else 1)
 
 
+def interfere(name: str, action: Callable[[], None] | None) -> None:
+    """Run action (in the thread that reaches it) every time name is reached; None stops it."""
+    if name not in _registered:
+        raise ValueError(f"no failpoint {name!r}")
+    if action is None:
+        _interference.pop(name, None)
+    else:
+        _interference[name] = action
+
+
 def hit(name: str) -> None:
     global _hits  # noqa: PLW0603
+    if _interference:
+        action = _interference.get(name)
+        if action is not None:
+            action()
     if _log is not None:
         with open(_log, "a", encoding="utf-8") as log:
             log.write(name + "\n")

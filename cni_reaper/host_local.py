@@ -18,7 +18,9 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict, iso
+from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs
+from cni_reaper.pre_runtime import Proof
 from cni_reaper.trust import untrusted
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
@@ -29,9 +31,7 @@ class Reservation(NamedTuple):
     network: str
     store: str  # the network's store dir
     ip: str
-    size: int
-    mtime: float
-    ctime: float
+    file: FileStat
     content: str  # valid, empty, zeroed, garbage
     written: WrittenVerdict
     action: str  # keep, quarantine, leave
@@ -42,9 +42,9 @@ class Reservation(NamedTuple):
             "network": self.network,
             "path": os.path.join(self.store, self.ip),
             "ip": self.ip,
-            "size": self.size,
-            "mtime": iso(self.mtime),
-            "ctime": iso(self.ctime),
+            "size": self.file.size,
+            "mtime": iso(self.file.mtime),
+            "ctime": iso(self.file.ctime),
             "content": self.content,
             "written": self.written.written.value,
             "evidence": self.written.evidence,
@@ -78,15 +78,18 @@ def _content(data: bytes) -> str:
     return "valid"
 
 
-def inventory(network: str, store: str, boot: BootContext) -> Iterator[Reservation]:
-    """The reservations of one store that are not plainly valid; never through a symlink."""
+def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iterator[Reservation]:
+    """The reservations of one store that are not plainly valid; never through a symlink.
+    When each was written is the pre-runtime record's to say (pre_runtime.py)."""
     try:
         dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return
     try:
-        if untrusted(os.fstat(dir_fd)):
+        dir_st = os.fstat(dir_fd)
+        if untrusted(dir_st):
             return
+        proof.open_dir(store, dir_st)
         for name in sorted(os.listdir(dir_fd)):
             try:
                 ipaddress.ip_address(name)
@@ -106,7 +109,8 @@ def inventory(network: str, store: str, boot: BootContext) -> Iterator[Reservati
                 content = _content(f.read(MAX_RESERVATION_BYTES))
             if content == "valid":
                 continue
-            written = boot.classify(st.st_mtime_ns / 1e9, st.st_ctime_ns / 1e9)
+            file = FileStat.of(st)
+            written = proof.written(store, name, file, boot.classify(file.mtime, file.ctime))
             if written.written is Written.PREVIOUS_BOOT:
                 action = "quarantine"
                 reason = "no owner to release it, and every sandbox of that boot is gone"
@@ -117,9 +121,7 @@ def inventory(network: str, store: str, boot: BootContext) -> Iterator[Reservati
                 network,
                 store,
                 name,
-                st.st_size,
-                st.st_mtime_ns / 1e9,
-                st.st_ctime_ns / 1e9,
+                file,
                 content,
                 written,
                 action,
@@ -168,9 +170,10 @@ def _quarantine(
     reservations: list[Reservation], quarantine_dir: str, boot_id: str, now: float
 ) -> Iterator[tuple[Reservation, str, str | None, str | None]]:
     from cni_reaper.quarantine import (  # noqa: PLC0415 (only real runs move files)
+        FileChanged,
+        Move,
         Quarantine,
         QuarantineError,
-        sha256_of,
         sidecar,
     )
 
@@ -188,15 +191,19 @@ def _quarantine(
             continue
         try:
             for reservation in items:
-                sha256 = sha256_of(lock.dir_fd, reservation.ip)
 
-                def record(
-                    dest: str, r: Reservation = reservation, digest: str | None = sha256
-                ) -> dict[str, Any]:
-                    return sidecar(r.to_json("done", dest), digest, now)
+                def record(dest: str, sha256: str, r: Reservation = reservation) -> dict[str, Any]:
+                    return sidecar(r.to_json("done", dest), sha256, now)
 
+                def vet(data: bytes, judged: str = reservation.content) -> str | None:
+                    found = _content(data)
+                    return None if found == judged else f"now {found}, was {judged}"
+
+                move = Move(lock.dir_fd, reservation.ip, reservation.file, record, vet)
                 try:
-                    dest = place.move(lock.dir_fd, reservation.ip, record, sha256)
+                    dest = place.move(move)
+                except FileChanged as e:
+                    yield reservation, "skipped", None, f"changed: {e}; left for the next run"
                 except (QuarantineError, OSError) as e:
                     yield reservation, "failed", None, f"quarantine: {e.strerror or e}"
                 else:

@@ -5,6 +5,7 @@ The table is shared/DESIGN.md section Verdicts and policy.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import NamedTuple
 
@@ -12,6 +13,7 @@ from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
 from cni_reaper.content import Content
 from cni_reaper.netconf import BUILTIN_LOOPBACK, NetworkConfigs, NetworkList, builtin_loopback
+from cni_reaper.pre_runtime import Proof
 
 STALE_DAMAGE = "left by an earlier boot; the runtime's DEL would abort on it"
 READABLE = "libcni can read it: the runtime's own DEL will use it"
@@ -38,9 +40,13 @@ class PlannedEntry(NamedTuple):
     config_problem: str | None = None  # why DEL cannot run, for del-and-quarantine
 
 
-def plan_entry(entry: CacheEntry, boot: BootContext, configs: NetworkConfigs) -> PlannedEntry:
+def plan_entry(
+    entry: CacheEntry, boot: BootContext, configs: NetworkConfigs, proof: Proof, results_dir: str
+) -> PlannedEntry:
+    """What to do with one entry. When it was written is the pre-runtime record's to say (see
+    pre_runtime.py); the clocks only describe it."""
     file = entry.file
-    written = boot.classify(file.mtime, file.ctime)
+    written = proof.written(results_dir, entry.name, file, boot.classify(file.mtime, file.ctime))
     content = entry.verdict.content
     if content is Content.VALID or content is Content.LEGACY:  # what libcni can read
         return PlannedEntry(entry, written, Action.KEEP, READABLE)
@@ -85,3 +91,30 @@ def plan_entry(entry: CacheEntry, boot: BootContext, configs: NetworkConfigs) ->
         "left by an earlier boot; the runtime's DEL would abort on it",
         netlist=netlist,
     )
+
+
+def held_until(
+    plan: Iterable[PlannedEntry], ready: Callable[[], str | None]
+) -> Iterator[PlannedEntry]:
+    """The plan, with every entry that would change something held back until the whole plan
+    is made and ready() finds nothing against acting; if it does, they are left instead, for
+    its reason."""
+    held = []
+    for planned in plan:
+        if planned.action.changes_things:
+            held.append(planned)
+        else:
+            yield planned
+    veto = ready()
+    for planned in held:
+        if veto is None:
+            yield planned
+        else:
+            written = planned.written
+            yield planned._replace(
+                action=Action.LEAVE,
+                reason=f"not proven to predate this boot: {veto}",
+                written=written._replace(
+                    written=Written.UNKNOWN, evidence=f"{veto}; {written.evidence}"
+                ),
+            )

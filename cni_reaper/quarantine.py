@@ -15,13 +15,13 @@ import hashlib
 import itertools
 import json
 import os
-import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from cni_reaper import __version__, failpoint
 from cni_reaper.boot import iso
+from cni_reaper.filestat import FileStat
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -47,13 +47,28 @@ class QuarantineError(OSError):
     pass
 
 
-class Move(NamedTuple):
-    """A file to quarantine, and its sidecar, given the path the file will have."""
+class FileChanged(Exception):
+    """The file is no longer what the plan was made on: it stays in (or goes back to) the
+    results dir, and is reported as changed, never quarantined."""
 
-    results_fd: int
+
+class Move(NamedTuple):
+    """A file to quarantine: where it is, what the scan saw of it, and its sidecar."""
+
+    dir_fd: int
     name: str
-    sidecar: Callable[[str], dict[str, Any]]
-    sha256: str | None = None
+    expected: FileStat  # moved only if the file is still exactly this one
+    sidecar: Callable[[str, str], dict[str, Any]]  # (its path in quarantine, sha256) -> record
+    # Why these bytes may not be moved (they are not what the plan judged), or None.
+    vet: Callable[[bytes], str | None] | None = None
+
+
+class _Held(NamedTuple):
+    """A file opened, checked against the scan and hashed, kept open until it has moved."""
+
+    fd: int
+    st: os.stat_result
+    sha256: str
 
 
 def sidecar(record: dict[str, Any], sha256: str | None, now: float) -> dict[str, Any]:
@@ -96,7 +111,7 @@ class Quarantine:
     def __init__(self, quarantine_dir: str, boot_id: str) -> None:
         self.dir = os.path.join(quarantine_dir, boot_id or "unknown-boot")
         self._fd: int | None = None
-        self._dirty: set[int] = set()  # results dirs with moves not yet fsynced
+        self._dirty: set[int] = set()  # source dirs with moves not yet fsynced
 
     def _dir_fd(self) -> int:
         if self._fd is None:
@@ -127,10 +142,8 @@ class Quarantine:
         anew."""
         return next(c for c in self._names(name) if c not in taken and not _exists(fd, c))
 
-    def _copied_earlier(self, fd: int, name: str, sha256: str | None) -> str | None:
+    def _copied_earlier(self, fd: int, name: str, sha256: str) -> str | None:
         """A quarantined copy of this very file whose original was never unlinked."""
-        if sha256 is None:
-            return None
         for candidate in self._names(name):
             if not _exists(fd, candidate):
                 return None
@@ -139,28 +152,26 @@ class Quarantine:
                 return candidate
         return None
 
-    def move(
-        self,
-        results_fd: int,
-        name: str,
-        sidecar: Callable[[str], dict[str, Any]],
-        sha256: str | None = None,
-    ) -> str:
-        """One file: the path it now has; raises why it could not move."""
-        (moved,) = self.move_all([Move(results_fd, name, sidecar, sha256)])
-        if isinstance(moved, OSError):
+    def move(self, move: Move) -> str:
+        """One file: the path it now has; raises why it could not move, or FileChanged."""
+        (moved,) = self.move_all([move])
+        if isinstance(moved, (OSError, FileChanged)):
             raise moved
         return moved
 
-    def move_all(self, moves: Sequence[Move]) -> list[str | OSError]:
-        """Move a batch of files, each beside its sidecar; for each, the path it now has or
-        why it could not move (it then stays where it was).
+    def move_all(self, moves: Sequence[Move]) -> list[str | OSError | FileChanged]:
+        """Move a batch of files, each beside its sidecar; for each, the path it now has, why
+        it could not move (it then stays where it was), or FileChanged.
 
-        Every sidecar is written, then all are fsynced at once, then each file is moved. The
-        sidecar is on disk before its rename; the renames of the sidecar and of the file are
-        made durable together, by flush(): journalling file systems commit a directory's
-        changes in order, so a file is never found here without its sidecar. A power cut
-        before flush() may undo some moves; the next run redoes them, DEL being idempotent.
+        Each file is opened and checked against what the scan saw (inode, size, mtime, ctime),
+        read and hashed, and its sidecar records that hash. Every sidecar is written, then all
+        are fsynced at once, then each file is moved: checked once more just before it leaves,
+        and again once it has arrived (the same inode, size, mtime and bytes; its ctime moves
+        with the rename itself). A file that changed on the way is put back. The renames of the
+        sidecar and of the file are made durable together, by flush(): journalling file
+        systems commit a directory's changes in order, so a file is never found here without
+        its sidecar. A power cut before flush() may undo some moves; the next run redoes
+        them, DEL being idempotent.
         """
         if not moves:
             return []  # no quarantine dir made for nothing
@@ -168,53 +179,125 @@ class Quarantine:
             fd = self._dir_fd()
         except QuarantineError as e:
             return [e for _ in moves]
-        moved: list[str | OSError] = []
-        staged: list[tuple[int, str, int]] = []  # (index in moves, dest, sidecar temp fd)
-        taken: set[str] = set()  # names given to this batch, not yet on disk
+        moved: list[str | OSError | FileChanged] = []
+        held: list[_Held] = []
+        staged: list[tuple[int, str, _Held]] = []  # (index in moves, dest, the file)
+        temps: list[int] = []  # each staged file's sidecar, written, not yet in place
         try:
+            taken: set[str] = set()  # names given to this batch, not yet on disk
             for index, move in enumerate(moves):
                 try:
-                    earlier = self._copied_earlier(fd, move.name, move.sha256)
+                    file = _hold(move)
+                except (OSError, FileChanged) as e:
+                    moved.append(e)
+                    continue
+                held.append(file)
+                try:
+                    earlier = self._copied_earlier(fd, move.name, file.sha256)
                     if earlier is not None:
-                        os.unlink(move.name, dir_fd=move.results_fd)
-                        os.fsync(move.results_fd)
-                        moved.append(os.path.join(self.dir, earlier))
+                        moved.append(self._finish_copy(move, file, earlier, ours=False))
                         continue
                     dest = self._free_name(fd, move.name, taken)
                     taken.add(dest)
-                    record = move.sidecar(os.path.join(self.dir, dest))
+                    record = move.sidecar(os.path.join(self.dir, dest), file.sha256)
                     text = json.dumps(record, separators=(",", ":")) + "\n"  # as the report's
-                    staged.append((index, dest, _write_temp(fd, dest + SIDECAR_SUFFIX, text)))
+                    temps.append(_write_temp(fd, dest + SIDECAR_SUFFIX, text))
+                    staged.append((index, dest, file))
                     moved.append(dest)  # until it is in place
                 except OSError as e:
                     moved.append(e)
-            synced = _fsync_together([temp for _, _, temp in staged])
-        except BaseException:
-            for _, _, temp in staged:
+            synced = _fsync_together(temps)
+            while temps:
+                os.close(temps.pop())
+            for (index, dest, file), error in zip(staged, synced):
+                moved[index] = error or self._put_in_place(fd, moves[index], dest, file)
+        finally:
+            for temp in temps:
                 os.close(temp)
-            raise
-        for (index, dest, temp), error in zip(staged, synced):
-            os.close(temp)
-            moved[index] = error or self._put_in_place(fd, moves[index], dest)
+            for file in held:
+                os.close(file.fd)
         return moved
 
-    def _put_in_place(self, fd: int, move: Move, dest: str) -> str | OSError:
-        """The fsynced sidecar to its name, then the file beside it."""
+    def _put_in_place(
+        self, fd: int, move: Move, dest: str, file: _Held
+    ) -> str | OSError | FileChanged:
+        """The fsynced sidecar to its name, then the file beside it, checked on both sides."""
         failpoint.hit(SIDECAR_WRITTEN)
         sidecar = dest + SIDECAR_SUFFIX
         try:
             os.rename(_temp_name(sidecar), sidecar, src_dir_fd=fd, dst_dir_fd=fd)
             failpoint.hit(SIDECAR_IN_PLACE)
+            change = _still_held(move, file)
+            if change is not None:
+                _unlink_quietly(fd, sidecar)
+                return FileChanged(change)
             try:
-                os.rename(move.name, dest, src_dir_fd=move.results_fd, dst_dir_fd=fd)
+                os.rename(move.name, dest, src_dir_fd=move.dir_fd, dst_dir_fd=fd)
                 failpoint.hit(FILE_RENAMED)
             except OSError as e:
                 if e.errno != errno.EXDEV:
+                    _unlink_quietly(fd, sidecar)
                     return QuarantineError(e.errno, f"cannot move {move.name}: {e.strerror}")
-                _copy_then_unlink(move.results_fd, move.name, fd, dest)
+                return self._copy_then_unlink(move, file, dest)
+            self._dirty.add(move.dir_fd)
+            change = _arrived_unchanged(file, fd, dest)
+            if change is not None:
+                return self._put_back(move, fd, dest, change)
         except OSError as e:
             return e
-        self._dirty.add(move.results_fd)
+        return os.path.join(self.dir, dest)
+
+    def _put_back(self, move: Move, fd: int, dest: str, change: str) -> OSError | FileChanged:
+        """A file that changed on its way out goes back, but never over a file that appeared
+        under its name meanwhile: link() does not replace."""
+        try:
+            os.link(dest, move.name, src_dir_fd=fd, dst_dir_fd=move.dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            # It stays here, with a sidecar that says what it holds now and why it is here.
+            record = move.sidecar(os.path.join(self.dir, dest), sha256_of(fd, dest) or "")
+            record["problems"] = [*record.get("problems", []), change]
+            _replace_sidecar(fd, dest + SIDECAR_SUFFIX, record)
+            return QuarantineError(
+                errno.EEXIST, f"{change}, and a new {move.name} appeared meanwhile: left in {dest}"
+            )
+        os.unlink(dest, dir_fd=fd)
+        _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
+        return FileChanged(f"{change}; put back")
+
+    def _copy_then_unlink(self, move: Move, file: _Held, dest: str) -> str | FileChanged:
+        """Across file systems: a durable copy of the bytes that were hashed first, the
+        original removed only after it, and only if it is still those bytes."""
+        fd = self._dir_fd()
+        data = _read_whole(file.fd, file.st.st_size)
+        tmp = _temp_name(dest)
+        if hashlib.sha256(data).hexdigest() != file.sha256:
+            _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
+            return FileChanged("its bytes changed as it was copied; left in place")
+        copy = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=fd)
+        try:
+            _write_all(copy, data)
+            os.fsync(copy)
+        finally:
+            os.close(copy)
+        failpoint.hit(COPY_WRITTEN)
+        os.rename(tmp, dest, src_dir_fd=fd, dst_dir_fd=fd)
+        os.fsync(fd)
+        failpoint.hit(COPY_IN_PLACE)
+        return self._finish_copy(move, file, dest, ours=True)
+
+    def _finish_copy(self, move: Move, file: _Held, dest: str, ours: bool) -> str | FileChanged:
+        """The original of a durable copy is unlinked if it is still the file that was copied;
+        otherwise the original stays, and a copy this run made goes (one an earlier run left
+        stays: it holds the bytes that run saw)."""
+        change = _still_held(move, file)
+        if change is not None:
+            if ours:
+                fd = self._dir_fd()
+                _unlink_quietly(fd, dest)
+                _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
+            return FileChanged(change)
+        os.unlink(move.name, dir_fd=move.dir_fd)
+        self._dirty.add(move.dir_fd)
         return os.path.join(self.dir, dest)
 
     def flush(self) -> None:
@@ -226,6 +309,74 @@ class Quarantine:
                 raise error
         self._dirty.clear()
         failpoint.hit(DIRS_FSYNCED)
+
+
+def _hold(move: Move) -> _Held:
+    """Open the file, check it is what the scan saw, read and hash it. The descriptor stays
+    open, so that the inode that was hashed is the one checked again as it moves."""
+    try:
+        fd = os.open(move.name, READ_FLAGS, dir_fd=move.dir_fd)
+    except FileNotFoundError:
+        raise FileChanged("gone since the scan") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise FileChanged("replaced by a symlink since the scan") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        change = move.expected.changes(st)
+        if change is not None:
+            raise FileChanged(f"{change} since the scan")
+        data = _read_whole(fd, st.st_size)
+        problem = move.vet(data) if move.vet is not None else None
+        if problem is not None:
+            raise FileChanged(problem)
+        after = os.fstat(fd)
+        change = move.expected.changes(after)
+        if change is not None or len(data) != after.st_size:
+            raise FileChanged(f"{change or 'its size changed'} while it was read")
+        return _Held(fd, after, hashlib.sha256(data).hexdigest())
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _still_held(move: Move, file: _Held) -> str | None:
+    """Whether the name is still the inode that was hashed, unchanged; why not, if not."""
+    try:
+        st = os.stat(move.name, dir_fd=move.dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return "gone since it was read"
+    if st.st_ino != file.st.st_ino or st.st_dev != file.st.st_dev:
+        return "replaced by another file since it was read"
+    change = move.expected.changes(os.fstat(file.fd))
+    return f"{change} since it was read" if change is not None else None
+
+
+def _arrived_unchanged(file: _Held, fd: int, dest: str) -> str | None:
+    """Once renamed: the same inode arrived, with the size, mtime and bytes that were hashed."""
+    st = os.stat(dest, dir_fd=fd, follow_symlinks=False)
+    if st.st_ino != file.st.st_ino or st.st_dev != file.st.st_dev:
+        return "another file took its place as it was moved"
+    now = os.fstat(file.fd)
+    if now.st_size != file.st.st_size or now.st_mtime_ns != file.st.st_mtime_ns:
+        return "it was written to as it was moved"
+    if hashlib.sha256(_read_whole(file.fd, now.st_size)).hexdigest() != file.sha256:
+        return "its bytes changed as it was moved"
+    return None
+
+
+def _read_whole(fd: int, size: int) -> bytes:
+    """The file's bytes from its start, a byte more than size if it has grown."""
+    chunks = []
+    offset = 0
+    while offset <= size:
+        chunk = os.pread(fd, size + 1 - offset, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 def _short(name: str) -> str:
@@ -243,6 +394,11 @@ def _exists(dir_fd: int, name: str) -> bool:
     return True
 
 
+def _unlink_quietly(dir_fd: int, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)
+
+
 def _temp_name(name: str) -> str:
     return f".{name}.tmp"
 
@@ -256,6 +412,15 @@ def _write_temp(dir_fd: int, name: str, text: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _replace_sidecar(dir_fd: int, name: str, record: dict[str, Any]) -> None:
+    temp = _write_temp(dir_fd, name, json.dumps(record, separators=(",", ":")) + "\n")
+    try:
+        os.fsync(temp)
+    finally:
+        os.close(temp)
+    os.rename(_temp_name(name), name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def _fsync_together(fds: Sequence[int]) -> list[OSError | None]:
@@ -314,29 +479,3 @@ def sha256_of(dir_fd: int, name: str) -> str | None:
         for chunk in iter(lambda: f.read(1 << 16), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _copy_then_unlink(src_dir: int, name: str, dst_dir: int, dest: str) -> None:
-    """Across file systems: a durable copy first, the original removed only after it."""
-    src = os.open(name, READ_FLAGS, dir_fd=src_dir)
-    tmp = _temp_name(dest)
-    try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
-            raise QuarantineError(errno.EINVAL, f"{name} is no longer a regular file")
-        dst = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=dst_dir)
-        try:
-            while True:
-                chunk = os.read(src, 1 << 16)
-                if not chunk:
-                    break
-                _write_all(dst, chunk)
-            os.fsync(dst)
-        finally:
-            os.close(dst)
-    finally:
-        os.close(src)
-    failpoint.hit(COPY_WRITTEN)
-    os.rename(tmp, dest, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
-    os.fsync(dst_dir)
-    failpoint.hit(COPY_IN_PLACE)
-    os.unlink(name, dir_fd=src_dir)

@@ -13,6 +13,7 @@ from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
+from cni_reaper.pre_runtime import Proof
 from cni_reaper.shutdown_marker import ShutdownState
 
 SCHEMA_VERSION = 1
@@ -34,8 +35,10 @@ class Report:
         results_dir: str,
         warnings: list[str],
         writer: ReportWriter | None = None,
+        proof: Proof | None = None,
     ) -> None:
         self.boot = boot
+        self.proof = proof
         self.dry_run = dry_run
         self.results_dir = results_dir
         self.warnings = warnings
@@ -90,7 +93,7 @@ class Report:
         self.reservations.append(doc)
         if doc["outcome"] == "failed":
             self._failed = True
-        elif doc["action"] == "leave":
+        elif doc["outcome"] == "skipped":  # left as it is: maybe in flight, or changed
             self._left_alone = True
 
     def finish(self) -> None:
@@ -119,14 +122,38 @@ class Report:
         }
 
     def header(self) -> dict[str, Any]:
+        boot = self.boot.to_json()
+        boot["pre_runtime_record"] = self.proof.to_json() if self.proof is not None else None
         return {
             "schema": SCHEMA_VERSION,
             "version": __version__,
             "dry_run": self.dry_run,
             "results_dir": self.results_dir,
-            "boot": self.boot.to_json(),
+            "boot": boot,
             "warnings": list(self.warnings),
         }
+
+
+_NOTHING_FOUND = {
+    "entries": 0,
+    "content": {},
+    "action": {},
+    "outcome": {},
+    "plugin_errors": 0,
+    "host_local": {},
+}
+
+
+def bare_header(dry_run: bool, results_dir: str) -> dict[str, Any]:
+    """The header of a run that ended before it knew anything of the boot."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "version": __version__,
+        "dry_run": dry_run,
+        "results_dir": results_dir,
+        "boot": None,
+        "warnings": [],
+    }
 
 
 class JsonWriter:
@@ -139,13 +166,14 @@ class JsonWriter:
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._started = False
+        self._finished = False
         self._pending: list[str] = []
         self._separator = "\n"
 
-    def _start(self, report: Report) -> None:
+    def _start(self, report: Report | None, header: dict[str, Any] | None = None) -> None:
         if not self._started:
             self._started = True
-            head = json.dumps(report.header(), indent=2)
+            head = json.dumps(header if report is None else report.header(), indent=2)
             self._out.write(head[: head.rindex("}")].rstrip() + ',\n  "entries": [')
 
     def entry(self, report: Report, result: EntryResult) -> None:
@@ -161,13 +189,36 @@ class JsonWriter:
 
     def finish(self, report: Report) -> None:
         self._start(report)
-        reservations = json.dumps(report.reservations)
-        summary = json.dumps(report.summary())
+        self._end(report.reservations, None, report.summary())
+
+    def fail(
+        self, report: Report | None, header: dict[str, Any], message: str, exit_code: int
+    ) -> None:
+        """End the document of a run cut short by an error: what it found until then, the
+        error, and the exit code it ends with. Nothing if the document is already whole."""
+        if self._finished:
+            return
+        self._start(report, header)
+        summary = report.summary() if report is not None else dict(_NOTHING_FOUND)
+        summary["exit_code"] = exit_code
+        error = {"message": message, "exit_code": exit_code}
+        self._end(report.reservations if report is not None else [], error, summary)
+
+    def _end(
+        self,
+        reservations: list[dict[str, Any]],
+        error: dict[str, Any] | None,
+        summary: dict[str, Any],
+    ) -> None:
+        failed = f'  "error": {json.dumps(error)},\n' if error is not None else ""
         self._pending.append(
-            f'\n  ],\n  "host_local": {reservations},\n  "summary": {summary}\n}}\n'
+            f'\n  ],\n  "host_local": {json.dumps(reservations)},\n{failed}'
+            f'  "summary": {json.dumps(summary)}\n}}\n'
         )
         self._out.write("".join(self._pending))
+        self._out.flush()
         self._pending.clear()
+        self._finished = True
 
 
 class TextWriter:
@@ -184,6 +235,8 @@ class TextWriter:
             mode = "dry run, nothing changed" if report.dry_run else "run"
             self._out.write(f"cni-reaper {__version__} ({mode}): {report.results_dir}\n")
             self._out.write(f"  {boot_line(report.boot)}\n")
+            if report.proof is not None:
+                self._out.write(f"  {report.proof.summary}\n")
             for warning in report.warnings:
                 self._out.write(f"  warning: {printable(warning)}\n")
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cni_reaper import wtmp
+from cni_reaper import boot, pre_runtime, wtmp
+from cni_reaper.paths import NodePaths
 
 PLUGIN_DIR = "/usr/lib/cni"
 CONTAINER_IDS = [f"{n:02x}" * 32 for n in range(0x10, 0x30)]
@@ -111,6 +113,20 @@ class NodeTree:
         self.write_conf(f"60-{name}.conflist", json.dumps(conf).encode())
         return bin_dir
 
+    def runtime_starts(self) -> None:
+        """What containerd leaves in /run as it starts, before it can set up a pod."""
+        (self.root / "run/containerd").mkdir(parents=True, exist_ok=True)
+
+    def record_before_runtime(self, now: float, *dirs: Path) -> None:
+        """What this boot's first run records of the CNI state before any runtime starts
+        (pre_runtime.py), without the repairs that run would make: the results dir and dirs."""
+        paths = NodePaths.build(root=str(self.root))
+        boot_id = boot.read_boot_id(paths.boot_id)
+        proof = pre_runtime.Proof.taken_now(boot_id, now, boot.FirstReading(None, None))
+        for directory in (self.results, *dirs):
+            pre_runtime.record_dir(proof, str(directory))
+        pre_runtime.save(paths.run_dir, proof)
+
     def write_result(self, name: str, data: bytes) -> Path:
         self.results.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.results / name
@@ -130,7 +146,11 @@ class NodeTree:
     def write_boot_world(
         self, btime: float, boot_id: str = "11111111-2222-3333-4444-555555555555"
     ) -> None:
-        """wtmp from the records so far, and the proc files of the running boot."""
+        """wtmp from the records so far, and the proc files of the running boot. A new boot id
+        begins a boot: /run, a tmpfs on a node, starts empty."""
+        id_file = self.root / "proc/sys/kernel/random/boot_id"
+        if id_file.exists() and id_file.read_text().strip() != boot_id:
+            shutil.rmtree(self.root / "run", ignore_errors=True)
         log = self.root / "var/log"
         log.mkdir(parents=True, exist_ok=True)
         (log / "wtmp").write_bytes(wtmp.encode_all(self.records))

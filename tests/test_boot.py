@@ -26,10 +26,14 @@ def crashed_world(node: NodeTree) -> boot.BootContext:
     return context(node, now=T + 100, btime=T)
 
 
-def test_previous_boot_crashed_and_current_start_from_wtmp(node: NodeTree) -> None:
+def test_previous_boot_crashed_and_this_boot_began_at_the_earliest_estimate(
+    node: NodeTree,
+) -> None:
     ctx = crashed_world(node)
-    assert ctx.current_start == T + 12
-    assert ctx.current_start_source == "wtmp boot record"
+    # btime and this boot's wtmp record 12 s later both say when it began: the earlier wins,
+    # so that a file written between the two is never taken for the previous boot's.
+    assert ctx.current_start == T
+    assert ctx.current_start_source == "/proc/stat btime"
     assert ctx.previous_boot is not None
     assert ctx.previous_boot.start == T - 3600
     assert ctx.previous_boot.end is BootEnd.CRASHED
@@ -55,8 +59,30 @@ def test_file_of_a_clean_boot(node: NodeTree) -> None:
 
 def test_near_the_boundary_is_unknown(node: NodeTree) -> None:
     ctx = crashed_world(node)
-    assert ctx.classify(T + 11, T + 11).written is Written.UNKNOWN
-    assert ctx.classify(T + 13.5, T + 13.5).written is Written.UNKNOWN
+    assert ctx.classify(T - 1, T - 1).written is Written.UNKNOWN
+    assert ctx.classify(T + 1.5, T + 1.5).written is Written.UNKNOWN
+
+
+def test_between_btime_and_the_boot_record_is_this_boot(node: NodeTree) -> None:
+    """The hole the latest estimate left: written after btime, before the wtmp record."""
+    assert crashed_world(node).classify(T + 5, T + 5).written is Written.CURRENT_BOOT
+
+
+def test_a_stepped_clock_keeps_the_first_reading(node: NodeTree) -> None:
+    """An hour after the first run read btime T and its wtmp record, NTP stepped the clock:
+    btime now reads T + 3600. The first reading keeps the wtmp record this boot's, and the
+    earlier btime the boundary."""
+    crashed_world(node)
+    node.write_boot_world(T + 3600)
+    ctx = boot.load(
+        NodePaths.build(root=str(node.root)),
+        lambda: T + 7300,
+        first=boot.FirstReading(T, T + 12),
+    )
+    assert ctx.current_start == T
+    assert ctx.previous_boot is not None and ctx.previous_boot.start == T - 3600
+    without = boot.load(NodePaths.build(root=str(node.root)), lambda: T + 7300)
+    assert without.previous_boot is not None and without.previous_boot.start == T + 12
 
 
 def test_after_the_boot_is_current(node: NodeTree) -> None:
@@ -103,5 +129,5 @@ def test_rotated_wtmp_is_read_first_as_one_stream(node: NodeTree) -> None:
     (log / "wtmp").rename(log / "wtmp.1")
     (log / "wtmp").write_bytes(wtmp.encode(wtmp.boot_record(T + 5)))
     ctx = boot.load(NodePaths.build(root=str(node.root)), lambda: T + 100)
-    assert ctx.current_start == T + 5
+    assert ctx.current_start == T
     assert [(b.start, b.end) for b in ctx.previous_boots] == [(T - 3600, BootEnd.CRASHED)]

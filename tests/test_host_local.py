@@ -60,18 +60,29 @@ def test_in_this_boot_they_are_only_reported_and_a_dry_run_changes_nothing(
 ) -> None:
     store = store_node(crashed)
     crashed.reboot()
-    late = store / "10.30.0.9"
+    before = snapshot(crashed.node.root)
+    code, report = crashed.run(capsys, "--dry-run")  # by hand, before the unit's run
+    assert snapshot(crashed.node.root) == before  # not even this boot's record is written
+    outcomes = {r["ip"]: (r["action"], r["outcome"]) for r in report["host_local"]}
+    assert outcomes == {
+        "10.30.0.3": ("quarantine", "planned"),
+        "10.30.0.4": ("quarantine", "planned"),
+    }
+    assert code == ExitCode.OK
+
+    assert crashed.run(capsys)[0] == ExitCode.OK  # the unit's run frees both
+    crashed.node.runtime_starts()
+    late = store / "10.30.0.9"  # reserved in this boot, its owner not yet written
     late.write_bytes(b"")
-    os.utime(late, (crashed.t0 + 30, crashed.t0 + 30))  # after this boot began
     before = snapshot(crashed.node.root)
 
     code, report = crashed.run(capsys, "--dry-run")
 
     assert snapshot(crashed.node.root) == before
     outcomes = {r["ip"]: (r["action"], r["outcome"]) for r in report["host_local"]}
-    assert outcomes == {
-        "10.30.0.3": ("quarantine", "planned"),
-        "10.30.0.4": ("quarantine", "planned"),
-        "10.30.0.9": ("leave", "skipped"),
-    }
+    assert outcomes == {"10.30.0.9": ("leave", "skipped")}
+    assert report["host_local"][0]["written"] == "current-boot"
     assert code == ExitCode.DATA
+    code, report = crashed.run(capsys)
+    assert code == ExitCode.DATA
+    assert late.exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import uuid
 from pathlib import Path
 
 import pytest
@@ -104,35 +105,57 @@ def test_dry_run_changes_nothing_and_prints_the_plan(
 def test_damage_written_in_this_boot_is_left_alone(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = crashed.add(CONTAINER_IDS[0])
+    crashed.add(CONTAINER_IDS[1])  # a pod of the earlier boot, whose cache file is whole
+    crashed.reboot()
+    code, _ = crashed.run(capsys)  # the unit's run at boot: nothing to do, the record is taken
+    assert code == ExitCode.OK
+    crashed.node.runtime_starts()
+    path = crashed.add(CONTAINER_IDS[0])  # a pod set up in this boot, its cache write cut short
     path.write_bytes(b"")
-    crashed.node.boot(crashed.t0 - 100)  # this boot began before the file was written
-    crashed.node.write_boot_world(btime=crashed.t0 - 105)
 
-    code, report = crashed.run(capsys)
+    code, report = crashed.run(capsys)  # by hand, later in the boot, the runtime stopped
 
     assert code == ExitCode.DATA
     assert path.read_bytes() == b""
-    assert len(crashed.ips()) == 1
+    assert len(crashed.ips()) == 2
     entry = by_path(report)[path.name]
     assert (entry["written"], entry["action"], entry["outcome"]) == (
         "current-boot",
         "leave",
         "skipped",
     )
+    assert "not in this boot's pre-runtime record" in entry["evidence"]
 
 
-def test_clock_before_the_boot_repairs_nothing(
-    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("clock", ["stepped back before the boot", "stepped ahead a day"])
+def test_the_clocks_do_not_decide(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], clock: str
 ) -> None:
+    """What the first run of the boot found before any runtime started is repaired whatever
+    the clock says; with no such record, nothing is, whatever the clock says."""
+    now = crashed.t0 - 1000 if clock.endswith("before the boot") else crashed.t0 + 86400
     path = crashed.add(CONTAINER_IDS[0])
     path.write_bytes(b"")
     crashed.reboot()
-    code = cli.run(crashed.argv("--json"), clock=lambda: crashed.t0 - 1000)
+    crashed.node.runtime_starts()
+    code = cli.run(crashed.argv("--json"), clock=lambda: now)
     entry = by_path(json.loads(capsys.readouterr().out))[path.name]
     assert code == ExitCode.DATA
     assert (entry["written"], entry["action"]) == ("unknown", "leave")
+    assert "a runtime has started in this boot" in entry["evidence"]
     assert path.exists()
+
+    crashed.node.write_boot_world(btime=crashed.t0 + 5, boot_id=str(uuid.uuid4()))  # a reboot
+    code = cli.run(crashed.argv("--json"), clock=lambda: now)
+    entry = by_path(json.loads(capsys.readouterr().out))[path.name]
+    assert code == ExitCode.OK
+    assert (entry["written"], entry["action"], entry["outcome"]) == (
+        "previous-boot",
+        "del-and-quarantine",
+        "done",
+    )
+    assert not path.exists()
+    assert crashed.ips() == {}
 
 
 def test_network_without_config_is_still_quarantined_but_fails(
@@ -327,8 +350,16 @@ def test_results_dir_that_is_a_symlink_is_refused(
 def test_running_runtime_refuses_unless_forced(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    crashed.add(CONTAINER_IDS[0]).write_bytes(b"")
+    path = crashed.add(CONTAINER_IDS[0])
+    path.write_bytes(b"")
     crashed.reboot()
+    blocked = crashed.node.root / "blocked"
+    blocked.write_text("")
+    # The unit's run at boot: its DEL freed the address, but the quarantine was not there.
+    code, _ = crashed.run(capsys, "--state-dir", str(blocked / "state"))
+    assert code == ExitCode.ACTION_FAILED
+    assert path.exists()
+    assert crashed.ips() == {}
     sock_dir = crashed.node.root / "run/containerd"
     sock_dir.mkdir(parents=True)
     with socket.socket(socket.AF_UNIX) as server:
@@ -336,10 +367,12 @@ def test_running_runtime_refuses_unless_forced(
         server.listen(1)
         assert cli.main(crashed.argv()) == ExitCode.REFUSED
         assert "answers on" in capsys.readouterr().err
-        assert len(crashed.ips()) == 1
+        assert path.exists()
+        # Forced, it acts on what the boot's record holds, the runtime up or not.
         code, report = crashed.run(capsys, "--force")
     assert code == ExitCode.OK
-    assert crashed.ips() == {}
+    assert not path.exists()
+    assert by_path(report)[path.name]["written"] == "previous-boot"
     assert any("answers on" in w for w in report["warnings"])
 
 

@@ -185,7 +185,7 @@ def test_boot_context_from_a_utmpdump_wtmp(tmp_path: Path) -> None:
     proc.mkdir()
     (proc / "stat").write_text(f"btime {int(BASE + 990)}\n")
     ctx = boot.load(NodePaths.build(root=str(tmp_path)), lambda: BASE + 2000)
-    assert ctx.current_start == BASE + 1000
+    assert ctx.current_start == BASE + 990  # btime, before this boot's wtmp record
     assert [(b.start, b.end) for b in ctx.previous_boots] == [
         (BASE, BootEnd.CLEAN),
         (BASE + 200, BootEnd.CRASHED),

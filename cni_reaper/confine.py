@@ -157,7 +157,7 @@ def run_confined(
     On KeyboardInterrupt while waiting, cancel is set (work should watch it and stop early),
     the thread is still waited for, and then the interrupt is raised again: nothing work
     started outlives the call. ConfineError if the namespace cannot be made; work() then
-    never runs.
+    never runs. Call it from the main thread: only there does Python raise KeyboardInterrupt.
     """
     real_root = os.path.realpath(root)
     for bind in binds:
@@ -166,6 +166,7 @@ def run_confined(
                 raise ValueError(f"bind path {path!r} is not absolute and normalized")
         if not _under(bind.source, real_root):
             raise ValueError(f"bind source {bind.source!r} is not under the root {real_root!r}")
+    check_layout(root, binds)
     note = on_note or _ignore
     made: list[str] = []  # mount points made on the host, outermost first
     returned: list[T] = []

@@ -121,7 +121,7 @@ def release_in_root(workdir: Path) -> dict[str, Any]:
     make_host_state()
     root = make_root(workdir)
     binds = confine.standard_binds(str(root))
-    caller_before = (thread_namespace(), thread_mounts())
+    caller_before = (thread_namespace(), thread_mounts(), os.getcwd())
     host_before = host_digest()
     inside = threading.Event()
     observed = threading.Event()
@@ -153,6 +153,7 @@ def release_in_root(workdir: Path) -> dict[str, Any]:
         "caller_namespace_before": caller_before[0],
         "caller_namespace_after": thread_namespace(),
         "caller_mounts_unchanged": thread_mounts() == caller_before[1],
+        "caller_cwd_unchanged": os.getcwd() == caller_before[2] != "/",
         "root_store_after": listing(root / "var/lib/cni/networks" / NETWORK),
         "host_before": host_before,
         "host_after": host_digest(),
@@ -163,14 +164,15 @@ def release_in_root(workdir: Path) -> dict[str, Any]:
 
 def untrusted_sources(workdir: Path) -> dict[str, Any]:
     """Sources a plugin must not be shown: the root's /var/lib/cni a symlink to the host's,
-    its /run a symlink to the host's /run (a component above the source), its /etc/cni
-    missing. The caller made none of them tmpfs: run_confined must."""
+    its /run a symlink to the host's /run (a component above the source), its /etc/cni a
+    file. The caller made none of them tmpfs: run_confined must."""
     make_host_state()
     root = workdir / "root"
     (root / "var/lib").mkdir(parents=True)
     (root / "var/lib/cni").symlink_to("/var/lib/cni")
     (root / "run").symlink_to("/run")
     (root / "etc").mkdir()
+    (root / "etc/cni").write_text("not a directory")
     binds = confine.standard_binds(str(root))
     host_before = host_digest()
     notes: list[str] = []

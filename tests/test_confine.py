@@ -137,7 +137,6 @@ def test_host_local_del_releases_in_the_root_and_never_on_the_host(tmp_path: Pat
     assert (Path(root) / "etc/cni/new-file").exists()
     # The root has no run/cni: an empty tmpfs stands there, and says so.
     assert seen["notes"] == [f"{root}/run/cni is missing: plugins see an empty, read-only /run/cni"]
-    assert seen["cwd"] == "/"
 
 
 def test_only_the_confined_threads_and_their_processes_see_the_root(tmp_path: Path) -> None:
@@ -153,6 +152,10 @@ def test_only_the_confined_threads_and_their_processes_see_the_root(tmp_path: Pa
     assert seen["outside"]["cat"] == RESERVATION
     assert seen["caller_namespace_after"] == caller
     assert seen["caller_mounts_unchanged"]
+    # The confined thread went to / (it has a working directory of its own): the caller's
+    # is where it was.
+    assert seen["cwd"] == "/"
+    assert seen["caller_cwd_unchanged"]
 
 
 def test_untrusted_sources_become_empty_read_only_tmpfs_with_a_note(tmp_path: Path) -> None:
@@ -162,7 +165,7 @@ def test_untrusted_sources_become_empty_read_only_tmpfs_with_a_note(tmp_path: Pa
     empty = "plugins see an empty, read-only"
     assert sorted(seen["notes"]) == sorted(
         [
-            f"{root}/etc/cni is missing: {empty} /etc/cni",
+            f"{root}/etc/cni is not a directory: {empty} /etc/cni",
             f"{root}/run/cni is reached through a symbolic link ({root}/run): {empty} /run/cni",
             f"{root}/run/netns is reached through a symbolic link ({root}/run): {empty} /run/netns",
             f"{root}/var/lib/cni is reached through a symbolic link: {empty} /var/lib/cni",

@@ -1,0 +1,350 @@
+"""Plugins run on the --root's CNI state: a private mount namespace for the threads that DEL.
+
+A plugin looks where it always looks, whatever root the reaper was given: host-local keeps its
+store in /var/lib/cni/networks unless its config names a dataDir, multus reads /etc/cni/net.d,
+the dhcp plugin talks to its daemon under /run/cni. Run from a rescue machine on a node's disk
+mounted at R, a DEL would release addresses in the rescue machine's own store. So with a root
+other than /, the DELs run in a mount namespace of their own in which R's directories are
+mounted over those paths. Only that namespace sees them; the caller's thread never enters it.
+
+Kernel facts this rests on:
+- unshare(2): CLONE_NEWNS moves only the calling thread into a new mount namespace, and implies
+  CLONE_FS, so that thread also gets a root, working directory and umask of its own. Unlike
+  CLONE_NEWUSER it does not require a single-threaded process. It needs CAP_SYS_ADMIN (EPERM).
+- clone(2): a thread or process created without CLONE_NEWNS shares its creator's mount
+  namespace, and a thread (CLONE_FS) its creator's working directory; fork, vfork and
+  posix_spawn all create the child from the calling thread. So the threads `work` starts, and
+  the plugins they spawn, are in the namespace.
+- mount_namespaces(7): a new namespace starts as a copy of its creator's mounts, and a mount
+  that was shared stays a peer of the original: mounts made under it would propagate back to
+  the host. Hence / is made private, recursively, before anything is mounted.
+- A mount namespace is freed, with its mounts, when its last task exits and nothing else holds
+  it (an open /proc/<tid>/ns/mnt, a bind mount of one).
+- mount(2) resolves the source of MS_BIND like any path, so /proc/self/fd/N names the very
+  directory descriptor N was opened on: a symlink swapped into the path after the check is never
+  followed. The source must be a mount of the caller's namespace (EINVAL otherwise), so the
+  descriptors are opened after unshare.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+from cni_reaper.errors import RefusedError
+
+if TYPE_CHECKING:
+    import ctypes
+
+T = TypeVar("T")
+
+# Where plugins look for the node's CNI state when their config does not say otherwise.
+STANDARD_TARGETS = (
+    "/var/lib/cni",  # host-local's default dataDir (networks/), flannel's and multus's caches
+    "/etc/cni",  # net.d: multus and other delegating plugins read it
+    "/run/netns",  # named network namespaces
+    "/run/cni",  # the dhcp plugin's daemon socket
+)
+
+ADVICE = "run with --root / on the node itself, or as root on a writable rescue system"
+
+# <linux/sched.h>, <linux/mount.h>
+CLONE_NEWNS = 0x00020000
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+
+EMPTY_FS_NAME = "cni-reaper-empty"  # the device name its tmpfs mounts show in mountinfo
+CONFINED_THREAD_NAME = "cni-reaper-confined"
+START_GRACE = 1.0  # seconds a started thread takes to run, at the very most
+
+
+class Bind(NamedTuple):
+    target: str  # absolute path where plugins look
+    source: str  # the directory inside the root that must appear there
+
+
+class ConfineError(RefusedError):
+    """The plugins cannot be run on the root's state: the run must not go on."""
+
+
+def needs_confinement(root: str) -> bool:
+    """A root that is / (or resolves to it) is the host's own state: plugins run as they are."""
+    return os.path.realpath(root) != "/"
+
+
+def standard_binds(
+    root: str, extra_targets: Iterable[str] = (), kept_paths: Iterable[str] = ()
+) -> tuple[Bind, ...]:
+    """The binds that put root's CNI state where plugins look: the standard targets plus
+    extra_targets (absolute dataDirs a network config names), each from root + target.
+
+    A target lying under another (on the host, symlinks resolved) is left out: the outer bind
+    already shows the root's own directory there. Raises ConfineError for a layout the binds
+    would break (see check_layout); kept_paths are the paths the reaper itself goes on using
+    while confined (results, state and quarantine dirs, plugin dirs).
+    """
+    real_root = os.path.realpath(root)
+    if real_root == "/":
+        raise ValueError("root / is the host itself: there is nothing to confine to")
+    wanted: list[tuple[str, str]] = []  # (resolved on the host, as given)
+    for given in (*STANDARD_TARGETS, *extra_targets):
+        if not os.path.isabs(given):
+            raise ValueError(f"bind target {given!r} is not an absolute path")
+        target = os.path.normpath(given)
+        wanted.append((os.path.realpath(target), target))
+    kept: list[tuple[str, str]] = []
+    for resolved, target in sorted(wanted, key=lambda pair: (len(pair[0]), pair[0])):
+        if not any(_under(resolved, outer) for outer, _ in kept):
+            kept.append((resolved, target))
+    binds = tuple(Bind(target, os.path.join(real_root, target.lstrip("/"))) for _, target in kept)
+    check_layout(root, binds, kept_paths)
+    return binds
+
+
+def check_layout(root: str, binds: Sequence[Bind], kept_paths: Iterable[str] = ()) -> None:
+    """ConfineError if a bind would hide what it must not: a target over the root or part of
+    it, a target over the root's own path (--root /var/lib/cni/x: the source would be looked
+    up through the bind itself), or a target over a path the reaper keeps using."""
+    real_root = os.path.realpath(root)
+    kept = [(path, os.path.realpath(path)) for path in kept_paths]
+    for bind in binds:
+        target = os.path.realpath(bind.target)
+        if _under(target, real_root):
+            raise ConfineError(
+                f"cannot confine plugins to {root}: {bind.target} lies in the root itself, "
+                f"and mounting over it would hide the root's own files; {ADVICE}"
+            )
+        if _under(real_root, target):
+            raise ConfineError(
+                f"cannot confine plugins to {root}: the root lies under {bind.target}, where "
+                f"the root's own {bind.source} must be mounted; mount the node's disk "
+                f"somewhere outside {bind.target}"
+            )
+        for path, resolved in kept:
+            if _under(resolved, target):
+                raise ConfineError(
+                    f"cannot confine plugins to {root}: {path}, which the reaper itself uses, "
+                    f"lies under {bind.target}, where the root's {bind.source} must be "
+                    f"mounted; name a path outside {bind.target}"
+                )
+
+
+def run_confined(
+    root: str,
+    binds: Sequence[Bind],
+    work: Callable[[], T],
+    *,
+    cancel: threading.Event | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> T:
+    """work() run in a thread of its own, in a private mount namespace with binds mounted;
+    its return value, or its exception raised again here. The calling thread never enters
+    the namespace; threads that work() starts, and processes they spawn, are in it.
+
+    A source that is missing, not a directory, or reached through a symlink (which could point
+    back into the host) is replaced by an empty read-only tmpfs on its target, and on_note is
+    called with a sentence saying so, from the confined thread, before work() starts.
+    Mount points missing on the host are made, and removed again once the thread is done.
+
+    On KeyboardInterrupt while waiting, cancel is set (work should watch it and stop early),
+    the thread is still waited for, and then the interrupt is raised again: nothing work
+    started outlives the call. ConfineError if the namespace cannot be made; work() then
+    never runs. Call it from the main thread: only there does Python raise KeyboardInterrupt.
+    """
+    real_root = os.path.realpath(root)
+    for bind in binds:
+        for path in bind:
+            if not os.path.isabs(path) or os.path.normpath(path) != path:
+                raise ValueError(f"bind path {path!r} is not absolute and normalized")
+        if not _under(bind.source, real_root):
+            raise ValueError(f"bind source {bind.source!r} is not under the root {real_root!r}")
+    check_layout(root, binds)
+    note = on_note or _ignore
+    made: list[str] = []  # mount points made on the host, outermost first
+    returned: list[T] = []
+    raised: list[BaseException] = []
+    entered = threading.Event()  # the thread runs
+    finished = threading.Event()  # work() is over, and with it every use of the namespace
+
+    def confined() -> None:
+        entered.set()
+        try:
+            _enter_namespace(root, binds, made, note)
+            returned.append(work())
+        except BaseException as e:  # handed to the caller, who raises it again
+            raised.append(e)
+        finally:
+            finished.set()
+
+    # Not a daemon: should the caller be interrupted inside start(), before it could wait,
+    # the interpreter still waits for this thread at exit rather than cutting work() short.
+    thread = threading.Thread(target=confined, name=CONFINED_THREAD_NAME)
+    try:
+        thread.start()
+        finished.wait()
+        thread.join()
+    except KeyboardInterrupt:
+        if cancel is not None:
+            cancel.set()
+        _wait_through_interrupts(thread, entered, finished)
+        raise
+    finally:
+        if finished.is_set():
+            # Only then: rmdir of a mount point that another namespace still uses would
+            # detach that mount there (Linux 3.18 on).
+            _remove_mount_points(made)
+    if raised:
+        raise raised[0]
+    return returned[0]
+
+
+def _wait_through_interrupts(
+    thread: threading.Thread, entered: threading.Event, finished: threading.Event
+) -> None:
+    """Wait for the thread to finish, whatever further interrupts come: it is what stops
+    work() and its plugins cleanly. Waiting is on an event, not Thread.join(): an interrupted
+    join (CPython 3.9 to 3.12) can take a thread that still runs for stopped. A thread that
+    has not run START_GRACE seconds after an interrupted start() was never started."""
+    while True:
+        try:
+            if entered.wait(START_GRACE):
+                finished.wait()
+                thread.join()
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def _enter_namespace(
+    root: str, binds: Sequence[Bind], made: list[str], note: Callable[[str], None]
+) -> None:
+    import ctypes  # noqa: PLC0415 (only runs that confine load it)
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.unshare.argtypes = [ctypes.c_int]
+    libc.mount.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
+    if libc.unshare(CLONE_NEWNS) != 0:
+        err = ctypes.get_errno()
+        raise ConfineError(
+            f"cannot confine plugins to {root}: cannot make a private mount namespace "
+            f"(unshare: {os.strerror(err)}; it needs root with CAP_SYS_ADMIN); {ADVICE}"
+        )
+    _mount(libc, root, None, "/", None, MS_REC | MS_PRIVATE)
+    for bind in binds:
+        _make_mount_point(root, bind.target, made)
+        source_fd, problem = _open_source(bind.source)
+        if source_fd is None:
+            flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+            _mount(libc, root, EMPTY_FS_NAME, bind.target, "tmpfs", flags, "mode=0755")
+            note(f"{bind.source} {problem}: plugins see an empty, read-only {bind.target}")
+            continue
+        try:
+            _mount(libc, root, f"/proc/self/fd/{source_fd}", bind.target, None, MS_BIND | MS_REC)
+        finally:
+            os.close(source_fd)
+    # Plugins start in this thread's working directory (spawn.py), now its own: if that was a
+    # target, it would still be the host's directory under the mount.
+    os.chdir("/")
+
+
+def _mount(
+    libc: ctypes.CDLL,
+    root: str,
+    source: str | None,
+    target: str,
+    fstype: str | None,
+    flags: int,
+    data: str | None = None,
+) -> None:
+    import ctypes  # noqa: PLC0415
+
+    def c(text: str | None) -> bytes | None:
+        return None if text is None else os.fsencode(text)
+
+    if libc.mount(c(source), c(target), c(fstype), flags, c(data)) != 0:
+        err = ctypes.get_errno()
+        what = f"mount {source} on {target}" if source else f"make {target} a private mount"
+        raise ConfineError(
+            f"cannot confine plugins to {root}: cannot {what}: {os.strerror(err)}; {ADVICE}"
+        )
+
+
+def _make_mount_point(root: str, target: str, made: list[str]) -> None:
+    missing: list[str] = []
+    path = target
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o755)
+        except OSError as e:
+            raise ConfineError(
+                f"cannot confine plugins to {root}: cannot make the mount point {path}: "
+                f"{e.strerror}; {ADVICE}"
+            ) from None
+        made.append(path)
+
+
+def _open_source(source: str) -> tuple[int | None, str]:
+    """An O_PATH descriptor of the directory source, reached from / one component at a time
+    without following any symlink; else None and what is wrong with it."""
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    reached = "/"
+    try:
+        for name in source.strip("/").split("/"):
+            reached = os.path.join(reached, name)
+            try:
+                next_fd = os.open(name, flags, dir_fd=fd)
+            except FileNotFoundError:
+                return None, "is missing" if reached == source else f"is missing ({reached})"
+            except OSError as e:
+                return None, f"cannot be opened ({reached}: {e.strerror})"
+            os.close(fd)
+            fd = next_fd
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISLNK(mode):
+                where = "" if reached == source else f" ({reached})"
+                return None, f"is reached through a symbolic link{where}"
+            if not stat.S_ISDIR(mode):
+                where = "" if reached == source else f" ({reached})"
+                return None, f"is not a directory{where}"
+        opened, fd = fd, -1
+        return opened, ""
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _remove_mount_points(made: list[str]) -> None:
+    """The mount points this run made, innermost first; one something else has since put a
+    file in stays."""
+    for path in reversed(made):
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
+
+
+def _under(path: str, directory: str) -> bool:
+    """path is directory or lies below it; both absolute and normalized."""
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _ignore(_note: str) -> None:
+    pass

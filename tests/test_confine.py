@@ -1,0 +1,217 @@
+"""Plugins confined to a --root's CNI state (cni_reaper/confine.py).
+
+The layout rules are checked here directly. Everything that mounts runs as root in a
+subprocess with a private mount namespace (tests/confine_scenario.py), whose "host" CNI state is
+a tmpfs holding decoys: a bug can neither leave a mount on the machine nor touch its files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_reaper import confine
+from tests.confine_scenario import HOST_STORE, IP, NETWORK, RESERVATION
+from tests.nodetree import have_plugins
+from tests.private_node import cannot_run, unshare
+
+REPO = Path(__file__).resolve().parent.parent
+CONFINED_THREAD = confine.CONFINED_THREAD_NAME
+
+
+def run_case(case: str, workdir: Path, *, unprivileged: bool = False) -> dict[str, Any]:
+    if os.geteuid() != 0:
+        cannot_run("needs root to make a private mount namespace")
+    tools = ("unshare", "mount", "find", *(["setpriv"] if unprivileged else []))
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        cannot_run(f"needs {', '.join(missing)}")
+    argv = [*unshare(), sys.executable]
+    argv += ["-m", "tests.confine_scenario", case, str(workdir)]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def needs_host_local() -> None:
+    if not have_plugins():
+        cannot_run("needs Debian's containernetworking-plugins in /usr/lib/cni")
+
+
+# The layout: pure, no privilege needed.
+
+
+def test_root_slash_needs_no_confinement(tmp_path: Path) -> None:
+    assert not confine.needs_confinement("/")
+    assert not confine.needs_confinement("/.")
+    assert confine.needs_confinement(str(tmp_path))
+    with pytest.raises(ValueError, match="root / is the host itself"):
+        confine.standard_binds("/")
+
+
+def test_standard_binds_come_from_the_resolved_root_and_nested_targets_are_covered(
+    tmp_path: Path,
+) -> None:
+    real = tmp_path / "disk"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    extra = ["/var/lib/cni/networks", "/srv/ipam/", "/srv/ipam/inner", "/srv/other"]
+    binds = confine.standard_binds(str(tmp_path / "link"), extra)
+    assert {b.target for b in binds} == {
+        "/var/lib/cni",
+        "/etc/cni",
+        "/run/netns",
+        "/run/cni",
+        "/srv/ipam",
+        "/srv/other",
+    }
+    for bind in binds:
+        assert bind.source == str(real) + bind.target
+
+
+def test_a_relative_target_is_a_bug(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not an absolute path"):
+        confine.standard_binds(str(tmp_path), ["var/lib/ipam"])
+
+
+def test_a_root_under_a_target_is_refused() -> None:
+    with pytest.raises(confine.ConfineError) as refused:
+        confine.standard_binds("/var/lib/cni/x")
+    message = str(refused.value)
+    assert message.startswith("cannot confine plugins to /var/lib/cni/x: the root lies under")
+    assert "mount the node's disk somewhere outside /var/lib/cni" in message
+
+
+def test_a_target_in_the_root_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(confine.ConfineError, match="/var/lib/cni lies in the root itself"):
+        confine.standard_binds("/var")
+    # A dataDir inside the root (here: the root itself) would hide the root's own files.
+    with pytest.raises(confine.ConfineError, match="lies in the root itself"):
+        confine.standard_binds(str(tmp_path), [str(tmp_path / "ipam")])
+    with pytest.raises(confine.ConfineError, match="the root lies under /"):
+        confine.standard_binds(str(tmp_path), ["/"])
+
+
+def test_a_path_the_reaper_keeps_using_under_a_target_is_refused(tmp_path: Path) -> None:
+    kept = ["/var/lib/cni/reaper-quarantine", str(tmp_path / "results")]
+    with pytest.raises(confine.ConfineError) as refused:
+        confine.standard_binds(str(tmp_path), kept_paths=kept)
+    assert "/var/lib/cni/reaper-quarantine, which the reaper itself uses, lies under" in str(
+        refused.value
+    )
+    confine.standard_binds(str(tmp_path), kept_paths=kept[1:])
+
+
+def test_importing_it_loads_no_ctypes() -> None:
+    """A boot-time run with root / never confines: it must not pay for ctypes."""
+    code = "import sys, cni_reaper.confine; print('ctypes' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# Real namespaces and mounts.
+
+
+def test_host_local_del_releases_in_the_root_and_never_on_the_host(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("release-in-root", tmp_path)
+    assert seen["del_ok"], seen["del_errors"]
+    # The real plugin, config without dataDir, released the root's reservation ...
+    assert IP not in seen["root_store_after"]
+    # ... and the host's identical one is untouched, before and after.
+    assert seen["host_before"][str(HOST_STORE / IP)] == RESERVATION
+    assert seen["host_after"] == seen["host_before"]
+    root = seen["root"]
+    assert f"/var/lib/cni/networks/{NETWORK}/lock" in seen["plugin_view"]
+    assert "/etc/cni/net.d" in seen["plugin_view"]
+    assert not [p for p in seen["plugin_view"] if "decoy" in p]
+    assert seen["write_etc_cni_ok"]
+    assert (Path(root) / "etc/cni/new-file").exists()
+    # The root has no run/cni: an empty tmpfs stands there, and says so.
+    assert seen["notes"] == [f"{root}/run/cni is missing: plugins see an empty, read-only /run/cni"]
+
+
+def test_only_the_confined_threads_and_their_processes_see_the_root(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("release-in-root", tmp_path)
+    caller = seen["caller_namespace_before"]
+    assert seen["work_namespace"] != caller
+    assert seen["namespace"] == seen["work_namespace"]  # a thread work() started
+    # While work() was inside, a thread of the caller's still saw the host's store, as did
+    # a process it started.
+    assert seen["outside"]["namespace"] == caller
+    assert IP in seen["outside"]["store"]
+    assert seen["outside"]["cat"] == RESERVATION
+    assert seen["caller_namespace_after"] == caller
+    assert seen["caller_mounts_unchanged"]
+    # The confined thread went to / (it has a working directory of its own): the caller's
+    # is where it was.
+    assert seen["cwd"] == "/"
+    assert seen["caller_cwd_unchanged"]
+
+
+def test_untrusted_sources_become_empty_read_only_tmpfs_with_a_note(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("untrusted-sources", tmp_path)
+    root = str(tmp_path / "root")
+    empty = "plugins see an empty, read-only"
+    assert sorted(seen["notes"]) == sorted(
+        [
+            f"{root}/etc/cni is not a directory: {empty} /etc/cni",
+            f"{root}/run/cni is reached through a symbolic link ({root}/run): {empty} /run/cni",
+            f"{root}/run/netns is reached through a symbolic link ({root}/run): {empty} /run/netns",
+            f"{root}/var/lib/cni is reached through a symbolic link: {empty} /var/lib/cni",
+        ]
+    )
+    assert seen["plugin_view"] == []  # no host file, though every symlink pointed at one
+    assert not seen["write_etc_cni_ok"]
+    # host-local found no store it could write to; the host's reservation stays.
+    assert not seen["del_ok"]
+    assert seen["host_after"] == seen["host_before"]
+
+
+def test_without_privilege_it_refuses_with_a_sentence(tmp_path: Path) -> None:
+    seen = run_case("unprivileged", tmp_path, unprivileged=True)
+    assert seen["uid"] == 65534
+    assert not seen["work_ran"]
+    assert seen["error"] == (
+        f"cannot confine plugins to {tmp_path / 'root'}: cannot make a private mount namespace "
+        "(unshare: Operation not permitted; it needs root with CAP_SYS_ADMIN); "
+        f"{confine.ADVICE}"
+    )
+
+
+def test_a_mount_point_the_host_cannot_make_refuses_and_leaves_nothing(tmp_path: Path) -> None:
+    seen = run_case("read-only-host", tmp_path)
+    assert seen["error"] == (
+        f"cannot confine plugins to {tmp_path / 'root'}: cannot make the mount point "
+        f"/run/read-only/ipam: Read-only file system; {confine.ADVICE}"
+    )
+    assert not seen["work_ran"]
+    assert seen["caller_mounts_unchanged"]
+    assert not seen["made_here_left"]  # made for the first dataDir, removed again
+
+
+def test_an_exception_in_work_is_raised_in_the_caller(tmp_path: Path) -> None:
+    seen = run_case("work-raises", tmp_path)
+    assert seen["raised"] == "LookupError"
+    assert seen["message"] != f"raised in {seen['caller_namespace_before']}"
+    assert seen["caller_namespace_after"] == seen["caller_namespace_before"]
+    assert CONFINED_THREAD not in seen["threads_left"]
+
+
+def test_an_interrupt_cancels_the_work_and_waits_for_it(tmp_path: Path) -> None:
+    seen = run_case("interrupted", tmp_path)
+    assert seen["interrupted"]
+    times = seen["times"]
+    assert times["cancel_seen"] >= times["interrupt_sent"]
+    assert times["work_done"] <= times["caught"]
+    assert CONFINED_THREAD not in seen["threads_at_catch"]

@@ -15,6 +15,7 @@ from cni_reaper import (
     __version__,
     boot,
     cache,
+    confine,
     host_local,
     netconf,
     outcome,
@@ -47,7 +48,7 @@ DEFAULT_PLUGIN_TIMEOUT = 30.0
 DEFAULT_PARALLEL = 4
 EVENT_BLOCK = 64  # lines per write to stderr in a dry run
 
-EXIT_FOR_ERROR = {
+EXIT_FOR_ERROR: dict[type[BaseException], ExitCode] = {
     UsageError: ExitCode.USAGE,
     RefusedError: ExitCode.REFUSED,
     UnsafeInputError: ExitCode.DATA,
@@ -230,8 +231,9 @@ def _json_failure(
 def exit_code_for(error: BaseException) -> ExitCode:
     if isinstance(error, KeyboardInterrupt):
         return ExitCode.REFUSED
-    if isinstance(error, ReaperError):
-        return EXIT_FOR_ERROR.get(type(error), ExitCode.INTERNAL)
+    for kind in type(error).__mro__:
+        if kind in EXIT_FOR_ERROR:
+            return EXIT_FOR_ERROR[kind]
     return ExitCode.INTERNAL
 
 
@@ -256,11 +258,34 @@ def _run(
                 f"a container runtime answers on {runtime_socket}: stop it first, or use --force"
             )
         warnings.append(f"a container runtime answers on {runtime_socket}")
+    configs = netconf.load_conf_dirs(paths.conf_dirs)
+
+    def pipeline() -> Report:
+        return _pipeline(
+            args, paths, clock, runner, configs, warnings, events, notifier, writer, made
+        )
+
     if args.dry_run:
-        report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer, made)
+        report = pipeline()  # runs no plugin, so has no need to be confined
     else:
         with RunLock(paths.lock_file), _from_root_dir():
-            report = _pipeline(args, paths, clock, runner, warnings, events, notifier, writer, made)
+            if confine.needs_confinement(paths.root):
+                # Plugins must work on the root's CNI state, never this machine's: the whole
+                # run goes on in a thread of its own, in a mount namespace where they see it.
+                binds = confine.standard_binds(
+                    paths.root,
+                    extra_targets=host_local.data_dirs(configs),
+                    kept_paths=(
+                        paths.results_dir,
+                        paths.state_dir,
+                        paths.quarantine_dir,
+                        paths.lock_file,
+                        *paths.bin_dirs,
+                    ),
+                )
+                report = confine.run_confined(paths.root, binds, pipeline, on_note=warnings.append)
+            else:
+                report = pipeline()
     report.finish()
     summary = summary_fields(report)
     events.emit(summary)
@@ -311,6 +336,7 @@ def _pipeline(
     paths: NodePaths,
     clock: boot.Clock,
     runner: PluginRunner | None,
+    configs: netconf.NetworkConfigs,
     warnings: list[str],
     events: EventLog,
     notifier: Notifier,
@@ -332,7 +358,6 @@ def _pipeline(
         except OSError as e:
             # Boot evidence for the next run; the repair itself does not depend on it.
             warnings.append(f"cannot record this boot's evidence in {paths.state_dir}: {e}")
-    configs = netconf.load_conf_dirs(paths.conf_dirs)
     warnings.extend(boot_ctx.warnings)
     warnings.extend(f"config skipped: {p}" for p in configs.problems)
     report = Report(boot_ctx, args.dry_run, paths.results_dir, warnings, writer, proof)

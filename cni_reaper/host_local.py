@@ -78,6 +78,20 @@ def _content(data: bytes) -> str:
     return "valid"
 
 
+def data_dirs(configs: NetworkConfigs) -> set[str]:
+    """The dataDirs network configs name for host-local, as absolute node paths (a plugin runs
+    from /, where a relative one resolves the same way)."""
+    found = set()
+    for netlist in configs.networks.values():
+        for plugin in netlist.plugins:
+            ipam = plugin.get("ipam")
+            if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+                data_dir = ipam.get("dataDir")
+                if isinstance(data_dir, str) and data_dir:
+                    found.add(os.path.normpath("/" + data_dir.lstrip("/")))
+    return found
+
+
 def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iterator[Reservation]:
     """The reservations of one store that are not plainly valid; never through a symlink.
     When each was written is the pre-runtime record's to say (pre_runtime.py)."""

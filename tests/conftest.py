@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -25,4 +26,6 @@ def t0() -> float:
 def crashed(node: NodeTree, t0: float) -> Crashed:
     if not have_plugins():
         cannot_run(f"containernetworking-plugins is not installed in {PLUGIN_DIR}")
+    if os.geteuid() != 0:
+        cannot_run("needs root: plugins run confined to the node's root (cni_reaper/confine.py)")
     return Crashed(node, t0)

@@ -1,6 +1,7 @@
 """A node whose previous boot crashed after the test's files were written, with host-local as the
-only plugin of its network: a real plugin whose DEL touches nothing but its own store, so tests
-that use it need no root and no namespace."""
+only plugin of its network: a real plugin whose DEL touches nothing but its own store. It runs
+on the node's root as the reaper runs it there, in a private mount namespace: tests that use it
+need root."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ class Crashed:
     def __init__(self, node: NodeTree, t0: float) -> None:
         self.node = node
         self.t0 = t0
-        self.ipam = node.root.parent / "ipam"
-        node.write_conf("10-hl.conflist", host_local_conflist("hl", "10.22.0.0/24", str(self.ipam)))
+        self.ipam = node.root / "var/lib/cni/networks"
+        node.write_conf("10-hl.conflist", host_local_conflist("hl", "10.22.0.0/24"))
         node.boot(t0 - 3600)
         node.login(t0 - 3500)
 
@@ -33,7 +34,7 @@ class Crashed:
         conflist = (self.node.conf_dir / "10-hl.conflist").read_bytes()
         # host-local needs CNI_NETNS to be set on ADD, never looks at it.
         netns = f"/run/netns/cni-{container_id[:8]}"
-        add_network_list(conflist, container_id, ifname, netns, self.node.root / "var/lib/cni")
+        add_network_list(conflist, container_id, ifname, netns, self.node.root)
         return self.node.results / f"hl-{container_id}-{ifname}"
 
     def reboot(self) -> None:

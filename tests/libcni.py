@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from cni_reaper import confine
 from cni_reaper.plugin import ProcessRunner, error_from_run, find_plugin
 from tests.nodetree import PLUGIN_DIR, cache_entry_bytes
 
@@ -24,10 +25,32 @@ def add_network_list(
     container_id: str,
     ifname: str,
     netns: str,
-    cache_dir: Path,
+    root: Path,
     bin_dirs: tuple[str, ...] = (PLUGIN_DIR,),
     capability_args: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """ADD on the node whose root is root: with a root other than /, the plugins run in a mount
+    namespace where they see its CNI state, as the reaper's DELs do (cni_reaper/confine.py)."""
+    (root / "var/lib/cni").mkdir(parents=True, exist_ok=True)
+    if not confine.needs_confinement(str(root)):
+        return _add(conflist, container_id, ifname, netns, root, bin_dirs, capability_args)
+    return confine.run_confined(
+        str(root),
+        confine.standard_binds(str(root)),
+        lambda: _add(conflist, container_id, ifname, netns, root, bin_dirs, capability_args),
+    )
+
+
+def _add(
+    conflist: bytes,
+    container_id: str,
+    ifname: str,
+    netns: str,
+    root: Path,
+    bin_dirs: tuple[str, ...],
+    capability_args: dict[str, Any] | None,
+) -> dict[str, Any]:
+    cache_dir = root / "var/lib/cni"
     doc = json.loads(conflist)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
     env.update(

@@ -20,7 +20,7 @@ from typing import Any
 from cni_reaper import wtmp
 from tests.libcni import add_network_list, reserved_ips
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree, bridge_conflist
-from tests.private_node import damage, private_tmpfs, reaper_command, tree_digest
+from tests.private_node import bind, damage, private_tmpfs, reaper_command, tree_digest
 
 CACHE_DIR = Path("/var/lib/cni")
 NETNS_DIR = Path("/run/netns")
@@ -54,7 +54,10 @@ def main(workdir: Path) -> dict[str, Any]:
     private_tmpfs(CACHE_DIR)
     private_tmpfs(NETNS_DIR)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    # The node as cni-reaper sees it with --root: this namespace's CNI state bound in, the boot
+    # world its own. Its plugins run confined to that root, and so see the same state.
     node = NodeTree(workdir / "root")
+    bind(CACHE_DIR, node.root / "var/lib/cni")
     node.boot(time.time() - 600)  # the boot that is about to crash
     conflists = {}
     for number, net in enumerate((BRIDGE_NET, PTP_NET)):
@@ -73,7 +76,7 @@ def main(workdir: Path) -> dict[str, Any]:
                 "portMappings": [{"hostPort": 8080 + index, "containerPort": 80, "protocol": "tcp"}]
             }
             result = add_network_list(
-                conflists[network], cid, "eth0", str(netns), CACHE_DIR, capability_args=caps
+                conflists[network], cid, "eth0", str(netns), Path("/"), capability_args=caps
             )
             pods.append(
                 {
@@ -115,8 +118,6 @@ def main(workdir: Path) -> dict[str, Any]:
         "--json",
         "--root",
         str(node.root),
-        "--cache-dir",
-        str(CACHE_DIR),
         "--bin-dir",
         PLUGIN_DIR,
     ]

@@ -70,9 +70,10 @@ def bridge_conflist(name: str, subnet: str) -> dict[str, Any]:
     }
 
 
-def host_local_conflist(name: str, subnet: str, data_dir: str) -> bytes:
-    """host-local run directly as the only plugin: a real plugin that needs no netns."""
-    ipam = {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": data_dir}
+def host_local_conflist(name: str, subnet: str) -> bytes:
+    """host-local run directly as the only plugin: a real plugin that needs no netns. Its store
+    is the default, /var/lib/cni/networks of the node (the root's, as plugins run confined)."""
+    ipam = {"type": "host-local", "ranges": [[{"subnet": subnet}]]}
     return json.dumps(
         {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": "host-local", "ipam": ipam}]}
     ).encode()

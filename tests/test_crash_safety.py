@@ -43,19 +43,18 @@ class Instance:
     def __init__(self, base: Path, state_dir: Path | None = None) -> None:
         self.base = base
         self.node = NodeTree(base / "node")
-        self.ipam = base / "ipam"
+        self.ipam = self.node.root / "var/lib/cni/networks"
         self.state_dir = state_dir or self.node.root / "var/lib/cni-reaper"
         t0 = time.time()
-        conflist = host_local_conflist("hl", "10.22.0.0/24", str(self.ipam))
+        conflist = host_local_conflist("hl", "10.22.0.0/24")
         self.node.write_conf("10-hl.conflist", conflist)
         old = b'{"cniVersion":"0.3.1","name":"old","plugins":[{"type":"loopback"}]}'
         self.node.write_conf("20-old.conflist", old)
         self.node.boot(t0 - 3600)
         self.damaged: dict[str, bytes] = {}
         self.valid: dict[str, bytes] = {}
-        cache = self.node.root / "var/lib/cni"
         for cid, how in zip(CONTAINER_IDS, ["valid", *DAMAGE]):
-            add_network_list(conflist, cid, "eth0", f"/run/netns/{cid[:8]}", cache)
+            add_network_list(conflist, cid, "eth0", f"/run/netns/{cid[:8]}", self.node.root)
             path = self.node.results / f"hl-{cid}-eth0"
             if how == "valid":
                 self.valid[path.name] = path.read_bytes()

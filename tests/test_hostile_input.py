@@ -73,7 +73,7 @@ def test_odd_names_are_handled_inside_the_dirs(
     assert len(os.fsencode(name)) <= 255
     crashed.node.write_conf(
         "50-long.conflist",
-        host_local_conflist(LONG_NETWORK, "10.23.0.0/24", str(crashed.ipam)),
+        host_local_conflist(LONG_NETWORK, "10.23.0.0/24"),
     )
     crashed.node.write_result(name, b"")
     crashed.reboot()

@@ -251,18 +251,14 @@ def test_seed_report_case(
         ("istio-cni", "10.31.0.0/24"),
         ("k8s-pod-network", "10.32.0.0/24"),
     ):
-        crashed.node.write_conf(
-            f"50-{name}.conflist", host_local_conflist(name, subnet, str(crashed.ipam))
-        )
+        crashed.node.write_conf(f"50-{name}.conflist", host_local_conflist(name, subnet))
     for name, ifname in (
         ("k8s-pod-network", "eth0"),
         ("generic-veth", "eth1"),
         ("istio-cni", "eth2"),
     ):
         conflist = (crashed.node.conf_dir / f"50-{name}.conflist").read_bytes()
-        add_network_list(
-            conflist, cid, ifname, "/run/netns/seed", crashed.node.root / "var/lib/cni"
-        )
+        add_network_list(conflist, cid, ifname, "/run/netns/seed", crashed.node.root)
     eth0 = crashed.node.results / f"k8s-pod-network-{cid}-eth0"
     eth0_bytes = eth0.read_bytes()
     for name in (f"generic-veth-{cid}-eth1", f"istio-cni-{cid}-eth2"):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from cni_reaper import content
+from cni_reaper.host_local import Releases
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError, PluginRunner
@@ -26,6 +27,7 @@ class Executor(NamedTuple):
     quarantine: Quarantine
     clock_now: float
     inherited_env: Mapping[str, str]  # for the plugins, taken once per run
+    releases: Releases  # what host-local holds, to check that a DEL released it
     workers: int = 1  # DEL replays at once, each of a different network
 
 
@@ -158,9 +160,23 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
         problem = planned.config_problem or "no network config"
         return DelOutcome((), (PluginError("", problem),))
     attachment = Attachment(split.container_id, split.ifname)
-    return delete(
+    network = planned.netlist.name
+    held = ex.releases.held_by(network, split.container_id, split.ifname)
+    outcome = delete(
         planned.netlist, attachment, ex.runner, ex.bin_dirs, ex.plugin_timeout, ex.inherited_env
     )
+    if not outcome.ok or not held:
+        return outcome
+    # The effect the reaper can see: the plugins said done; host-local's store must agree.
+    left = ex.releases.still_held(network, split.container_id, split.ifname, held)
+    if left:
+        store = ex.releases.store(network)
+        error = PluginError(
+            "host-local",
+            f"every plugin exited 0, but {store} still holds {', '.join(left)} for this attachment",
+        )
+        return outcome._replace(errors=(error,))
+    return outcome._replace(released=held)
 
 
 def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:

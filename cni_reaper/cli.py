@@ -420,6 +420,7 @@ def _pipeline(
                 clock_now=boot_ctx.now,
                 workers=args.parallel,
                 inherited_env=inherited_env(),
+                releases=host_local.Releases(stores),
             )
             results = apply.execute(plan, executor)
         log_kept, dry_run, notify = args.verbose, args.dry_run, notifier.enabled

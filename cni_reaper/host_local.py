@@ -14,7 +14,7 @@ import fcntl
 import ipaddress
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict, iso
@@ -65,6 +65,70 @@ def stores(configs: NetworkConfigs, root: str) -> Iterator[tuple[str, str]]:
                 data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
                 yield name, os.path.join(root, data_dir.lstrip("/"), name)
                 break
+
+
+class Releases:
+    """What host-local held for each attachment before its DEL, to see after the DEL that it
+    was released: the one effect of a DEL the reaper can check. A DEL that exits 0 and leaves
+    the address reserved is a failure, never done.
+
+    A store is read once, before its network's first DEL (DELs of one network never run at
+    once, so its entry is never shared between workers). host-local releases by owner: a file
+    whose trimmed content is '<container id>\\r\\n<ifname>', or the container ID alone, as
+    stores before plugins v0.8.0 wrote it (shared/reference/libcni-cache.md section 7)."""
+
+    def __init__(self, stores: Iterable[tuple[str, str]]) -> None:
+        self._stores = dict(stores)  # network -> its store dir
+        self._owners: dict[str, dict[str, list[str]]] = {}  # network -> owner -> addresses
+
+    def store(self, network: str) -> str | None:
+        return self._stores.get(network)
+
+    def held_by(self, network: str, container_id: str, ifname: str) -> tuple[str, ...]:
+        """The addresses the store holds for this attachment, as it was before any DEL of
+        the network ran in this run."""
+        store = self._stores.get(network)
+        if store is None:
+            return ()
+        owners = self._owners.get(network)
+        if owners is None:
+            owners = self._owners[network] = _owners(store)
+        return (*owners.get(f"{container_id}\r\n{ifname}", ()), *owners.get(container_id, ()))
+
+    def still_held(
+        self, network: str, container_id: str, ifname: str, addresses: Iterable[str]
+    ) -> list[str]:
+        """Of addresses, those the store still holds for this attachment."""
+        store = self._stores[network]
+        owner = (f"{container_id}\r\n{ifname}".encode(), container_id.encode())
+        return [ip for ip in addresses if _read_reservation(store, ip).strip() in owner]
+
+
+def _owners(store: str) -> dict[str, list[str]]:
+    owners: dict[str, list[str]] = {}
+    try:
+        names = os.listdir(store)
+    except OSError:
+        return owners
+    for name in names:
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            continue  # lock, last_reserved_ip.N
+        owner = _read_reservation(store, name).strip()
+        if owner:
+            owners.setdefault(owner.decode("utf-8", "replace"), []).append(name)
+    return owners
+
+
+def _read_reservation(store: str, name: str) -> bytes:
+    """A reservation's bytes, b"" if it is gone; never through a symlink."""
+    try:
+        fd = os.open(os.path.join(store, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        return f.read(MAX_RESERVATION_BYTES)
 
 
 def _content(data: bytes) -> str:

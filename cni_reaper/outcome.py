@@ -91,10 +91,13 @@ class EntryResult(NamedTuple):
         planned = self.planned
         del_outcome = self.del_outcome
         if del_outcome is None:
-            ran = '"plugins_run":[],"ok":null}'
+            ran = '"plugins_run":[],"released":[],"ok":null}'
         else:
             ok = "true" if del_outcome.ok else "false"
-            ran = f'"plugins_run":{_quote(del_outcome.plugins_run)},"ok":{ok}}}'
+            ran = (
+                f'"plugins_run":{_quote(del_outcome.plugins_run)},'
+                f'"released":{_quote(del_outcome.released)},"ok":{ok}}}'
+            )
         return _del_config(planned.netlist, planned.config_problem) + ran
 
 

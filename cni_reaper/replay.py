@@ -35,6 +35,7 @@ class Attachment(NamedTuple):
 class DelOutcome(NamedTuple):
     plugins_run: tuple[str, ...]
     errors: tuple[PluginError, ...]
+    released: tuple[str, ...] = ()  # addresses seen released from host-local's store
 
     @property
     def ok(self) -> bool:

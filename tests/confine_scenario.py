@@ -24,7 +24,7 @@ from cni_reaper import confine
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import ProcessRunner
 from cni_reaper.replay import Attachment, DelOutcome, delete
-from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR
+from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree
 
 NETWORK = "confine-net"
 IP = "10.99.0.7"
@@ -297,7 +297,62 @@ def interrupted(workdir: Path) -> dict[str, Any]:
     return {"interrupted": False, "times": times}
 
 
+def rescued_disk(workdir: Path) -> dict[str, Any]:
+    """cni-reaper --root on a node's disk from a rescue machine that has the same reservation
+    in its own store: the root's is released, the machine's never."""
+    make_host_state()
+    root = make_root(workdir)
+    node = NodeTree(root)
+    conflist = {"cniVersion": "0.4.0", "name": NETWORK, "plugins": list(HOST_LOCAL.plugins)}
+    node.write_conf("10-confine.conflist", json.dumps(conflist).encode())
+    node.write_result(f"{NETWORK}-{CONTAINER_ID}-eth0", b"")
+    node.boot(time.time() - 600)
+    node.write_boot_world(btime=time.time() - 1)
+    host_before = host_digest()
+    proc = reaper(root)
+    return {
+        "exit": proc.returncode,
+        "stderr": proc.stderr,
+        "report": json.loads(proc.stdout),
+        "root_store_after": listing(root / "var/lib/cni/networks" / NETWORK),
+        "host_before": host_before,
+        "host_after": host_digest(),
+    }
+
+
+def reaper(root: Path, *prefix: str) -> subprocess.CompletedProcess[str]:
+    from tests.private_node import reaper_command  # noqa: PLC0415 (imports pytest)
+
+    argv = [*prefix, *reaper_command(), "--root", str(root), "--json", "--bin-dir", PLUGIN_DIR]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def rescued_disk_as_nobody(workdir: Path) -> dict[str, Any]:
+    """The same run by someone who cannot make a mount namespace: refused, nothing changed."""
+    reachable_for_everyone(Path(sys.base_prefix), workdir / "prefix")
+    make_host_state()
+    disk = Path("/run/rescue")  # the test's own dir is not for others to enter: a tmpfs is
+    disk.mkdir()
+    root = make_root(disk)
+    node = NodeTree(root)
+    node.write_result(f"{NETWORK}-{CONTAINER_ID}-eth0", b"")
+    node.boot(time.time() - 600)
+    node.write_boot_world(btime=time.time() - 1)
+    subprocess.run(["chown", "-R", "65534:65534", str(disk)], check=True)
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    proc = reaper(root, *nobody)
+    return {
+        "exit": proc.returncode,
+        "stderr": proc.stderr,
+        "report": json.loads(proc.stdout) if proc.stdout.strip() else None,
+        "results_after": listing(root / "var/lib/cni/results"),
+        "root_store_after": listing(root / "var/lib/cni/networks" / NETWORK),
+    }
+
+
 CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "rescued-disk": rescued_disk,
+    "rescued-disk-as-nobody": rescued_disk_as_nobody,
     "release-in-root": release_in_root,
     "untrusted-sources": untrusted_sources,
     "unprivileged": as_nobody,

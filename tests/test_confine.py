@@ -19,7 +19,7 @@ import pytest
 
 from cni_reaper import confine
 from tests.confine_scenario import HOST_STORE, IP, NETWORK, RESERVATION
-from tests.nodetree import have_plugins
+from tests.nodetree import CONTAINER_IDS, have_plugins
 from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent
@@ -215,3 +215,32 @@ def test_an_interrupt_cancels_the_work_and_waits_for_it(tmp_path: Path) -> None:
     assert times["cancel_seen"] >= times["interrupt_sent"]
     assert times["work_done"] <= times["caught"]
     assert CONFINED_THREAD not in seen["threads_at_catch"]
+
+
+# The whole reaper, as an operator runs it on a rescue machine.
+
+
+def test_the_reaper_repairs_a_rescued_disk_and_never_the_machine_it_runs_on(
+    tmp_path: Path,
+) -> None:
+    needs_host_local()
+    seen = run_case("rescued-disk", tmp_path)
+    assert seen["exit"] == 0, seen["stderr"]
+    (entry,) = seen["report"]["entries"]
+    assert (entry["action"], entry["outcome"]) == ("del-and-quarantine", "done")
+    assert entry["del"]["released"] == [IP]
+    assert seen["root_store_after"] == ["last_reserved_ip.0", "lock"] or seen[
+        "root_store_after"
+    ] == ["lock"]
+    assert seen["host_after"] == seen["host_before"]
+    assert seen["host_after"][str(HOST_STORE / IP)] == RESERVATION
+
+
+def test_the_reaper_refuses_a_rescued_disk_it_cannot_confine(tmp_path: Path) -> None:
+    seen = run_case("rescued-disk-as-nobody", tmp_path, unprivileged=True)
+    assert seen["exit"] == 75, seen["stderr"]
+    assert "cannot make a private mount namespace" in seen["stderr"]
+    assert seen["report"]["error"]["exit_code"] == 75
+    assert "cannot confine plugins" in seen["report"]["error"]["message"]
+    assert seen["results_after"] == [f"{NETWORK}-{CONTAINER_IDS[0]}-eth0"]
+    assert seen["root_store_after"] == [IP]

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict, Identity
+from cni_reaper.escape import printable
 from cni_reaper.trust import untrusted
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
@@ -61,22 +62,6 @@ class FileStat(NamedTuple):
             and st.st_size == self.size
             and st.st_mtime_ns / 1e9 == self.mtime
         )
-
-
-def printable(text: str) -> str:
-    """text as shown to people: a file name may hold newlines, escapes or bytes that are not
-    UTF-8 (kept by listdir as surrogates), none of which may reach a terminal or the journal."""
-    if text.isprintable():
-        return text
-    shown = []
-    for char in text:
-        if 0xDC80 <= ord(char) <= 0xDCFF:
-            shown.append(f"\\x{ord(char) - 0xDC00:02x}")
-        elif char.isprintable():
-            shown.append(char)
-        else:
-            shown.append(char.encode("unicode_escape").decode("ascii"))
-    return "".join(shown)
 
 
 _UNKNOWN_FILE = FileStat("unknown", 0, 0.0, 0.0, 0, 0)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cni_reaper.cache import printable
+from cni_reaper.escape import printable
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
 

@@ -8,9 +8,9 @@ from typing import Any, Protocol, TextIO
 
 from cni_reaper import __version__
 from cni_reaper.boot import BootContext, iso
-from cni_reaper.cache import printable
 from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
+from cni_reaper.escape import printable
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
 from cni_reaper.shutdown_marker import ShutdownState

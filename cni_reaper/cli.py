@@ -22,6 +22,7 @@ from cni_reaper import (
     shutdown_marker,
 )
 from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
+from cni_reaper.escape import printable
 from cni_reaper.journal import (
     Event,
     EventLog,
@@ -356,7 +357,13 @@ def main(
     try:
         return int(run(argv, clock=clock, environ=environ))
     except ReaperError as e:
-        print(f"cni-reaper: {e}", file=sys.stderr)
+        # Its message may quote a path, an argument or a config string: escaped, on one line.
+        # A usage error's message ends with the usage, which is ours and keeps its lines.
+        message, usage = str(e), ""
+        if isinstance(e, UsageError) and "\nusage: " in message:
+            cut = message.rindex("\nusage: ")
+            message, usage = message[:cut], message[cut:]
+        print(f"cni-reaper: {printable(message)}{usage}", file=sys.stderr)
         return int(EXIT_FOR_ERROR.get(type(e), ExitCode.INTERNAL))
     except KeyboardInterrupt:
         return int(ExitCode.REFUSED)

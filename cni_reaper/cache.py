@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict, Identity
+from cni_reaper.escape import printable
 from cni_reaper.filestat import UNKNOWN_FILE, FileStat
 from cni_reaper.trust import untrusted
 
@@ -24,22 +25,6 @@ _ID_THEN_IFNAME = re.compile(r"([0-9a-f]{64})-(.+)\Z")
 
 class ResultsDirError(OSError):
     """The results dir cannot be inspected safely (a symlink, not a dir, unreadable)."""
-
-
-def printable(text: str) -> str:
-    """text as shown to people: a file name may hold newlines, escapes or bytes that are not
-    UTF-8 (kept by listdir as surrogates), none of which may reach a terminal or the journal."""
-    if text.isprintable():
-        return text
-    shown = []
-    for char in text:
-        if 0xDC80 <= ord(char) <= 0xDCFF:
-            shown.append(f"\\x{ord(char) - 0xDC00:02x}")
-        elif char.isprintable():
-            shown.append(char)
-        else:
-            shown.append(char.encode("unicode_escape").decode("ascii"))
-    return "".join(shown)
 
 
 _VALID = ContentVerdict(Content.VALID, content.CACHE_KIND)  # its names are the entry's split

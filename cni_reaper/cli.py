@@ -24,6 +24,7 @@ from cni_reaper import (
     shutdown_marker,
 )
 from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
+from cni_reaper.escape import printable, printable_lines
 from cni_reaper.journal import (
     Event,
     EventLog,
@@ -429,7 +430,7 @@ def _pipeline(
             if log_kept or event_of(result) is not Event.KEPT:
                 events.emit(entry_fields(result, dry_run))
             if notify and result.planned.action.changes_things:
-                notifier.status(f"{result.outcome.value}: {result.planned.entry.shown_name}")
+                notifier.status(f"{result.outcome.value}: {result.planned.entry.name}")
     finally:
         if quarantine is not None:
             quarantine.close()
@@ -476,13 +477,20 @@ def main(
     try:
         return int(run(argv, clock=clock, environ=environ))
     except ReaperError as e:
-        print(f"cni-reaper: {e}", file=sys.stderr)
+        # Its message may quote a path, an argument or a config string: escaped, on one line.
+        # A usage error's message ends with the usage, which is ours and keeps its lines.
+        message, usage = str(e), ""
+        if isinstance(e, UsageError) and "\nusage: " in message:
+            cut = message.rindex("\nusage: ")
+            message, usage = message[:cut], message[cut:]
+        print(f"cni-reaper: {printable(message)}{usage}", file=sys.stderr)
         return int(exit_code_for(e))
     except KeyboardInterrupt:
         return int(ExitCode.REFUSED)
     except Exception:
         import traceback  # noqa: PLC0415 (only for a bug)
 
-        traceback.print_exc()
+        # A traceback quotes values too (a file name in an exception): escaped like the rest.
+        sys.stderr.write(printable_lines(traceback.format_exc().splitlines()))
         print("cni-reaper: internal error (a bug): see the traceback above", file=sys.stderr)
         return int(ExitCode.INTERNAL)

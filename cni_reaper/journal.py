@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cni_reaper.cache import printable
+from cni_reaper.escape import is_printable, printable
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
 
@@ -89,7 +89,7 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     entry = planned.entry
     split = entry.split
     event = event_of(result)
-    name = entry.shown_name
+    name = entry.name
     # _value_: the value property is a Python call per use, and this runs per damaged file.
     content = entry.verdict.content._value_
     written = planned.written.written._value_
@@ -100,9 +100,9 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
         "MESSAGE_ID": event.message_id,
         "PRIORITY": str(event.priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
-        "CNI_NETWORK": printable(split.network) if split else "",
-        "CNI_CONTAINERID": printable(split.container_id) if split else "",
-        "CNI_IFNAME": printable(split.ifname) if split else "",
+        "CNI_NETWORK": split.network if split else "",
+        "CNI_CONTAINERID": split.container_id if split else "",
+        "CNI_IFNAME": split.ifname if split else "",
         "CNI_REAPER_FILE": name,
         "CNI_REAPER_CONTENT": content,
         "CNI_REAPER_WRITTEN": written,
@@ -116,7 +116,7 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     if result.problems:
         fields["CNI_REAPER_PROBLEMS"] = "; ".join(result.problems)
     if result.quarantined_to:
-        fields["CNI_REAPER_QUARANTINED_TO"] = printable(result.quarantined_to)
+        fields["CNI_REAPER_QUARANTINED_TO"] = result.quarantined_to
     return fields
 
 
@@ -128,7 +128,7 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
         "planned": Event.PLANNED,
     }.get(str(doc["outcome"]), Event.LEFT)
     message = (
-        f"{printable(str(doc['path']))}: host-local reservation {doc['content']}, "
+        f"{doc['path']}: host-local reservation {doc['content']}, "
         f"{doc['written']} -> {doc['action']} [{doc['outcome']}]: {doc['reason']}"
     )
     fields = {
@@ -136,10 +136,10 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
         "MESSAGE_ID": event.message_id,
         "PRIORITY": str(event.priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
-        "CNI_NETWORK": printable(str(doc["network"])),
+        "CNI_NETWORK": str(doc["network"]),
         "CNI_CONTAINERID": "",
         "CNI_IFNAME": "",
-        "CNI_REAPER_FILE": printable(str(doc["path"])),
+        "CNI_REAPER_FILE": str(doc["path"]),
         "CNI_REAPER_CONTENT": str(doc["content"]),
         "CNI_REAPER_WRITTEN": str(doc["written"]),
         "CNI_REAPER_ACTION": f"{doc['action']}-reservation",
@@ -148,7 +148,7 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
         "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
     }
     if doc.get("quarantined_to"):
-        fields["CNI_REAPER_QUARANTINED_TO"] = printable(str(doc["quarantined_to"]))
+        fields["CNI_REAPER_QUARANTINED_TO"] = str(doc["quarantined_to"])
     if doc.get("problem"):
         fields["CNI_REAPER_PROBLEMS"] = str(doc["problem"])
     return fields
@@ -202,14 +202,19 @@ class EventLog:
         return self._send is not None
 
     def emit(self, fields: Mapping[str, str]) -> None:
+        """One record. Every value may hold outside text (file names, plugin errors, config
+        strings): it is escaped here, where it leaves, so that no field can forget it and no
+        value can end a record or a line early. Nearly every record is printable as it is,
+        which one check over all its text finds."""
         if self._send is not None:
+            if not is_printable("".join(fields.values())):
+                fields = _printable_fields(fields)
             self._send(**fields)
             return
-        names = _LINE_NAMES
-        extra = " ".join(
-            [f"{name}={value}" for key, value in fields.items() if value and (name := names[key])]
-        )
-        self._lines.append(f"cni-reaper: {fields['MESSAGE']} ({extra})\n")
+        line = _line(fields)
+        if not is_printable(line):
+            line = _line(_printable_fields(fields))
+        self._lines.append(line + "\n")
         if len(self._lines) >= self._block:
             self.flush()
 
@@ -232,6 +237,19 @@ class _LineNames(dict[str, str]):
 
 
 _LINE_NAMES = _LineNames()
+
+
+def _line(fields: Mapping[str, str]) -> str:
+    """A record as a line on stderr, without its newline."""
+    names = _LINE_NAMES
+    extra = " ".join(
+        [f"{name}={value}" for key, value in fields.items() if value and (name := names[key])]
+    )
+    return f"cni-reaper: {fields['MESSAGE']} ({extra})"
+
+
+def _printable_fields(fields: Mapping[str, str]) -> dict[str, str]:
+    return {key: printable(value) for key, value in fields.items()}
 
 
 def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:

@@ -11,6 +11,7 @@ import contextlib
 import os
 
 from cni_reaper.content import Content
+from cni_reaper.escape import printable
 from cni_reaper.report import Report
 
 
@@ -25,7 +26,11 @@ def _series(name: str, help_text: str, samples: list[tuple[str, float]]) -> list
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    """A label value as the text format wants it. The format itself asks only for backslash,
+    double quote and newline to be escaped, but also for UTF-8, which a plugin type read from
+    JSON as "\\udcff" is not: printable() first, which makes it UTF-8, leaves no newline,
+    and shows the value as the report and the journal show it."""
+    return printable(value).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _label(**labels: str) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from cni_reaper.escape import printable
+
 
 class Notifier:
     def __init__(self, environ: Mapping[str, str]) -> None:
@@ -27,6 +29,6 @@ class Notifier:
 
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-                sock.sendto(f"STATUS={text}".encode(errors="replace"), self._address)
+                sock.sendto(f"STATUS={printable(text)}".encode(), self._address)
         except OSError:
             pass  # a status line is a courtesy; the run must not fail over it

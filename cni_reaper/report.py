@@ -8,9 +8,9 @@ from typing import Any, Protocol, TextIO
 
 from cni_reaper import __version__
 from cni_reaper.boot import BootContext, iso
-from cni_reaper.cache import printable
 from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
+from cni_reaper.escape import printable_lines
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
 from cni_reaper.pre_runtime import Proof
@@ -229,36 +229,48 @@ class TextWriter:
         self._verbose = verbose
         self._started = False
 
+    def _write(self, lines: list[str]) -> None:
+        """Every line the report writes goes through here: file names, plugin errors, config
+        strings and paths are outside text, escaped here so that no field can forget it."""
+        self._out.write(printable_lines(lines))
+
     def _start(self, report: Report) -> None:
         if not self._started:
             self._started = True
             mode = "dry run, nothing changed" if report.dry_run else "run"
-            self._out.write(f"cni-reaper {__version__} ({mode}): {report.results_dir}\n")
-            self._out.write(f"  {boot_line(report.boot)}\n")
-            if report.proof is not None:
-                self._out.write(f"  {report.proof.summary}\n")
-            for warning in report.warnings:
-                self._out.write(f"  warning: {printable(warning)}\n")
+            proof = [f"  {report.proof.summary}"] if report.proof is not None else []
+            self._write(
+                [
+                    f"cni-reaper {__version__} ({mode}): {report.results_dir}",
+                    f"  {boot_line(report.boot)}",
+                    *proof,
+                    *(f"  warning: {warning}" for warning in report.warnings),
+                ]
+            )
 
     def entry(self, report: Report, result: EntryResult) -> None:
         self._start(report)
         if result.planned.action is not Action.KEEP or self._verbose:
-            self._out.write(entry_text(result, self._verbose))
+            self._write(entry_lines(result, self._verbose))
 
     def finish(self, report: Report) -> None:
         self._start(report)
+        lines = []
         for r in report.reservations:
-            line = f"{printable(r['path'])}: host-local reservation {r['content']}, "
-            line += f"{r['written']} -> {r['action']} [{r['outcome']}]\n    why: {r['reason']}\n"
+            lines.append(
+                f"{r['path']}: host-local reservation {r['content']}, "
+                f"{r['written']} -> {r['action']} [{r['outcome']}]"
+            )
+            lines.append(f"    why: {r['reason']}")
             if r["quarantined_to"]:
-                line += f"    moved to {printable(r['quarantined_to'])}\n"
-            self._out.write(line)
+                lines.append(f"    moved to {r['quarantined_to']}")
         s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"
-        self._out.write(
-            f"summary: {s['entries']} entries ({counts}); {actions}; exit {s['exit_code']}\n"
+        lines.append(
+            f"summary: {s['entries']} entries ({counts}); {actions}; exit {s['exit_code']}"
         )
+        self._write(lines)
 
 
 def boot_line(boot: BootContext) -> str:
@@ -278,25 +290,26 @@ def boot_line(boot: BootContext) -> str:
     return line + f"; previous boot began {iso(prev.start)} and {ended}{source}"
 
 
-def entry_text(result: EntryResult, verbose: bool) -> str:
+def entry_lines(result: EntryResult, verbose: bool) -> list[str]:
+    """An entry in the text report, its lines unescaped: the writer escapes them."""
     planned = result.planned
     entry = planned.entry
     lines = [
-        f"{entry.shown_name}: {entry.content.value} ({entry.verdict.detail}), "
+        f"{entry.name}: {entry.content.value} ({entry.verdict.detail}), "
         f"{planned.written.written.value} -> {planned.action.value} [{result.outcome.value}]"
     ]
-    lines.append(f"    why: {printable(planned.reason)}")
+    lines.append(f"    why: {planned.reason}")
     if verbose or planned.action.changes_things:
         lines.append(f"    written: {planned.written.evidence}")
     if planned.action is Action.DEL_AND_QUARANTINE:
         netlist = planned.netlist
         if netlist is not None:
             order = ", ".join(reversed(netlist.plugin_types))
-            lines.append(f"    DEL {printable(netlist.name)} from {netlist.source}: {order}")
+            lines.append(f"    DEL {netlist.name} from {netlist.source}: {order}")
         elif planned.config_problem:
-            lines.append(f"    DEL impossible: {printable(planned.config_problem)}")
-    lines.extend(f"    error: {printable(str(error))}" for error in result.plugin_errors)
-    lines.extend(f"    problem: {printable(problem)}" for problem in result.problems)
+            lines.append(f"    DEL impossible: {planned.config_problem}")
+    lines.extend(f"    error: {error}" for error in result.plugin_errors)
+    lines.extend(f"    problem: {problem}" for problem in result.problems)
     if result.quarantined_to:
-        lines.append(f"    moved to {printable(result.quarantined_to)}")
-    return "".join(line + "\n" for line in lines)
+        lines.append(f"    moved to {result.quarantined_to}")
+    return lines

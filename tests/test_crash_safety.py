@@ -104,6 +104,9 @@ class Instance:
                 assert doc["sha256"] == hashlib.sha256(quarantined.read_bytes()).hexdigest()
             for key in SIDECAR_VOLATILE:
                 doc.pop(key, None)
+            if doc.get("del"):
+                # A DEL replayed after a crash finds the address the first one released gone.
+                doc["del"].pop("released")
             found[path.name] = doc
         return found
 

@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cni_reaper import cli, wtmp
-from cni_reaper.cache import printable, split_name
+from cni_reaper.cache import split_name
 from cni_reaper.content import Content, classify
 from cni_reaper.errors import ExitCode
+from cni_reaper.escape import printable
 from cni_reaper.netconf import ConfigError, parse_conf_bytes
 from cni_reaper.shutdown_marker import ShutdownEvidence
 from tests.nodetree import CONTAINER_IDS, NodeTree, cache_entry_bytes

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import stat
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -38,8 +39,18 @@ class NetworkList(NamedTuple):
 
     @property
     def reads_cached_result(self) -> bool:
-        """libcni reads the results cache on DEL only from cniVersion 0.4.0 on."""
-        return version_at_least(self.cni_version, (0, 4, 0))
+        """libcni reads the results cache on DEL only from cniVersion 0.4.0 on
+        (version.GreaterThanOrEqualTo(list.CNIVersion, "0.4.0")); with a cniVersion it cannot
+        parse, its DEL fails before reading anything (see version_problem)."""
+        parsed = _parsed_version(self.cni_version)
+        return isinstance(parsed, tuple) and parsed >= CACHED_RESULT_SINCE
+
+    @property
+    def version_problem(self) -> str | None:
+        """libcni's error for a cniVersion it cannot parse: DelNetworkList returns it before
+        running any plugin, so no DEL of this network ever succeeds."""
+        parsed = _parsed_version(self.cni_version)
+        return parsed if isinstance(parsed, str) else None
 
 
 class NetworkConfigs(NamedTuple):
@@ -50,15 +61,113 @@ class NetworkConfigs(NamedTuple):
         return self.networks.get(name)
 
 
+# DelNetworkList reads the cached result from this cniVersion on.
+CACHED_RESULT_SINCE = (0, 4, 0)
+
+_UINT64_MAX = (1 << 64) - 1
+_INT_MIN = -(1 << 63)  # Go's int on the 64-bit platforms nodes run
+_INT_MAX = (1 << 63) - 1
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """A cniVersion as libcni's version.ParseVersion reads it (cni pkg/version/plugin.go,
+    v1.1.x; the same through v1.3.0): "" is 0.1.0; up to three parts split at "." (strings.Split,
+    so "" parts are kept), missing ones 0 ("0.4" is 0.4.0); each part is strconv.Atoi's: an
+    optional '+' or '-', then ASCII digits only, within Go's int. Python's int() is not that:
+    it takes '_', whitespace and non-ASCII digits, and has no bound.
+
+    libcni v0.8.x and v1.0.x (containerd 1.6.0-1.6.3, CRI-O up to 1.23) differ in one case
+    only: "" is an error there, `invalid version "": the version is empty`.
+
+    Raises ConfigError with libcni's message for what it rejects."""
+    parsed = _parsed_version(text)
+    if isinstance(parsed, str):
+        raise ConfigError(parsed)
+    return parsed
+
+
 @functools.lru_cache(maxsize=64)  # asked per damaged file, of the few versions there are
-def version_at_least(version: str, floor: tuple[int, int, int]) -> bool:
-    if not version:
-        return False  # libcni reads "" as 0.1.0
-    try:
-        parts = tuple(int(p) for p in version.split("."))
-    except ValueError:
-        return False
-    return parts >= floor
+def _parsed_version(text: str) -> tuple[int, int, int] | str:
+    """The version, or libcni's error message."""
+    if text == "":  # "special case: no version declared == v0.1.0"
+        return (0, 1, 0)
+    parts = text.split(".")
+    if len(parts) >= 4:
+        return f"invalid version {go_quote(text)}: too many parts"
+    numbers = [0, 0, 0]
+    for position, (part, which) in enumerate(zip(parts, ("major", "minor", "micro"))):
+        try:
+            numbers[position] = go_atoi(part)
+        except ValueError as e:
+            return f"failed to convert {which} version part {go_quote(part)}: {e}"
+    return (numbers[0], numbers[1], numbers[2])
+
+
+def go_atoi(text: str) -> int:
+    """Go's strconv.Atoi on a 64-bit platform; ValueError carries Go's message."""
+    digits = text.encode("utf-8", "surrogatepass")  # Go looks at the bytes
+    negative = digits[:1] == b"-"
+    if digits[:1] in (b"+", b"-"):
+        digits = digits[1:]
+    value = 0
+    for byte in digits:
+        if not 0x30 <= byte <= 0x39:
+            raise ValueError(_atoi_error(text, "invalid syntax"))
+        value = value * 10 + byte - 0x30
+        # ParseUint gives up at the first digit that overflows uint64, before it looks at the
+        # rest: "99999999999999999999x" is out of range, not a syntax error.
+        if value > _UINT64_MAX:
+            raise ValueError(_atoi_error(text, "value out of range"))
+    if not digits:
+        raise ValueError(_atoi_error(text, "invalid syntax"))
+    if negative:
+        value = -value
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise ValueError(_atoi_error(text, "value out of range"))
+    return value
+
+
+def _atoi_error(text: str, why: str) -> str:
+    return f"strconv.Atoi: parsing {go_quote(text)}: {why}"
+
+
+_GO_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def go_quote(text: str) -> str:
+    """A string as Go's %q (strconv.Quote) writes it, for libcni's messages."""
+    # Go's JSON decoder turns a lone surrogate escape into U+FFFD; Python's keeps it.
+    text = _SURROGATE.sub("\ufffd", text)
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char.isprintable():
+            # Python's printable classes are Go's unicode.IsPrint: letters, marks, numbers,
+            # punctuation, symbols and the ASCII space.
+            out.append(char)
+        elif char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
 
 
 def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkList:

@@ -4,6 +4,7 @@ accepts, what it rejects and with which message, and whether a DEL reads the cac
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Union
 
 import pytest
@@ -11,6 +12,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cni_reaper.netconf import ConfigError, NetworkList, parse_version
+from cni_reaper.plugin import PluginDirs, ProcessRunner
+from cni_reaper.replay import Attachment, delete
 
 
 def netlist(version: str, plugins: tuple[dict[str, object], ...] = ()) -> NetworkList:
@@ -176,3 +179,27 @@ tricky_part = st.one_of(
 @example("\ud800")
 def test_parse_version_is_gos_over_any_string(text: str) -> None:
     assert ours(text) == model_parse_version(text)
+
+
+def test_a_version_libcni_cannot_parse_fails_the_del_before_any_plugin(tmp_path: Path) -> None:
+    """DelNetworkList returns the parse error before it looks up or runs a plugin."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ran = tmp_path / "ran"
+    canary = bin_dir / "bridge"
+    canary.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    canary.chmod(0o755)
+
+    outcome = delete(
+        netlist("1.0.x"),
+        Attachment("c" * 64, "eth0"),
+        ProcessRunner(),
+        PluginDirs((str(bin_dir),)),
+        timeout=5,
+    )
+
+    assert outcome.plugins_run == ()
+    assert [e.msg for e in outcome.errors] == [
+        'failed to convert micro version part "x": strconv.Atoi: parsing "x": invalid syntax'
+    ]
+    assert not ran.exists()

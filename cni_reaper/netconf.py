@@ -14,6 +14,8 @@ import stat
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from cni_reaper.trust import resolve_trusted, untrusted
+
 CONF_EXTENSIONS = (".conflist", ".conf", ".json")
 MAX_CONF_BYTES = 1 << 20
 MAX_PLUGINS = 64
@@ -202,37 +204,70 @@ def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkLi
     return NetworkList(name=name, cni_version=version, plugins=tuple(plugins), source=source)
 
 
-def _read_regular(path: str) -> bytes:
+def _read_trusted(path: str) -> bytes:
+    """A conf file's bytes, if it is a regular file only root (or the reaper's user) could have
+    written: configs decide which plugin runs as root, and with what on its stdin. path has
+    been walked (trust.resolve_trusted): no symlink is left in it."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+        st = os.fstat(f.fileno())  # the file read, whatever the name pointed to before
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError("not a regular file")
+        problem = untrusted(st)
+        if problem:
+            raise ConfigError(f"{path} {problem}; not read")
         if st.st_size > MAX_CONF_BYTES:
             raise ConfigError(f"larger than {MAX_CONF_BYTES} bytes")
         return f.read(MAX_CONF_BYTES + 1)
 
 
+def _conf_file_bytes(path: str) -> bytes:
+    """What libcni's os.ReadFile of a listed conf file reads, when it may be trusted."""
+    found = resolve_trusted(path)
+    if found.problem:
+        raise ConfigError(found.problem)
+    if found.st is None:
+        raise ConfigError(f"{found.resolved} does not exist")  # a dangling symlink
+    if stat.S_ISDIR(found.st.st_mode):
+        # ConfFiles skips a dir by its lstat, so a symlink to one is listed, and reading it
+        # fails: libcni's "read <path>: is a directory".
+        raise ConfigError(f"a symlink to a directory, {found.resolved}")
+    return _read_trusted(found.resolved)
+
+
 def load_conf_dirs(conf_dirs: Iterable[str]) -> NetworkConfigs:
-    """Every network in the conf dirs, files in name order per dir, dirs in the order given."""
+    """Every network in the conf dirs, files in name order per dir, dirs in the order given.
+
+    The files are those libcni's ConfFiles lists (cni libcni/conf.go, v0.8.1 through v1.1.2):
+    the dir's entries (ioutil.ReadDir, which lstats them) that are not directories, whose
+    filepath.Ext is one of the extensions (a name ending in one of them, since each has a single
+    dot). A symlink is therefore listed, even to a directory, and libcni's os.ReadFile follows
+    it; so does this, with the target's path walked as trust.resolve_trusted walks it. A conf
+    dir whose path is not trusted, or a file (or target) that is not, is skipped as a problem.
+    """
     networks: dict[str, NetworkList] = {}
     problems: list[str] = []
     for conf_dir in conf_dirs:
-        try:
-            names = sorted(os.listdir(conf_dir))
-        except FileNotFoundError:
+        found = resolve_trusted(conf_dir)
+        if found.problem:
+            problems.append(f"{conf_dir}: {found.problem}; its configs not read")
             continue
+        if found.st is None:
+            continue  # ConfFiles: no dir, no files
+        try:
+            # Go sorts file names by their bytes.
+            names = sorted(os.listdir(found.resolved), key=os.fsencode)
         except OSError as e:
-            problems.append(f"{conf_dir}: {e.strerror}")
+            problems.append(f"{conf_dir}: {e.strerror or e}")
             continue
         for file_name in names:
             if not file_name.endswith(CONF_EXTENSIONS):
                 continue
             path = os.path.join(conf_dir, file_name)
             try:
-                if stat.S_ISLNK(os.lstat(path).st_mode):
-                    raise ConfigError("a symlink; not followed")
-                data = _read_regular(path)
+                if stat.S_ISDIR(os.lstat(os.path.join(found.resolved, file_name)).st_mode):
+                    continue  # ConfFiles skips directories
+                data = _conf_file_bytes(os.path.join(found.resolved, file_name))
                 netlist = parse_conf_bytes(
                     data, path, single_plugin=not file_name.endswith(".conflist")
                 )

@@ -360,3 +360,51 @@ def test_an_ipam_plugin_in_an_untrusted_dir_never_runs_nor_does_any_of_its_chain
     )
     assert not path.exists()  # quarantined per policy
     assert by_path(report)[repaired.name]["outcome"] == "done"
+
+
+def test_a_symlinked_conf_file_is_followed_and_its_network_repaired(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """libcni reads a conf file through a symlink: so does the reaper, or the DEL it owes the
+    network never runs and its address stays reserved."""
+    damaged = crashed.add(CONTAINER_IDS[0])
+    damaged.write_bytes(b"")
+    assert crashed.ips()
+    conf = crashed.node.conf_dir / "10-hl.conflist"
+    templates = crashed.node.root / "etc/cni/templates"
+    templates.mkdir(parents=True)
+    conf.rename(templates / "hl.conflist")
+    conf.symlink_to("../templates/hl.conflist")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert (by_path(report)[damaged.name]["outcome"], code) == ("done", ExitCode.OK)
+    assert crashed.ips() == {}
+
+
+def test_a_conf_file_linked_into_a_dir_others_write_is_not_read(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bin_dir = crashed.node.root / "opt/cni/bin"
+    bin_dir.mkdir(parents=True)
+    ran = canary(bin_dir / "canary")
+    open_dir = crashed.node.root / "srv/open"
+    open_dir.mkdir(parents=True)
+    conf = {"cniVersion": "1.0.0", "name": "linked", "plugins": [{"type": "canary"}]}
+    (open_dir / "linked.conflist").write_text(json.dumps(conf))
+    open_dir.chmod(0o777)
+    link = crashed.node.conf_dir / "20-linked.conflist"
+    link.symlink_to(open_dir / "linked.conflist")
+    path = crashed.node.write_result(f"linked-{CID}-eth0", b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    assert not ran.exists()
+    assert (
+        f"config skipped: {link}: {open_dir} is writable by group or others (mode 0777)"
+        in report["warnings"]
+    )
+    entry = by_path(report)[path.name]
+    assert (entry["outcome"], code) == ("failed", ExitCode.ACTION_FAILED)

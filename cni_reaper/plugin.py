@@ -96,9 +96,11 @@ def vet_plugin_dirs(dirs: Sequence[str]) -> PluginDirs:
     trusted: list[str] = []
     missing: list[str] = []
     refused: list[tuple[str, str]] = []
+    seen: set[str] = set()
     for plugin_dir in dirs:
-        if plugin_dir in trusted or plugin_dir in missing:
-            continue
+        if plugin_dir in seen:
+            continue  # the first place in the order is the one that counts
+        seen.add(plugin_dir)
         if ":" in plugin_dir or not plugin_dir:
             # CNI_PATH is split at ':' (filepath.SplitList): it would name other dirs.
             refused.append((plugin_dir, "its name cannot be put in CNI_PATH"))

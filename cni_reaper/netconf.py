@@ -78,8 +78,8 @@ def parse_version(text: str) -> tuple[int, int, int]:
     optional '+' or '-', then ASCII digits only, within Go's int. Python's int() is not that:
     it takes '_', whitespace and non-ASCII digits, and has no bound.
 
-    libcni v0.8.x and v1.0.x (containerd 1.6.0-1.6.3, CRI-O 1.20-1.22 and the 1.23 releases
-    still on v1.0.1) differ in one case only: "" is an error there, `invalid version "": the
+    libcni v0.8.x and v1.0.x (containerd 1.6.0-1.6.3, CRI-O 1.20-1.22 and any 1.23/1.24 release
+    that vendors v1.0.1) differ in one case only: "" is an error there, `invalid version "": the
     version is empty`, so their DEL of a list with no cniVersion fails before any plugin.
 
     Raises ConfigError with libcni's message for what it rejects."""

@@ -82,6 +82,13 @@ class PluginDirs(NamedTuple):
     def problems(self) -> tuple[str, ...]:
         return tuple(f"plugin dir {d} left out of CNI_PATH: {why}" for d, why in self.refused)
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cni_path": list(self.trusted),
+            "missing": list(self.missing),
+            "refused": [{"dir": d, "why": why} for d, why in self.refused],
+        }
+
 
 def vet_plugin_dirs(dirs: Sequence[str]) -> PluginDirs:
     """Which plugin dirs may be searched and handed to plugins in CNI_PATH.
@@ -196,6 +203,14 @@ class ChainPlugin(NamedTuple):
             return f"ipam plugin {self.kind!r} of {self.ipam_of!r}"
         return f"plugin {self.kind!r}"
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.kind,
+            "ipam_of": self.ipam_of,
+            "path": self.path,
+            "problem": self.problem,
+        }
+
 
 class ChainResolution(NamedTuple):
     """Every plugin a DEL of a network list would run, in the order a DEL execs them: the list's
@@ -212,6 +227,9 @@ class ChainResolution(NamedTuple):
         """The first plugin that cannot be resolved, and why."""
         failing = self.failing
         return None if failing is None else f"{failing}: {failing.problem}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plugins": [p.to_json() for p in self.plugins], "problem": self.problem}
 
 
 def resolve_chain(netlist: NetworkList, plugin_dirs: PluginDirs) -> ChainResolution:

@@ -124,6 +124,10 @@ def test_vetting_keeps_trusted_dirs_in_order_and_says_why_others_are_left_out(
         str(colon): "its name cannot be put in CNI_PATH",
         "relative/bin": "'relative/bin' is not an absolute path",
     }
+    assert vetted.to_json()["refused"][0] == {
+        "dir": str(open_dir),
+        "why": f"{open_dir} is writable by group or others (mode 0777)",
+    }
     assert vetted.problems[0] == (
         f"plugin dir {open_dir} left out of CNI_PATH: {open_dir} is writable by group or others "
         "(mode 0777)"
@@ -165,6 +169,12 @@ def test_the_chain_in_the_order_a_del_execs_it(tmp_path: Path) -> None:
         ChainPlugin("host-local", 0, f"{PLUGIN_DIR}/host-local", None, ipam_of="bridge"),
     )
     assert resolution.problem is None
+    assert resolution.to_json()["plugins"][2] == {
+        "type": "static",
+        "ipam_of": "macvlan",
+        "path": f"{PLUGIN_DIR}/static",
+        "problem": None,
+    }
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import stat
 from collections.abc import Iterable
 from typing import Any, NamedTuple
+
+from cni_reaper.trust import resolve_trusted, untrusted
 
 CONF_EXTENSIONS = (".conflist", ".conf", ".json")
 MAX_CONF_BYTES = 1 << 20
@@ -38,8 +41,18 @@ class NetworkList(NamedTuple):
 
     @property
     def reads_cached_result(self) -> bool:
-        """libcni reads the results cache on DEL only from cniVersion 0.4.0 on."""
-        return version_at_least(self.cni_version, (0, 4, 0))
+        """libcni reads the results cache on DEL only from cniVersion 0.4.0 on
+        (version.GreaterThanOrEqualTo(list.CNIVersion, "0.4.0")); with a cniVersion it cannot
+        parse, its DEL fails before reading anything (see version_problem)."""
+        parsed = _parsed_version(self.cni_version)
+        return isinstance(parsed, tuple) and parsed >= CACHED_RESULT_SINCE
+
+    @property
+    def version_problem(self) -> str | None:
+        """libcni's error for a cniVersion it cannot parse: DelNetworkList returns it before
+        running any plugin, so no DEL of this network ever succeeds."""
+        parsed = _parsed_version(self.cni_version)
+        return parsed if isinstance(parsed, str) else None
 
 
 class NetworkConfigs(NamedTuple):
@@ -50,15 +63,114 @@ class NetworkConfigs(NamedTuple):
         return self.networks.get(name)
 
 
+# DelNetworkList reads the cached result from this cniVersion on.
+CACHED_RESULT_SINCE = (0, 4, 0)
+
+_UINT64_MAX = (1 << 64) - 1
+_INT_MIN = -(1 << 63)  # Go's int on the 64-bit platforms nodes run
+_INT_MAX = (1 << 63) - 1
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """A cniVersion as libcni's version.ParseVersion reads it (cni pkg/version/plugin.go,
+    v1.1.x; the same through v1.3.0): "" is 0.1.0; up to three parts split at "." (strings.Split,
+    so "" parts are kept), missing ones 0 ("0.4" is 0.4.0); each part is strconv.Atoi's: an
+    optional '+' or '-', then ASCII digits only, within Go's int. Python's int() is not that:
+    it takes '_', whitespace and non-ASCII digits, and has no bound.
+
+    libcni v0.8.x and v1.0.x (containerd 1.6.0-1.6.3, CRI-O 1.20-1.22 and any 1.23/1.24 release
+    that vendors v1.0.1) differ in one case only: "" is an error there, `invalid version "": the
+    version is empty`, so their DEL of a list with no cniVersion fails before any plugin.
+
+    Raises ConfigError with libcni's message for what it rejects."""
+    parsed = _parsed_version(text)
+    if isinstance(parsed, str):
+        raise ConfigError(parsed)
+    return parsed
+
+
 @functools.lru_cache(maxsize=64)  # asked per damaged file, of the few versions there are
-def version_at_least(version: str, floor: tuple[int, int, int]) -> bool:
-    if not version:
-        return False  # libcni reads "" as 0.1.0
-    try:
-        parts = tuple(int(p) for p in version.split("."))
-    except ValueError:
-        return False
-    return parts >= floor
+def _parsed_version(text: str) -> tuple[int, int, int] | str:
+    """The version, or libcni's error message."""
+    if text == "":  # "special case: no version declared == v0.1.0"
+        return (0, 1, 0)
+    parts = text.split(".")
+    if len(parts) >= 4:
+        return f"invalid version {go_quote(text)}: too many parts"
+    numbers = [0, 0, 0]
+    for position, (part, which) in enumerate(zip(parts, ("major", "minor", "micro"))):
+        try:
+            numbers[position] = go_atoi(part)
+        except ValueError as e:
+            return f"failed to convert {which} version part {go_quote(part)}: {e}"
+    return (numbers[0], numbers[1], numbers[2])
+
+
+def go_atoi(text: str) -> int:
+    """Go's strconv.Atoi on a 64-bit platform; ValueError carries Go's message."""
+    digits = text.encode("utf-8", "surrogatepass")  # Go looks at the bytes
+    negative = digits[:1] == b"-"
+    if digits[:1] in (b"+", b"-"):
+        digits = digits[1:]
+    value = 0
+    for byte in digits:
+        if not 0x30 <= byte <= 0x39:
+            raise ValueError(_atoi_error(text, "invalid syntax"))
+        value = value * 10 + byte - 0x30
+        # ParseUint gives up at the first digit that overflows uint64, before it looks at the
+        # rest: "99999999999999999999x" is out of range, not a syntax error.
+        if value > _UINT64_MAX:
+            raise ValueError(_atoi_error(text, "value out of range"))
+    if not digits:
+        raise ValueError(_atoi_error(text, "invalid syntax"))
+    if negative:
+        value = -value
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise ValueError(_atoi_error(text, "value out of range"))
+    return value
+
+
+def _atoi_error(text: str, why: str) -> str:
+    return f"strconv.Atoi: parsing {go_quote(text)}: {why}"
+
+
+_GO_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def go_quote(text: str) -> str:
+    """A string as Go's %q (strconv.Quote) writes it, for libcni's messages."""
+    # Go's JSON decoder turns a lone surrogate escape into U+FFFD; Python's keeps it.
+    text = _SURROGATE.sub("\ufffd", text)
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char.isprintable():
+            # Python's printable classes are Go's unicode.IsPrint: letters, marks, numbers,
+            # punctuation, symbols and the ASCII space.
+            out.append(char)
+        elif char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
 
 
 def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkList:
@@ -93,37 +205,70 @@ def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkLi
     return NetworkList(name=name, cni_version=version, plugins=tuple(plugins), source=source)
 
 
-def _read_regular(path: str) -> bytes:
+def _read_trusted(path: str) -> bytes:
+    """A conf file's bytes, if it is a regular file only root (or the reaper's user) could have
+    written: configs decide which plugin runs as root, and with what on its stdin. path has
+    been walked (trust.resolve_trusted): no symlink is left in it."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+        st = os.fstat(f.fileno())  # the file read, whatever the name pointed to before
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError("not a regular file")
+        problem = untrusted(st)
+        if problem:
+            raise ConfigError(f"{path} {problem}; not read")
         if st.st_size > MAX_CONF_BYTES:
             raise ConfigError(f"larger than {MAX_CONF_BYTES} bytes")
         return f.read(MAX_CONF_BYTES + 1)
 
 
+def _conf_file_bytes(path: str) -> bytes:
+    """What libcni's os.ReadFile of a listed conf file reads, when it may be trusted."""
+    found = resolve_trusted(path)
+    if found.problem:
+        raise ConfigError(found.problem)
+    if found.st is None:
+        raise ConfigError(f"{found.resolved} does not exist")  # a dangling symlink
+    if stat.S_ISDIR(found.st.st_mode):
+        # ConfFiles skips a dir by its lstat, so a symlink to one is listed, and reading it
+        # fails: libcni's "read <path>: is a directory".
+        raise ConfigError(f"a symlink to a directory, {found.resolved}")
+    return _read_trusted(found.resolved)
+
+
 def load_conf_dirs(conf_dirs: Iterable[str]) -> NetworkConfigs:
-    """Every network in the conf dirs, files in name order per dir, dirs in the order given."""
+    """Every network in the conf dirs, files in name order per dir, dirs in the order given.
+
+    The files are those libcni's ConfFiles lists (cni libcni/conf.go, v0.8.1 through v1.1.2):
+    the dir's entries (ioutil.ReadDir, which lstats them) that are not directories, whose
+    filepath.Ext is one of the extensions (a name ending in one of them, since each has a single
+    dot). A symlink is therefore listed, even to a directory, and libcni's os.ReadFile follows
+    it; so does this, with the target's path walked as trust.resolve_trusted walks it. A conf
+    dir whose path is not trusted, or a file (or target) that is not, is skipped as a problem.
+    """
     networks: dict[str, NetworkList] = {}
     problems: list[str] = []
     for conf_dir in conf_dirs:
-        try:
-            names = sorted(os.listdir(conf_dir))
-        except FileNotFoundError:
+        found = resolve_trusted(conf_dir)
+        if found.problem:
+            problems.append(f"{conf_dir}: {found.problem}; its configs not read")
             continue
+        if found.st is None:
+            continue  # ConfFiles: no dir, no files
+        try:
+            # Go sorts file names by their bytes.
+            names = sorted(os.listdir(found.resolved), key=os.fsencode)
         except OSError as e:
-            problems.append(f"{conf_dir}: {e.strerror}")
+            problems.append(f"{conf_dir}: {e.strerror or e}")
             continue
         for file_name in names:
             if not file_name.endswith(CONF_EXTENSIONS):
                 continue
             path = os.path.join(conf_dir, file_name)
             try:
-                if stat.S_ISLNK(os.lstat(path).st_mode):
-                    raise ConfigError("a symlink; not followed")
-                data = _read_regular(path)
+                if stat.S_ISDIR(os.lstat(os.path.join(found.resolved, file_name)).st_mode):
+                    continue  # ConfFiles skips directories
+                data = _conf_file_bytes(os.path.join(found.resolved, file_name))
                 netlist = parse_conf_bytes(
                     data, path, single_plugin=not file_name.endswith(".conflist")
                 )

@@ -11,8 +11,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from cni_reaper.netconf import NetworkList
 from cni_reaper.spawn import Child, inherited_fds
-from cni_reaper.trust import untrusted
+from cni_reaper.trust import resolve_trusted, trusted_uids, untrusted
 
 MAX_STDOUT = 1 << 20
 MAX_STDERR = 64 << 10
@@ -22,6 +23,10 @@ EXIT_GRACE = 0.5
 
 class PluginRefused(Exception):
     """A plugin that must not be run: a bad name, not found, or outside the plugin dirs."""
+
+
+class PluginNotFound(PluginRefused):
+    """No plugin of that name in the plugin dirs (or no dirs at all)."""
 
 
 class PluginRun(NamedTuple):
@@ -61,47 +66,209 @@ class PluginRunner(Protocol):
     def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun: ...
 
 
+class PluginDirs(NamedTuple):
+    """The plugin dirs, vetted once per run: those plugins are looked up in and that make up
+    CNI_PATH, in the order given, and those left out, with why."""
+
+    trusted: tuple[str, ...]
+    missing: tuple[str, ...] = ()  # not there: nothing to run from them, left out quietly
+    refused: tuple[tuple[str, str], ...] = ()  # (dir, why it was left out)
+
+    @property
+    def cni_path(self) -> str:
+        return ":".join(self.trusted)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(f"plugin dir {d} left out of CNI_PATH: {why}" for d, why in self.refused)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cni_path": list(self.trusted),
+            "missing": list(self.missing),
+            "refused": [{"dir": d, "why": why} for d, why in self.refused],
+        }
+
+
+def vet_plugin_dirs(dirs: Sequence[str]) -> PluginDirs:
+    """Which plugin dirs may be searched and handed to plugins in CNI_PATH.
+
+    Plugins exec other plugins from CNI_PATH (bridge its IPAM plugin, chained ones theirs), so
+    every dir in it must hold only what root could have put there: its path trusted
+    (trust.resolve_trusted), every regular file in it that could be exec'd trusted, every
+    symlink in it leading through trusted dirs only. A dir that fails is left out whole: the
+    plugins that exec from it choose by name, not by what the reaper checked. Depends only on
+    the dirs and what is on disk, so it is done once per run and the result handed on.
+    """
+    trusted: list[str] = []
+    missing: list[str] = []
+    refused: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for plugin_dir in dirs:
+        if plugin_dir in seen:
+            continue  # the first place in the order is the one that counts
+        seen.add(plugin_dir)
+        if ":" in plugin_dir or not plugin_dir:
+            # CNI_PATH is split at ':' (filepath.SplitList): it would name other dirs.
+            refused.append((plugin_dir, "its name cannot be put in CNI_PATH"))
+            continue
+        found = resolve_trusted(plugin_dir)
+        if found.problem:
+            refused.append((plugin_dir, found.problem))
+        elif found.st is None:
+            missing.append(plugin_dir)
+        elif not stat.S_ISDIR(found.st.st_mode):
+            refused.append((plugin_dir, f"{found.resolved} is not a directory"))
+        else:
+            problem = _untrusted_entry(found.resolved)
+            if problem:
+                refused.append((plugin_dir, problem))
+            else:
+                trusted.append(plugin_dir)
+    return PluginDirs(tuple(trusted), tuple(missing), tuple(refused))
+
+
+def _untrusted_entry(plugin_dir: str) -> str | None:
+    """Why something in a trusted plugin dir could run what root did not put there."""
+    try:
+        entries = sorted(os.scandir(plugin_dir), key=lambda e: os.fsencode(e.name))
+    except OSError as e:
+        return f"{plugin_dir}: {e.strerror or e}"
+    for entry in entries:
+        path = os.path.join(plugin_dir, entry.name)
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError as e:
+            return f"{path}: {e.strerror or e}"
+        if stat.S_ISLNK(st.st_mode):
+            # A dangling link is fine only where nobody else can create its target: the walk
+            # refuses one that ends in a sticky shared dir such as /tmp.
+            problem = resolve_trusted(path).problem
+            if problem:
+                return f"{path} is a symlink, and {problem}"
+        elif stat.S_ISREG(st.st_mode) and _could_be_executed(st):
+            problem = untrusted(st)
+            if problem:
+                return f"{path} {problem}"
+        # Dirs, fifos, sockets and devices cannot be exec'd, and a plugin name has no '/'.
+    return None
+
+
+def _could_be_executed(st: os.stat_result) -> bool:
+    """A file with an exec bit, or whose owner could give it one."""
+    return bool(st.st_mode & 0o111) or st.st_uid not in trusted_uids()
+
+
 def find_plugin(kind: str, bin_dirs: Sequence[str]) -> str:
     """The executable for a plugin type, as libcni's FindInPath, but never leaving the dirs.
 
-    A symlink is accepted only when it resolves to a regular file inside one of the plugin
-    dirs (distros link /opt/cni/bin to /usr/lib/cni); it is run by its resolved path.
+    The first dir holding the name wins, as in FindInPath; the name is then walked as the
+    kernel resolves it (trust.resolve_trusted), and refused if anything on the way, or the
+    file, is not trusted. A symlink is accepted only when it resolves to a regular file inside
+    one of the plugin dirs (distros link /opt/cni/bin to /usr/lib/cni); it is run by its
+    resolved path.
     """
     if not kind or "/" in kind or "\0" in kind or kind in (".", ".."):
         raise PluginRefused(f"invalid plugin name: {kind!r}")
     if not bin_dirs:
-        raise PluginRefused("no plugin dirs")
+        raise PluginNotFound("no plugin dirs")
+    resolved_dirs: set[str] | None = None
     for bin_dir in bin_dirs:
         candidate = os.path.join(bin_dir, kind)
-        try:
-            st = os.lstat(candidate)
-        except OSError:
+        found = resolve_trusted(candidate)
+        if found.problem:
+            raise PluginRefused(f"{found.problem}; {candidate} not run")
+        if found.st is None:
             continue
-        if stat.S_ISLNK(st.st_mode):
-            target = os.path.realpath(candidate)
-            if os.path.dirname(target) not in {os.path.realpath(d) for d in bin_dirs}:
-                raise PluginRefused(f"{candidate} links outside the plugin dirs, to {target}")
-            try:
-                st = os.lstat(target)
-            except OSError:
-                continue
-            candidate = target
-        if stat.S_ISREG(st.st_mode):
-            _refuse_untrusted(candidate, st)
-            return candidate
-    raise PluginRefused(f"failed to find plugin {kind!r} in path {list(bin_dirs)}")
+        if resolved_dirs is None:
+            resolved_dirs = {resolve_trusted(d).resolved for d in bin_dirs}
+        if os.path.dirname(found.resolved) not in resolved_dirs:
+            raise PluginRefused(f"{candidate} links outside the plugin dirs, to {found.resolved}")
+        if stat.S_ISREG(found.st.st_mode):
+            return found.resolved
+    raise PluginNotFound(f"failed to find plugin {kind!r} in path {list(bin_dirs)}")
 
 
-def _refuse_untrusted(path: str, st: os.stat_result) -> None:
-    """A plugin anyone else could have replaced, or sitting in a dir anyone else could write
-    to, is never run as root."""
-    problem = untrusted(st)
-    if problem:
-        raise PluginRefused(f"{path} {problem}; not run")
-    directory = os.path.dirname(path)
-    problem = untrusted(os.stat(directory))
-    if problem:
-        raise PluginRefused(f"plugin dir {directory} {problem}; {path} not run")
+class ChainPlugin(NamedTuple):
+    """One plugin a DEL would run, and the executable it resolves to."""
+
+    kind: str
+    conf_index: int  # which plugin of the list has the config it runs with
+    path: str | None  # None when it cannot be resolved
+    problem: str | None
+    ipam_of: str | None = None  # the plugin that execs it as its IPAM plugin
+
+    def __str__(self) -> str:
+        if self.ipam_of is not None:
+            return f"ipam plugin {self.kind!r} of {self.ipam_of!r}"
+        return f"plugin {self.kind!r}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.kind,
+            "ipam_of": self.ipam_of,
+            "path": self.path,
+            "problem": self.problem,
+        }
+
+
+class ChainResolution(NamedTuple):
+    """Every plugin a DEL of a network list would run, in the order a DEL execs them: the list's
+    plugins in reverse, as libcni runs them, each followed by the IPAM plugin it delegates to."""
+
+    plugins: tuple[ChainPlugin, ...]
+
+    @property
+    def failing(self) -> ChainPlugin | None:
+        return next((p for p in self.plugins if p.problem is not None), None)
+
+    @property
+    def problem(self) -> str | None:
+        """The first plugin that cannot be resolved, and why."""
+        failing = self.failing
+        return None if failing is None else f"{failing}: {failing.problem}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plugins": [p.to_json() for p in self.plugins], "problem": self.problem}
+
+
+def resolve_chain(netlist: NetworkList, plugin_dirs: PluginDirs) -> ChainResolution:
+    """Each plugin of a network list, and each IPAM plugin they delegate to, resolved in the
+    vetted dirs. The IPAM plugin is the config's "ipam": {"type": ...}: bridge, ptp, macvlan,
+    ipvlan, host-device and vlan exec it from CNI_PATH on DEL (ipam.ExecDel), and a plugin that
+    does not would not look at it. Only the vetted dirs are searched: a plugin found in no
+    trusted dir is not run, whichever dirs were given."""
+    plugins: list[ChainPlugin] = []
+    for index in reversed(range(len(netlist.plugins))):
+        conf = netlist.plugins[index]
+        kind = conf.get("type")
+        plugins.append(_resolve(str(kind) if isinstance(kind, str) else "", index, plugin_dirs))
+        ipam = conf.get("ipam")
+        if ipam is None:
+            continue
+        if not isinstance(ipam, Mapping):
+            problem = "its 'ipam' is not an object"
+            plugins.append(ChainPlugin(str(kind), index, None, problem))
+            continue
+        ipam_kind = ipam.get("type", "")
+        if not isinstance(ipam_kind, str):
+            problem = f"invalid plugin name: {ipam_kind!r}"
+            plugins.append(ChainPlugin(repr(ipam_kind), index, None, problem, ipam_of=str(kind)))
+        elif ipam_kind:  # an empty type: no IPAM (bridge's isLayer3 is false)
+            plugins.append(_resolve(ipam_kind, index, plugin_dirs)._replace(ipam_of=str(kind)))
+    return ChainResolution(tuple(plugins))
+
+
+def _resolve(kind: str, conf_index: int, plugin_dirs: PluginDirs) -> ChainPlugin:
+    try:
+        path = find_plugin(kind, plugin_dirs.trusted)
+    except PluginNotFound as e:
+        # It may well be in a dir left out: say which were, and why.
+        problem = "; ".join((str(e), *plugin_dirs.problems))
+        return ChainPlugin(kind, conf_index, None, problem)
+    except PluginRefused as e:
+        return ChainPlugin(kind, conf_index, None, str(e))
+    return ChainPlugin(kind, conf_index, path, None)
 
 
 class ProcessRunner:

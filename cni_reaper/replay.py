@@ -12,7 +12,14 @@ from typing import Any, NamedTuple
 
 from cni_reaper import failpoint
 from cni_reaper.netconf import NetworkList
-from cni_reaper.plugin import PluginError, PluginRefused, PluginRunner, error_from_run, find_plugin
+from cni_reaper.plugin import (
+    PluginDirs,
+    PluginError,
+    PluginRunner,
+    error_from_run,
+    resolve_chain,
+    vet_plugin_dirs,
+)
 
 BEFORE_PLUGIN = failpoint.declare("del.before-plugin")
 AFTER_PLUGIN = failpoint.declare("del.after-plugin")
@@ -67,8 +74,18 @@ def inherited_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
 
 
+def as_vetted(plugin_dirs: PluginDirs | Sequence[str]) -> PluginDirs:
+    """Vetted dirs as they are; plain dirs vetted here, for a caller that has not vetted them
+    once for the run: never a dir in CNI_PATH that was not vetted."""
+    if isinstance(plugin_dirs, PluginDirs):
+        return plugin_dirs
+    return vet_plugin_dirs(plugin_dirs)
+
+
 def plugin_env(
-    attachment: Attachment, bin_dirs: Sequence[str], inherited: Mapping[str, str] | None = None
+    attachment: Attachment,
+    plugin_dirs: PluginDirs | Sequence[str],
+    inherited: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     env = dict(inherited_env() if inherited is None else inherited)
     env.update(
@@ -77,7 +94,8 @@ def plugin_env(
         CNI_NETNS="",  # the network namespace died with the boot that made it
         CNI_IFNAME=attachment.ifname,
         CNI_ARGS=attachment.cni_args_string(),
-        CNI_PATH=":".join(bin_dirs),
+        # Only vetted dirs: plugins exec other plugins (IPAM, delegates) from it.
+        CNI_PATH=as_vetted(plugin_dirs).cni_path,
     )
     return env
 
@@ -86,25 +104,39 @@ def delete(
     netlist: NetworkList,
     attachment: Attachment,
     runner: PluginRunner,
-    bin_dirs: Sequence[str],
+    plugin_dirs: PluginDirs | Sequence[str],
     timeout: float,
     inherited: Mapping[str, str] | None = None,
 ) -> DelOutcome:
-    """Plugins in reverse order, stopping at the first failure, as libcni does."""
-    env = plugin_env(attachment, bin_dirs, inherited)
+    """Plugins in reverse order, stopping at the first failure, as libcni does.
+
+    Before any plugin runs, as in DelNetworkList, a cniVersion libcni cannot parse fails the
+    DEL; then every plugin the DEL would run, delegated IPAM plugins included, is resolved in
+    the vetted dirs (plugin.resolve_chain), and if one cannot be, none runs: a chain cut short
+    after some of its plugins ran is worse than none, and a dry run showing the resolution
+    then fails just as the real run does.
+    """
+    version_problem = netlist.version_problem
+    if version_problem is not None:
+        return DelOutcome((), (PluginError("", version_problem),))
+    vetted = as_vetted(plugin_dirs)
+    chain = resolve_chain(netlist, vetted)
+    failing = chain.failing
+    if failing is not None:
+        return DelOutcome((), (PluginError(failing.kind, str(chain.problem)),))
+    env = plugin_env(attachment, vetted, inherited)
     ran: list[str] = []
-    for plugin in reversed(netlist.plugins):
-        kind = str(plugin.get("type", ""))
-        try:
-            path = find_plugin(kind, bin_dirs)
-        except PluginRefused as e:
-            return DelOutcome(tuple(ran), (PluginError(kind, str(e)),))
-        stdin = plugin_stdin(netlist, plugin, attachment.capability_args)
+    for link in chain.plugins:
+        if link.ipam_of is not None:
+            continue  # its plugin execs it
+        assert link.path is not None
+        kind = link.kind
+        stdin = plugin_stdin(netlist, netlist.plugins[link.conf_index], attachment.capability_args)
         failpoint.hit(BEFORE_PLUGIN)
         try:
-            run = runner.run(path, env, stdin, timeout)
+            run = runner.run(link.path, env, stdin, timeout)
         except OSError as e:
-            return DelOutcome(tuple(ran), (PluginError(kind, f"cannot run {path}: {e}"),))
+            return DelOutcome(tuple(ran), (PluginError(kind, f"cannot run {link.path}: {e}"),))
         failpoint.hit(AFTER_PLUGIN)
         ran.append(kind)
         error = error_from_run(kind, run, timeout)

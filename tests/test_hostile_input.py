@@ -12,7 +12,7 @@ import pytest
 from cni_reaper import cli
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed, by_path
-from tests.nodetree import CONTAINER_IDS, host_local_conflist, snapshot
+from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, host_local_conflist, snapshot
 
 CID = CONTAINER_IDS[20]
 
@@ -302,6 +302,109 @@ def test_plugins_others_could_have_replaced_are_not_run(
 
     assert not ran.exists() and not ran_too.exists()
     errors = {e["network"]: e["plugin_errors"][0]["msg"] for e in report["entries"]}
-    assert "is writable by group or others (mode 0777); not run" in errors["a"]
-    assert f"plugin dir {open_dir} is writable by group or others" in errors["b"]
+    # Each dir is left out of CNI_PATH whole: plugins exec from it by name.
+    assert (
+        f"plugin dir {bin_dir} left out of CNI_PATH: {writable_plugin} is writable by group or "
+        "others (mode 0777)"
+    ) in errors["a"]
+    assert (
+        f"plugin dir {open_dir} left out of CNI_PATH: {open_dir} is writable by group or others"
+    ) in errors["b"]
     assert code == ExitCode.ACTION_FAILED
+
+
+def test_an_ipam_plugin_in_an_untrusted_dir_never_runs_nor_does_any_of_its_chain(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bridge would exec its IPAM type from CNI_PATH: a canary of that name, in a plugin dir
+    others may write to, is never found, and the DEL runs none of the chain."""
+    bin_dir = crashed.node.root / "opt/cni/bin"
+    bin_dir.mkdir(parents=True)
+    tracer = bin_dir / "tracer"
+    tracer.write_text(f"#!/bin/sh\ntouch {bin_dir.parent / 'tracer.ran'}\n")
+    tracer.chmod(0o755)
+    evil = crashed.node.root / "srv/evil"
+    evil.mkdir(parents=True)
+    ran = canary(evil / "canary-ipam")
+    evil.chmod(0o777)
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "chained",
+        "plugins": [
+            {"type": "bridge", "bridge": "cni-test0", "ipam": {"type": "canary-ipam"}},
+            {"type": "tracer"},
+        ],
+    }
+    crashed.node.write_conf("30-chained.conflist", json.dumps(conf).encode())
+    path = crashed.node.write_result(f"chained-{CID}-eth0", b"")
+    repaired = crashed.add(CONTAINER_IDS[0])
+    repaired.write_bytes(b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", str(evil))
+
+    assert not ran.exists()
+    assert not (bin_dir.parent / "tracer.ran").exists()
+    entry = by_path(report)[path.name]
+    error = entry["plugin_errors"][0]
+    assert error["plugin"] == "canary-ipam"
+    assert error["msg"].startswith(
+        "ipam plugin 'canary-ipam' of 'bridge': failed to find plugin 'canary-ipam' in path "
+        f"['{PLUGIN_DIR}', '{bin_dir}']; plugin dir {evil} left out of CNI_PATH: {evil} is "
+        "writable by group or others (mode 0777)"
+    )
+    assert (entry["action"], entry["outcome"], code) == (
+        "del-and-quarantine",
+        "failed",
+        ExitCode.ACTION_FAILED,
+    )
+    assert not path.exists()  # quarantined per policy
+    assert by_path(report)[repaired.name]["outcome"] == "done"
+
+
+def test_a_symlinked_conf_file_is_followed_and_its_network_repaired(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """libcni reads a conf file through a symlink: so does the reaper, or the DEL it owes the
+    network never runs and its address stays reserved."""
+    damaged = crashed.add(CONTAINER_IDS[0])
+    damaged.write_bytes(b"")
+    assert crashed.ips()
+    conf = crashed.node.conf_dir / "10-hl.conflist"
+    templates = crashed.node.root / "etc/cni/templates"
+    templates.mkdir(parents=True)
+    conf.rename(templates / "hl.conflist")
+    conf.symlink_to("../templates/hl.conflist")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert (by_path(report)[damaged.name]["outcome"], code) == ("done", ExitCode.OK)
+    assert crashed.ips() == {}
+
+
+def test_a_conf_file_linked_into_a_dir_others_write_is_not_read(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bin_dir = crashed.node.root / "opt/cni/bin"
+    bin_dir.mkdir(parents=True)
+    ran = canary(bin_dir / "canary")
+    open_dir = crashed.node.root / "srv/open"
+    open_dir.mkdir(parents=True)
+    conf = {"cniVersion": "1.0.0", "name": "linked", "plugins": [{"type": "canary"}]}
+    (open_dir / "linked.conflist").write_text(json.dumps(conf))
+    open_dir.chmod(0o777)
+    link = crashed.node.conf_dir / "20-linked.conflist"
+    link.symlink_to(open_dir / "linked.conflist")
+    path = crashed.node.write_result(f"linked-{CID}-eth0", b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    assert not ran.exists()
+    assert (
+        f"config skipped: {link}: {open_dir} is writable by group or others (mode 0777)"
+        in report["warnings"]
+    )
+    entry = by_path(report)[path.name]
+    assert (entry["outcome"], code) == ("failed", ExitCode.ACTION_FAILED)

@@ -182,7 +182,16 @@ class _ConfigFiles:
         try:
             data = self._read_bytes(node_path)
         except FileNotFoundError:
-            if not missing_ok:
+            try:
+                dangling = exists_inside(self.root, node_path)
+            except (OSError, LeavesRoot):
+                dangling = False
+            if dangling:
+                self.warnings.append(
+                    f"{where}: a symlink to nothing inside {self.root} (taken as the node "
+                    "sees it); not read"
+                )
+            elif not missing_ok:
                 self.warnings.append(f"{where}: does not exist")
             return None
         except LeavesRoot:
@@ -211,12 +220,16 @@ class _ConfigFiles:
 
     def _read_bytes(self, node_path: str) -> bytes:
         fd, _ = open_inside(self.root, node_path)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
+        try:
+            st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise _Unusable("not a regular file")
             if st.st_size > MAX_CONFIG_BYTES:
                 raise _Unusable(f"larger than {MAX_CONFIG_BYTES} bytes")
+        except BaseException:
+            os.close(fd)
+            raise
+        with os.fdopen(fd, "rb") as f:
             data = f.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
             raise _Unusable(f"larger than {MAX_CONFIG_BYTES} bytes")

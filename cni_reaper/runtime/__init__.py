@@ -1,4 +1,5 @@
-"""The container runtimes of a node: whether one is up (liveness.py)."""
+"""The container runtimes of a node: where their configs say they live (config.py), and what
+/run and /proc say is alive (liveness.py)."""
 
 from __future__ import annotations
 

@@ -188,8 +188,8 @@ class _ConfigFiles:
                 dangling = False
             if dangling:
                 self.warnings.append(
-                    f"{where}: a symlink to nothing inside {self.root} (taken as the node "
-                    "sees it); not read"
+                    f"{where}: a symlink whose target does not exist inside {self.root} "
+                    "(an absolute target is the node's own path); not read"
                 )
             elif not missing_ok:
                 self.warnings.append(f"{where}: does not exist")
@@ -265,7 +265,8 @@ def _key_label(keys: Iterable[str]) -> str:
 
 
 class _Collector:
-    """The located paths found so far, each (kind, path) once: the first to name it keeps it."""
+    """The located paths found so far, each (kind, path) once: the first to name it keeps it,
+    unless it was only watched and a later one puts it in effect."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -274,7 +275,7 @@ class _Collector:
     def add(
         self, runtime: Runtime, kind: PathKind, path: str, source: str, in_effect: bool = True
     ) -> None:
-        node_path = canonical(path.removeprefix("unix://"))
+        node_path = canonical(path.removeprefix("unix://"))  # an address, as gRPC clients write it
         key = (kind, node_path)
         known = self.paths.get(key)
         if known is None or (in_effect and not known.in_effect):

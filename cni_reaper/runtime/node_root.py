@@ -1,0 +1,222 @@
+"""The node's file system as seen from under --root, never left.
+
+A "node path" is a path as the node itself names it ("/etc/containerd/config.toml"); under
+--root /mnt/node it lives at /mnt/node/etc/containerd/config.toml. Symlinks met on the way are
+resolved as the node would resolve them: an absolute target starts again at the root, so a
+node's "/etc/x -> /usr/share/x" stays inside the node. A target that climbs above the root with
+".." is refused rather than clamped, and the last component is opened with O_NOFOLLOW after it
+has been looked at, so a symlink swapped in meanwhile fails the open instead of being followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import re
+import stat
+from collections import deque
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+# What Linux allows in one path walk (MAXSYMLINKS); beyond it a loop is assumed.
+MAX_SYMLINKS = 40
+# A directory listed to expand a glob; config dirs hold a handful of files.
+MAX_LISTED = 4096
+
+
+class LeavesRoot(Exception):
+    """A symlink whose target climbs above the root."""
+
+
+class BadPattern(ValueError):
+    """A glob pattern Go's filepath.Match would reject (ErrBadPattern)."""
+
+
+def canonical(path: str) -> str:
+    """A path named by a config, as a clean absolute node path. /var/run is taken as /run: on
+    every systemd distribution it is a symlink to /run, and following a node's absolute
+    /var/run -> /run from a rescue system would land in the rescue system's /run."""
+    path = posixpath.normpath("/" + path)
+    if path.startswith("//"):
+        path = "/" + path.lstrip("/")  # normpath keeps a leading "//" (POSIX leaves it open)
+    if path == "/var/run" or path.startswith("/var/run/"):
+        path = "/run" + path[len("/var/run") :]
+    return path
+
+
+def host_path(root: str, node_path: str) -> str:
+    """Where node_path is from here, without resolving anything."""
+    return os.path.join(root, node_path.lstrip("/")) if node_path.strip("/") else root
+
+
+def _components(path: str) -> list[str]:
+    return [part for part in path.split("/") if part not in ("", ".")]
+
+
+def open_inside(root: str, node_path: str, *, directory: bool = False) -> tuple[int, str]:
+    """Open node_path of the node at root; return the fd and the node path it resolved to.
+
+    Raises OSError (FileNotFoundError, ELOOP, ...) and LeavesRoot. A file is opened read-only
+    and non-blocking (a FIFO does not hang the caller), a directory with O_DIRECTORY."""
+    walked = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    names: list[str] = []
+    pending = deque(_components(node_path))
+    hops = 0
+    try:
+        while pending:
+            name = pending.popleft()
+            if name == "..":
+                if len(walked) == 1:
+                    raise LeavesRoot(f"{host_path(root, node_path)} leads out of {root}")
+                os.close(walked.pop())
+                names.pop()
+                continue
+            st = os.stat(name, dir_fd=walked[-1], follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > MAX_SYMLINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), host_path(root, node_path))
+                target = os.readlink(name, dir_fd=walked[-1])
+                if target.startswith("/"):
+                    while len(walked) > 1:
+                        os.close(walked.pop())
+                    names.clear()
+                pending.extendleft(reversed(_components(target)))
+                continue
+            if pending:
+                walked.append(os.open(name, DIR_FLAGS, dir_fd=walked[-1]))
+                names.append(name)
+                continue
+            fd = os.open(name, DIR_FLAGS if directory else FILE_FLAGS, dir_fd=walked[-1])
+            return fd, "/" + "/".join([*names, name])
+        if not directory:
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), root)
+        return os.dup(walked[-1]), "/" + "/".join(names)
+    finally:
+        for fd in walked:
+            os.close(fd)
+
+
+def exists_inside(root: str, node_path: str) -> bool:
+    """Whether node_path exists on the node, as lstat sees it: a last component that is a
+    symlink, a socket or anything else exists; it is never followed. Raises what open_inside
+    raises for the parent, except FileNotFoundError and NotADirectoryError."""
+    parent, name = posixpath.split(canonical(node_path))
+    try:
+        fd, _ = open_inside(root, parent, directory=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    try:
+        os.stat(name or ".", dir_fd=fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def listed(dir_fd: int, limit: int = MAX_LISTED) -> list[os.DirEntry[str]]:
+    """The entries of an open directory, at most limit of them (OSError E2BIG beyond)."""
+    entries: list[os.DirEntry[str]] = []
+    with os.scandir(dir_fd) as listing:
+        for entry in listing:
+            if len(entries) == limit:
+                raise OSError(errno.E2BIG, f"more than {limit} entries")
+            entries.append(entry)
+    return entries
+
+
+# Go's filepath.Match: "*" any run of non-separators, "?" one non-separator, "[...]" a class
+# ("^" negates, "a-z" ranges), "\\" escapes the next character.
+_GO_META = re.compile(r"[*?\[\\]")
+
+
+def go_has_meta(part: str) -> bool:
+    return _GO_META.search(part) is not None
+
+
+def _class_char(part: str, i: int) -> tuple[str, int]:
+    """One character of a class at part[i] (an escape taken whole); Go rejects a bare ']' or
+    '-' where a character is expected."""
+    if i >= len(part) or part[i] in "-]":
+        raise BadPattern(part)
+    if part[i] == "\\":
+        i += 1
+        if i >= len(part):
+            raise BadPattern(part)
+    return part[i], i + 1
+
+
+def go_pattern(part: str) -> re.Pattern[str]:
+    """A regular expression for one path element of a Go filepath.Match pattern."""
+    regex = []
+    i = 0
+    while i < len(part):
+        c = part[i]
+        if c == "*":
+            regex.append("[^/]*")
+            i += 1
+        elif c == "?":
+            regex.append("[^/]")
+            i += 1
+        elif c == "\\":
+            if i + 1 >= len(part):
+                raise BadPattern(part)
+            regex.append(re.escape(part[i + 1]))
+            i += 2
+        elif c == "[":
+            i += 1
+            negated = i < len(part) and part[i] == "^"
+            if negated:
+                i += 1
+            ranges: list[str] = []
+            while True:
+                if i < len(part) and part[i] == "]" and ranges:
+                    i += 1
+                    break
+                low, i = _class_char(part, i)
+                high = low
+                if i < len(part) and part[i] == "-":
+                    high, i = _class_char(part, i + 1)
+                # Go tests lo <= c <= hi: an inverted range matches nothing, it is no error.
+                ranges.append(f"[{re.escape(low)}-{re.escape(high)}]" if low <= high else "(?!)")
+            alternatives = "|".join(ranges)
+            regex.append(f"(?!{alternatives})[^/]" if negated else f"(?:{alternatives})")
+        else:
+            regex.append(re.escape(c))
+            i += 1
+    return re.compile("".join(regex))
+
+
+def glob_inside(root: str, pattern: str) -> list[str]:
+    """The node paths matching an absolute Go-style glob pattern, as filepath.Glob orders them:
+    each directory's matches in byte order. As in Go, unreadable directories are skipped and a
+    pattern component without metacharacters after the first one with them must exist."""
+    parts = _components(pattern)
+    # As in Go, a bad pattern fails before anything is listed.
+    regexes = [go_pattern(part) if go_has_meta(part) else None for part in parts]
+    matched = [""]
+    globbing = False
+    for part, regex in zip(parts, regexes):
+        globbing = globbing or regex is not None
+        if not globbing:
+            matched = [f"{prefix}/{part}" for prefix in matched]
+            continue
+        found = []
+        for prefix in matched:
+            try:
+                fd, _ = open_inside(root, prefix or "/", directory=True)
+            except (OSError, LeavesRoot):
+                continue
+            try:
+                names = [entry.name for entry in listed(fd)]
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            for name in sorted(names, key=os.fsencode):
+                if name == part if regex is None else regex.fullmatch(name):
+                    found.append(f"{prefix}/{name}")
+        matched = found
+    return matched

@@ -1,0 +1,381 @@
+"""The runtimes' own configs, read from real files in a node tree: containerd with imports in
+config versions 2 and 3, k3s and RKE2, CRI-O with drop-ins and storage.conf, and every way a
+config can be unusable, which must give a warning naming the file and the defaults."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cni_reaper.runtime import config
+from cni_reaper.runtime.config import LocatedPath, PathKind, Runtime, RuntimeConfigs
+from cni_reaper.runtime.node_root import BadPattern, canonical, glob_inside, go_pattern
+
+
+def write(root: Path, node_path: str, text: str) -> Path:
+    path = root / node_path.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def located(
+    configs: RuntimeConfigs, kind: PathKind, runtime: Runtime | None = None
+) -> dict[str, LocatedPath]:
+    """The paths of a kind by node path."""
+    return {
+        p.node_path: p
+        for p in configs.all_paths
+        if p.kind == kind and (runtime is None or p.runtime == runtime)
+    }
+
+
+def in_effect(configs: RuntimeConfigs, kind: PathKind, runtime: Runtime) -> list[str]:
+    return [p.node_path for p in located(configs, kind, runtime).values() if p.in_effect]
+
+
+def test_an_empty_node_gets_every_default_under_its_root(tmp_path: Path) -> None:
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    assert configs.files_read == ()
+    sockets = located(configs, PathKind.SOCKET)
+    assert sockets["/run/containerd/containerd.sock"].source == "default"
+    assert sockets["/run/containerd/containerd.sock"].path == str(
+        tmp_path / "run/containerd/containerd.sock"
+    )
+    assert {"/run/k3s/containerd/containerd.sock", "/run/crio/crio.sock"} <= set(sockets)
+    activation = located(configs, PathKind.ACTIVATION_SOCKET)
+    assert set(activation) == {"/run/docker.sock", "/run/cri-dockerd.sock"}
+    live = {p.node_path for p in configs.live_state_dirs}
+    assert live == {
+        "/run/containerd",
+        "/run/containerd/runc",
+        "/run/k3s/containerd",
+        "/run/crio",
+        "/run/containers/storage",
+        "/run/crun",
+        "/run/runc",
+        "/run/docker",
+        "/run/docker/containerd/daemon",
+        "/run/libpod",
+    }
+    assert [p.node_path for p in configs.start_markers] == ["/run/crio/version"]
+    assert [p.node_path for p in configs.netns_dirs] == ["/run/netns"]
+    roots = located(configs, PathKind.PERSISTENT_ROOT)
+    assert "/var/lib/rancher/rke2/agent/containerd" in roots
+    assert all(p.path.startswith(str(tmp_path) + "/") for p in configs.all_paths)
+
+
+def test_containerd_v2_imports_merge_breadth_first_later_files_winning(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "/etc/containerd/config.toml",
+        'version = 2\nstate = "/run/main-state"\n'
+        'imports = ["conf.d/*.toml", "/etc/containerd/last.toml"]\n'
+        '[grpc]\naddress = "/run/main.sock"\n',
+    )
+    # A relative import names a file beside the one importing it, a glob too.
+    write(
+        tmp_path,
+        "/etc/containerd/conf.d/10-a.toml",
+        'version = 2\nroot = "/data/a"\nimports = ["../nested.toml"]\n',
+    )
+    write(
+        tmp_path,
+        "/etc/containerd/conf.d/20-b.toml",
+        'version = 2\nroot = "/data/b"\nstate = ""\n[grpc]\naddress = "/var/run/b.sock"\n',
+    )
+    write(tmp_path, "/etc/containerd/conf.d/30-c.conf", "not TOML, and no *.toml either")
+    write(tmp_path, "/etc/containerd/last.toml", 'state = "/run/last-state"\n')
+    # Imported by 10-a, so queued after last.toml: loaded last, it wins.
+    write(tmp_path, "/etc/containerd/nested.toml", 'root = "/data/nested"\n')
+
+    configs = config.load(str(tmp_path))
+
+    assert configs.warnings == ()
+    etc = tmp_path / "etc/containerd"
+    load_order = ("config.toml", "conf.d/10-a.toml", "conf.d/20-b.toml", "last.toml", "nested.toml")
+    assert configs.files_read == tuple(str(etc / name) for name in load_order)
+    state = located(configs, PathKind.TASK_STATE, Runtime.CONTAINERD)
+    # An empty string does not override, as in containerd's merge.
+    assert state["/run/last-state"].source == f"{etc / 'last.toml'}: state"
+    assert state["/run/last-state"].in_effect
+    assert "/run/main-state" not in state
+    # The default stays watched: a containerd started before the edit still uses it.
+    assert not state["/run/containerd"].in_effect
+    sockets = located(configs, PathKind.SOCKET, Runtime.CONTAINERD)
+    assert sockets["/run/b.sock"].source == f"{etc / 'conf.d/20-b.toml'}: [grpc] address"
+    assert sockets["/run/b.sock"].path == str(tmp_path / "run/b.sock")
+    roots = located(configs, PathKind.PERSISTENT_ROOT, Runtime.CONTAINERD)
+    assert roots["/data/nested"].in_effect
+    assert roots["/data/nested"].source == f"{etc / 'nested.toml'}: root"
+
+
+def test_containerd_v3_keys_and_the_v4_grpc_plugin(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "/etc/containerd/config.toml",
+        'version = 3\nroot = "/srv/containerd"\nimports = ["v4.toml"]\n'
+        '[grpc]\naddress = "/run/v3.sock"\n'
+        '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]\n'
+        'Root = "/run/my-runc"\n',
+    )
+    write(
+        tmp_path,
+        "/etc/containerd/v4.toml",
+        "version = 4\n"
+        '[grpc]\naddress = "/run/legacy.sock"\n'
+        '[plugins."io.containerd.server.v1.grpc"]\naddress = "/run/v4.sock"\n',
+    )
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    v4 = tmp_path / "etc/containerd/v4.toml"
+    assert in_effect(configs, PathKind.SOCKET, Runtime.CONTAINERD) == ["/run/v4.sock"]
+    sockets = located(configs, PathKind.SOCKET, Runtime.CONTAINERD)
+    assert sockets["/run/v4.sock"].source == (
+        f'{v4}: [plugins."io.containerd.server.v1.grpc"] address'
+    )
+    runc = located(configs, PathKind.NAMESPACED_OCI_ROOT, Runtime.CONTAINERD)
+    assert set(runc) == {"/run/containerd/runc", "/run/my-runc"}
+    assert in_effect(configs, PathKind.PERSISTENT_ROOT, Runtime.CONTAINERD) == ["/srv/containerd"]
+
+
+def test_import_loops_load_each_file_once_and_missing_imports_warn(tmp_path: Path) -> None:
+    write(tmp_path, "/etc/containerd/config.toml", 'imports = ["a.toml", "gone.toml"]\n')
+    write(tmp_path, "/etc/containerd/a.toml", 'imports = ["config.toml"]\nstate = "/run/a"\n')
+    configs = config.load(str(tmp_path))
+    assert len(configs.files_read) == 2
+    gone = tmp_path / "etc/containerd/gone.toml"
+    assert configs.warnings == (f"{gone}: does not exist",)
+    assert in_effect(configs, PathKind.TASK_STATE, Runtime.CONTAINERD) == ["/run/a"]
+
+
+def test_k3s_flags_win_over_its_generated_config_which_stays_watched(tmp_path: Path) -> None:
+    k3s = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+    write(tmp_path, k3s, 'version = 2\nstate = "/run/k3s/elsewhere"\n')
+    rke2 = "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"
+    write(tmp_path, rke2, 'version = 3\n[grpc]\naddress = "/run/rke2.sock"\n')
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    state = located(configs, PathKind.TASK_STATE)
+    assert state["/run/k3s/containerd"].in_effect
+    assert state["/run/k3s/containerd"].runtime == Runtime.K3S
+    assert not state["/run/k3s/elsewhere"].in_effect
+    assert "--state" in state["/run/k3s/elsewhere"].source
+    sockets = located(configs, PathKind.SOCKET)
+    assert sockets["/run/k3s/containerd/containerd.sock"].in_effect
+    assert sockets["/run/rke2.sock"].runtime == Runtime.RKE2
+    assert sockets["/run/rke2.sock"].source.startswith(f"{tmp_path / rke2.lstrip('/')}: ")
+    assert not sockets["/run/rke2.sock"].in_effect
+
+
+def test_crio_drop_ins_in_name_order_later_values_winning(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "/etc/crio/crio.conf",
+        '[crio]\nrunroot = "/var/run/containers/main"\n'
+        '[crio.api]\nlisten = "/var/run/crio/main.sock"\n',
+    )
+    write(tmp_path, "/etc/crio/crio.conf.d/20-b.conf", '[crio.api]\nlisten = "/run/crio/b.sock"\n')
+    write(tmp_path, "/etc/crio/crio.conf.d/10-a.conf", '[crio.api]\nlisten = "/run/crio/a.sock"\n')
+    # CRI-O walks the whole dir: a subdir's files come at the subdir's place in name order,
+    # and a file is read whatever its name.
+    write(
+        tmp_path,
+        "/etc/crio/crio.conf.d/15-sub/x.toml",
+        '[crio]\nversion_file = "/var/run/crio/v"\n'
+        '[crio.runtime]\nnamespaces_dir = "/var/run/pins"\n'
+        '[crio.runtime.runtimes.kata]\nruntime_root = "/run/kata"\n',
+    )
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    drop_ins = tmp_path / "etc/crio/crio.conf.d"
+    assert configs.files_read == (
+        str(tmp_path / "etc/crio/crio.conf"),
+        str(drop_ins / "10-a.conf"),
+        str(drop_ins / "15-sub/x.toml"),
+        str(drop_ins / "20-b.conf"),
+    )
+    sockets = located(configs, PathKind.SOCKET, Runtime.CRIO)
+    assert in_effect(configs, PathKind.SOCKET, Runtime.CRIO) == ["/run/crio/b.sock"]
+    assert sockets["/run/crio/b.sock"].source == f"{drop_ins / '20-b.conf'}: [crio.api] listen"
+    # /var/run is taken as /run, inside the root.
+    runroot = located(configs, PathKind.STORAGE_RUNROOT, Runtime.CRIO)["/run/containers/main"]
+    assert runroot.path == str(tmp_path / "run/containers/main")
+    assert runroot.source == f"{tmp_path / 'etc/crio/crio.conf'}: [crio] runroot"
+    assert in_effect(configs, PathKind.START_MARKER, Runtime.CRIO) == ["/run/crio/v"]
+    assert in_effect(configs, PathKind.NETNS_DIR, Runtime.CRIO) == ["/run/pins/netns"]
+    assert "/run/kata" in located(configs, PathKind.OCI_ROOT, Runtime.CRIO)
+
+
+def test_storage_conf_gives_crio_and_podman_their_run_root(tmp_path: Path) -> None:
+    write(tmp_path, "/usr/share/containers/storage.conf", '[storage]\nrunroot = "/run/vendor"\n')
+    configs = config.load(str(tmp_path))
+    assert in_effect(configs, PathKind.STORAGE_RUNROOT, Runtime.CRIO) == ["/run/vendor"]
+
+    # /etc/containers/storage.conf, when it exists, replaces the vendor file.
+    write(
+        tmp_path,
+        "/etc/containers/storage.conf",
+        '[storage]\ndriver = "overlay"\nrunroot = "/var/run/admin"\ngraphroot = "/srv/graph"\n',
+    )
+    configs = config.load(str(tmp_path))
+    runroot = located(configs, PathKind.STORAGE_RUNROOT)["/run/admin"]
+    assert runroot.source == f"{tmp_path / 'etc/containers/storage.conf'}: [storage] runroot"
+    assert "/run/vendor" not in located(configs, PathKind.STORAGE_RUNROOT)
+    assert "/srv/graph" in in_effect(configs, PathKind.PERSISTENT_ROOT, Runtime.CRIO)
+
+
+def test_a_config_symlinked_out_of_the_root_is_not_followed(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    outside = write(tmp_path, "/outside/config.toml", 'state = "/run/from-outside"\n')
+    # An absolute target is the node's own path: here one that does not exist in the node.
+    (node / "etc/containerd").mkdir(parents=True)
+    (node / "etc/containerd/config.toml").symlink_to(outside)
+    # A relative target that climbs above the root.
+    (node / "etc/crio").mkdir(parents=True)
+    (node / "etc/crio/crio.conf").symlink_to("../../../outside/config.toml")
+    configs = config.load(str(node))
+    assert configs.files_read == ()
+    assert len(configs.warnings) == 2
+    containerd_warning, crio_warning = configs.warnings
+    assert containerd_warning.startswith(
+        f"{node / 'etc/containerd/config.toml'}: a symlink whose target does not exist inside"
+    )
+    assert crio_warning == (
+        f"{node / 'etc/crio/crio.conf'}: a symlink that leads out of {node}; not read"
+    )
+    assert "/run/from-outside" not in located(configs, PathKind.TASK_STATE)
+
+
+def test_a_config_symlinked_inside_the_root_is_read_as_the_node_sees_it(tmp_path: Path) -> None:
+    write(tmp_path, "/srv/real.toml", 'state = "/run/real"\n')
+    (tmp_path / "etc/containerd").mkdir(parents=True)
+    # Absolute, as the node names it: resolved under the root, not on this machine.
+    (tmp_path / "etc/containerd/config.toml").symlink_to("/srv/real.toml")
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    assert in_effect(configs, PathKind.TASK_STATE, Runtime.CONTAINERD) == ["/run/real"]
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda p: p.write_text("state = \n"), "not valid TOML"),
+        (lambda p: p.write_bytes(b'state = "\xff"\n'), "not UTF-8"),
+        (lambda p: p.mkdir(), "not a regular file"),
+        (os.mkfifo, "not a regular file"),
+        (lambda p: p.write_bytes(b"# " + b"x" * (2 << 20) + b"\n"), "larger than 1048576 bytes"),
+        (lambda p: p.write_text("state = 5\n"), "state is not a string; ignored"),
+        (lambda p: p.write_text('[crio]\nstate = "x"\n'), None),
+    ],
+    ids=["invalid", "not-utf8", "directory", "fifo", "2-MiB", "not-a-string", "unknown-key"],
+)
+def test_an_unusable_config_is_a_warning_naming_it_and_the_defaults(
+    tmp_path: Path, make: Callable[[Path], object], reason: str | None
+) -> None:
+    path = tmp_path / "etc/containerd/config.toml"
+    path.parent.mkdir(parents=True)
+    make(path)
+    configs = config.load(str(tmp_path))
+    if reason is None:
+        assert configs.warnings == ()
+    else:
+        assert len(configs.warnings) == 1
+        assert configs.warnings[0].startswith(f"{path}: ")
+        assert reason in configs.warnings[0]
+    assert in_effect(configs, PathKind.TASK_STATE, Runtime.CONTAINERD) == ["/run/containerd"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 11), reason="tomllib is in the standard library")
+def test_without_tomli_a_config_is_a_warning_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tomli", None)  # what an absent package does to import
+    path = write(tmp_path, "/etc/containerd/config.toml", 'state = "/run/x"\n')
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == (f"{path}: not read: TOML needs the tomli package before 3.11",)
+    assert in_effect(configs, PathKind.TASK_STATE, Runtime.CONTAINERD) == ["/run/containerd"]
+
+
+def test_a_bad_import_pattern_is_a_warning(tmp_path: Path) -> None:
+    path = write(tmp_path, "/etc/containerd/config.toml", 'imports = ["/etc/*[.toml"]\n')
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == (f"{path}: imports: bad pattern '/etc/*[.toml'",)
+
+
+def test_node_paths_are_canonical_with_var_run_taken_as_run() -> None:
+    assert canonical("/var/run/crio/crio.sock") == "/run/crio/crio.sock"
+    assert canonical("var/run") == "/run"
+    assert canonical("/var/runner/x") == "/var/runner/x"
+    assert canonical("//run/../../etc/x") == "/etc/x"
+
+
+def test_globs_follow_go_filepath_match(tmp_path: Path) -> None:
+    for name in ("b.toml", "a.toml", ".hidden.toml", "c.txt", "Z.toml"):
+        write(tmp_path, f"/d/{name}", "")
+    # Go's * matches a leading dot too; matches come in byte order.
+    assert glob_inside(str(tmp_path), "/d/*.toml") == [
+        "/d/.hidden.toml",
+        "/d/Z.toml",
+        "/d/a.toml",
+        "/d/b.toml",
+    ]
+    assert glob_inside(str(tmp_path), "/d/[^a-b].toml") == ["/d/Z.toml"]
+    assert glob_inside(str(tmp_path), "/*/a.toml") == ["/d/a.toml"]
+    assert glob_inside(str(tmp_path), "/nowhere/*") == []
+    for bad in ("[]", "[^]", "a[", "[a-", "\\"):
+        with pytest.raises(BadPattern):
+            go_pattern(bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.text("ab-_0", min_size=1, max_size=4), st.sampled_from(["", "x", "y", "z"])),
+        max_size=6,
+        unique_by=lambda file: file[0],
+    ),
+    st.sampled_from(["", "main"]),
+)
+def test_containerd_takes_the_last_non_empty_state_of_its_imports_in_glob_order(
+    imports: list[tuple[str, str]], main_state: str
+) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        write(
+            Path(root),
+            "/etc/containerd/config.toml",
+            f'state = "{main_state and "/run/" + main_state}"\nimports = ["conf.d/*.toml"]\n',
+        )
+        for name, state in imports:
+            value = state and f"/run/{state}"
+            write(Path(root), f"/etc/containerd/conf.d/{name}.toml", f'state = "{value}"\n')
+        configs = config.load(root)
+    ordered = [state for _, state in sorted(imports, key=lambda file: f"{file[0]}.toml".encode())]
+    expected = next((s for s in reversed([main_state, *ordered]) if s), "containerd")
+    assert in_effect(configs, PathKind.TASK_STATE, Runtime.CONTAINERD) == [f"/run/{expected}"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.dictionaries(
+        st.text("abc09-", min_size=1, max_size=4), st.sampled_from(["", "p", "q"]), max_size=6
+    )
+)
+def test_crio_takes_the_listen_of_the_drop_in_last_in_name_order(drop_ins: dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        for name, listen in drop_ins.items():
+            body = f'[crio.api]\nlisten = "/run/{listen}.sock"\n' if listen else "[crio]\n"
+            write(Path(root), f"/etc/crio/crio.conf.d/{name}.conf", body)
+        configs = config.load(root)
+    by_file_name = sorted(drop_ins, key=lambda name: f"{name}.conf".encode())
+    ordered = [drop_ins[name] for name in by_file_name if drop_ins[name]]
+    expected = f"/run/{ordered[-1]}.sock" if ordered else "/run/crio/crio.sock"
+    assert in_effect(configs, PathKind.SOCKET, Runtime.CRIO) == [expected]

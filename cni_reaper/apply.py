@@ -7,14 +7,14 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from cni_reaper import content
 from cni_reaper.host_local import Releases
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action, PlannedEntry
-from cni_reaper.plugin import PluginError, PluginRunner
+from cni_reaper.plugin import PluginDirs, PluginError, PluginRunner
 from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, delete
 
@@ -22,7 +22,7 @@ from cni_reaper.replay import Attachment, DelOutcome, delete
 class Executor(NamedTuple):
     results_fd: int
     runner: PluginRunner
-    bin_dirs: Sequence[str]
+    plugin_dirs: PluginDirs  # vetted once for the run: the only dirs in CNI_PATH
     plugin_timeout: float
     quarantine: Quarantine
     clock_now: float
@@ -163,7 +163,7 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
     network = planned.netlist.name
     held = ex.releases.held_by(network, split.container_id, split.ifname)
     outcome = delete(
-        planned.netlist, attachment, ex.runner, ex.bin_dirs, ex.plugin_timeout, ex.inherited_env
+        planned.netlist, attachment, ex.runner, ex.plugin_dirs, ex.plugin_timeout, ex.inherited_env
     )
     if not outcome.ok or not held:
         return outcome

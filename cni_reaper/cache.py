@@ -7,6 +7,7 @@ that descriptor, so nothing outside it is ever read and no FIFO is ever opened.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import stat
@@ -224,3 +225,25 @@ def _split(
     if identity is not None and identity.network:
         networks = set(networks) | {identity.network}
     return split_name(name, networks)
+
+
+def cached_netns(dir_fd: int, container_id: str) -> set[str]:
+    """The network namespaces the whole entries of a container name: libcni from 1.2 on caches
+    each attachment's netns. Read only when some namespace is still mounted, so rarely."""
+    found = set()
+    for name in os.listdir(dir_fd):
+        if f"-{container_id}-" not in name:
+            continue
+        try:
+            fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            try:
+                doc = json.loads(f.read(content.MAX_ENTRY_BYTES))
+            except (ValueError, RecursionError, OSError):
+                continue
+        netns = doc.get("netns") if isinstance(doc, dict) else None
+        if isinstance(netns, str) and netns:
+            found.add(netns)
+    return found

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cni_reaper import (
     __version__,
@@ -20,7 +19,6 @@ from cni_reaper import (
     netconf,
     outcome,
     pre_runtime,
-    runtime,
     shutdown_marker,
 )
 from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
@@ -37,8 +35,12 @@ from cni_reaper.journal import (
 from cni_reaper.lock import RunLock
 from cni_reaper.notify import Notifier
 from cni_reaper.paths import NodePaths
-from cni_reaper.plan import held_until, plan_entry
+from cni_reaper.plan import PlannedEntry, Planner, held_until
+from cni_reaper.plugin import PluginDirs, vet_plugin_dirs
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
+from cni_reaper.runtime import config as runtime_config
+from cni_reaper.runtime import liveness
+from cni_reaper.runtime.node_root import canonical as node_path
 
 if TYPE_CHECKING:
     from cni_reaper.plugin import PluginRunner
@@ -238,6 +240,27 @@ def exit_code_for(error: BaseException) -> ExitCode:
     return ExitCode.INTERNAL
 
 
+class _Run(NamedTuple):
+    """One run's inputs, from argv and the node, taken once."""
+
+    args: argparse.Namespace
+    paths: NodePaths
+    clock: boot.Clock
+    runner: PluginRunner | None
+    configs: netconf.NetworkConfigs
+    runtimes: runtime_config.RuntimeConfigs
+    plugin_dirs: PluginDirs
+    warnings: list[str]
+    events: EventLog
+    notifier: Notifier
+    writer: ReportWriter | None
+    made: list[Report]  # the report, once the run has one
+
+    def runtime_started(self) -> list[str]:
+        """What /run and /proc say of a runtime having started in this boot."""
+        return liveness.started_this_boot(self.paths.root, self.runtimes)
+
+
 def _run(
     args: argparse.Namespace,
     paths: NodePaths,
@@ -252,22 +275,34 @@ def _run(
     notifier = Notifier(env)
     notifier.status(f"scanning {paths.results_dir}")
     warnings: list[str] = []
-    runtime_socket = runtime.answering_socket(paths.runtime_sockets)
-    if runtime_socket:
+    runtimes = runtime_config.load(paths.root)
+    warnings.extend(runtimes.warnings)
+    running = _runtime_running(paths.root, runtimes)
+    if running:
         if not (args.force or args.dry_run):
             raise RefusedError(
-                f"a container runtime answers on {runtime_socket}: stop it first, or use --force"
+                f"a container runtime is running ({running}): stop it first, or use --force"
             )
-        warnings.append(f"a container runtime answers on {runtime_socket}")
+        warnings.append(f"a container runtime is running ({running})")
     configs = netconf.load_conf_dirs(paths.conf_dirs)
-
-    def pipeline() -> Report:
-        return _pipeline(
-            args, paths, clock, runner, configs, warnings, events, notifier, writer, made
-        )
-
+    plugin_dirs = vet_plugin_dirs(paths.bin_dirs)
+    warnings.extend(plugin_dirs.problems)
+    run = _Run(
+        args,
+        paths,
+        clock,
+        runner,
+        configs,
+        runtimes,
+        plugin_dirs,
+        warnings,
+        events,
+        notifier,
+        writer,
+        made,
+    )
     if args.dry_run:
-        report = pipeline()  # runs no plugin, so has no need to be confined
+        report = _pipeline(run)  # runs no plugin, so has no need to be confined
     else:
         with RunLock(paths.lock_file), _from_root_dir():
             if confine.needs_confinement(paths.root):
@@ -284,9 +319,11 @@ def _run(
                         *paths.bin_dirs,
                     ),
                 )
-                report = confine.run_confined(paths.root, binds, pipeline, on_note=warnings.append)
+                report = confine.run_confined(
+                    paths.root, binds, lambda: _pipeline(run), on_note=warnings.append
+                )
             else:
-                report = pipeline()
+                report = _pipeline(run)
     report.finish()
     summary = summary_fields(report)
     events.emit(summary)
@@ -296,6 +333,21 @@ def _run(
 
         metrics.write(args.metrics_file, metrics.render(report, started, time.time()))
     return report.exit_code
+
+
+def _runtime_running(root: str, runtimes: runtime_config.RuntimeConfigs) -> str | None:
+    """A runtime that answers on a socket its config names, or whose process runs on this
+    root: either may be setting up a pod right now."""
+    socket = liveness.answering_socket(s.path for s in runtimes.sockets)
+    if socket:
+        return f"it answers on {socket}"
+    try:
+        processes = liveness.runtime_processes(root)
+    except (liveness.EvidenceUnreadable, OSError) as e:
+        return f"cannot tell which runtimes run: {e}"
+    if processes:
+        return "; ".join(p.describe() for p in processes[:3])
+    return None
 
 
 @contextlib.contextmanager
@@ -315,43 +367,30 @@ def _from_root_dir() -> Iterator[None]:
             os.close(caller)
 
 
-def _runtime_started(paths: NodePaths) -> Callable[[], list[str]]:
-    """What /run and /proc say of a runtime having started in this boot."""
-
-    def look() -> list[str]:
-        return [
-            f"{path} exists"
-            for path in (
-                os.path.join(paths.run_dir, "containerd"),
-                os.path.join(paths.run_dir, "k3s/containerd"),
-                os.path.join(paths.run_dir, "crio"),
-            )
-            if os.path.lexists(path)
-        ]
-
-    return look
+def _live_containers(run: _Run) -> frozenset[str] | str:
+    try:
+        return liveness.live_container_ids(run.paths.root, run.runtimes)
+    except (liveness.EvidenceUnreadable, OSError) as e:
+        return str(e)
 
 
-def _pipeline(
-    args: argparse.Namespace,
-    paths: NodePaths,
-    clock: boot.Clock,
-    runner: PluginRunner | None,
-    configs: netconf.NetworkConfigs,
-    warnings: list[str],
-    events: EventLog,
-    notifier: Notifier,
-    writer: ReportWriter | None,
-    made: list[Report],
-) -> Report:
+def _pinned_netns(run: _Run) -> frozenset[str] | str:
+    try:
+        netns_dirs = [d.node_path for d in run.runtimes.netns_dirs] or liveness.DEFAULT_NETNS_DIRS
+        return liveness.netns_pins(run.paths.root, netns_dirs=netns_dirs)
+    except (liveness.EvidenceUnreadable, OSError) as e:
+        return str(e)
+
+
+def _pipeline(run: _Run) -> Report:
+    args, paths, warnings, events = run.args, run.paths, run.warnings, run.events
     boot_id = boot.read_boot_id(paths.boot_id)
     loaded, record_problem = pre_runtime.load(paths.run_dir, boot_id) if boot_id else (None, None)
-    boot_ctx = boot.load(paths, clock, first=loaded.first if loaded is not None else None)
+    boot_ctx = boot.load(paths, run.clock, first=loaded.first if loaded is not None else None)
     if record_problem:
         warnings.append(record_problem)
-    runtime_started = _runtime_started(paths)
     proof = pre_runtime.establish(
-        boot_ctx.boot_id, boot_ctx.now, boot_ctx.first, loaded, record_problem, runtime_started
+        boot_ctx.boot_id, boot_ctx.now, boot_ctx.first, loaded, record_problem, run.runtime_started
     )
     if not args.dry_run and boot_ctx.boot_id and boot_ctx.shutdown is not None:
         try:
@@ -360,17 +399,17 @@ def _pipeline(
             # Boot evidence for the next run; the repair itself does not depend on it.
             warnings.append(f"cannot record this boot's evidence in {paths.state_dir}: {e}")
     warnings.extend(boot_ctx.warnings)
-    warnings.extend(f"config skipped: {p}" for p in configs.problems)
-    report = Report(boot_ctx, args.dry_run, paths.results_dir, warnings, writer, proof)
-    made.append(report)
-    stores = list(host_local.stores(configs, paths.root))
+    warnings.extend(f"config skipped: {p}" for p in run.configs.problems)
+    report = Report(boot_ctx, args.dry_run, paths.results_dir, warnings, run.writer, proof)
+    run.made.append(report)
+    stores = list(host_local.stores(run.configs, paths.root))
 
     def ready() -> str | None:
         """Once the whole plan is made, before anything changes: the pre-runtime record
         completed (the host-local stores too), checked and kept for later runs."""
         for _, store in stores:
             pre_runtime.record_dir(proof, store)
-        veto = pre_runtime.confirm(proof, runtime_started)
+        veto = pre_runtime.confirm(proof, run.runtime_started)
         if veto is None and not args.dry_run:
             try:
                 pre_runtime.save(paths.run_dir, proof)
@@ -390,18 +429,26 @@ def _pipeline(
     quarantine = None
     try:
         proof.open_dir(paths.results_dir, os.fstat(results_fd))
-        entries = cache.inventory(results_fd, configs.networks.keys())
-        plan = held_until(
-            map(
-                plan_entry,
-                entries,
-                itertools.repeat(boot_ctx),
-                itertools.repeat(configs),
-                itertools.repeat(proof),
-                itertools.repeat(paths.results_dir),
-            ),
-            ready,
+        planner = Planner(
+            boot_ctx, run.configs, proof, paths.results_dir, run.plugin_dirs, _live_containers(run)
         )
+        pins = _pinned_netns(run)
+
+        def alive(planned: PlannedEntry) -> str | None:
+            """A namespace still mounted that a whole entry of the container names (libcni
+            1.2 on caches it): the whole plan is known by now, every sibling entry with it."""
+            if isinstance(pins, str):
+                return f"cannot tell which network namespaces are mounted: {pins}"
+            split = planned.entry.split
+            if not pins or split is None:
+                return None
+            for netns in cache.cached_netns(results_fd, split.container_id):
+                if node_path(netns) in pins:
+                    return f"its network namespace {netns} is still mounted"
+            return None
+
+        entries = cache.inventory(results_fd, run.configs.networks.keys())
+        plan = held_until(map(planner, entries), ready, alive)
         if args.dry_run:
             results = outcome.dry_run(plan)
         else:
@@ -414,8 +461,8 @@ def _pipeline(
             quarantine = Quarantine(paths.quarantine_dir, boot_ctx.boot_id)
             executor = apply.Executor(
                 results_fd=results_fd,
-                runner=runner or ProcessRunner(),
-                bin_dirs=paths.bin_dirs,
+                runner=run.runner or ProcessRunner(),
+                plugin_dirs=run.plugin_dirs,
                 plugin_timeout=args.plugin_timeout,
                 quarantine=quarantine,
                 clock_now=boot_ctx.now,
@@ -424,13 +471,13 @@ def _pipeline(
                 releases=host_local.Releases(stores),
             )
             results = apply.execute(plan, executor)
-        log_kept, dry_run, notify = args.verbose, args.dry_run, notifier.enabled
+        log_kept, dry_run, notify = args.verbose, args.dry_run, run.notifier.enabled
         for result in results:
             report.add(result)
             if log_kept or event_of(result) is not Event.KEPT:
                 events.emit(entry_fields(result, dry_run))
             if notify and result.planned.action.changes_things:
-                notifier.status(f"{result.outcome.value}: {result.planned.entry.name}")
+                run.notifier.status(f"{result.outcome.value}: {result.planned.entry.name}")
     finally:
         if quarantine is not None:
             quarantine.close()

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from cni_reaper.netconf import NetworkList
 
     # Only real runs replay DEL; a dry run never loads the plugin machinery.
-    from cni_reaper.plugin import PluginError
+    from cni_reaper.plugin import ChainResolution, PluginError
     from cni_reaper.replay import DelOutcome
 
 
@@ -98,29 +98,34 @@ class EntryResult(NamedTuple):
                 f'"plugins_run":{_quote(del_outcome.plugins_run)},'
                 f'"released":{_quote(del_outcome.released)},"ok":{ok}}}'
             )
-        return _del_config(planned.netlist, planned.config_problem) + ran
+        return _del_config(planned.netlist, planned.config_problem, planned.chain) + ran
 
 
-_DEL_CONFIGS: dict[tuple[int, str | None], tuple[NetworkList | None, str]] = {}
+_DEL_CONFIGS: dict[
+    tuple[int, int, str | None], tuple[NetworkList | None, ChainResolution | None, str]
+] = {}
 
 
-def _del_config(netlist: NetworkList | None, problem: str | None) -> str:
+def _del_config(
+    netlist: NetworkList | None, problem: str | None, chain: ChainResolution | None
+) -> str:
     """The opening of an entry's "del" object, up to what ran: the same for every file of a
     network, and quoting its config anew for each cost as much as the rest of the entry. Kept
-    by the config's identity, with the config itself, so that no other config reuses it."""
-    key = (id(netlist), problem)
+    by the identity of the config and its chain, with both, so that no other reuses it."""
+    key = (id(netlist), id(chain), problem)
     cached = _DEL_CONFIGS.get(key)
-    if cached is not None and cached[0] is netlist:
-        return cached[1]
+    if cached is not None and cached[0] is netlist and cached[1] is chain:
+        return cached[2]
     config = {
         "config": netlist.source if netlist else None,
         "config_problem": problem,
         "plugins": list(reversed(netlist.plugin_types)) if netlist else [],
+        "chain": chain.to_json()["plugins"] if chain is not None else [],
     }
     text = _quote(config)[:-1] + ","
     if len(_DEL_CONFIGS) >= 256:
         _DEL_CONFIGS.clear()
-    _DEL_CONFIGS[key] = (netlist, text)
+    _DEL_CONFIGS[key] = (netlist, chain, text)
     return text
 
 

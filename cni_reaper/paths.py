@@ -11,7 +11,6 @@ DEFAULT_CONF_DIRS = ("etc/cni/net.d",)
 DEFAULT_BIN_DIRS = ("opt/cni/bin", "usr/lib/cni", "usr/libexec/cni")
 DEFAULT_WTMP = "var/log/wtmp"
 DEFAULT_STATE_DIR = "var/lib/cni-reaper"
-RUNTIME_SOCKETS = ("run/containerd/containerd.sock", "run/crio/crio.sock")
 
 
 class NodePaths(NamedTuple):
@@ -24,7 +23,6 @@ class NodePaths(NamedTuple):
     proc_stat: str
     boot_id: str
     run_dir: str
-    runtime_sockets: tuple[str, ...]
 
     @property
     def results_dir(self) -> str:
@@ -78,5 +76,4 @@ class NodePaths(NamedTuple):
             proc_stat=os.path.join(proc, "stat"),
             boot_id=os.path.join(proc, "sys/kernel/random/boot_id"),
             run_dir=under("run"),
-            runtime_sockets=tuple(map(under, RUNTIME_SOCKETS)),
         )

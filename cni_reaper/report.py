@@ -63,7 +63,10 @@ class Report:
             if outcome is Outcome.FAILED:
                 for error in result.del_outcome.errors:
                     self.del_failures[error.plugin or "none"] += 1
-        if outcome is Outcome.FAILED:
+        if outcome is Outcome.FAILED or (
+            # A dry run says so of a DEL that will fail, as the real run would fail it.
+            outcome is Outcome.PLANNED and planned.config_problem is not None
+        ):
             self._failed = True
         elif outcome is Outcome.SKIPPED and action is not Action.KEEP:
             # Left as it is: to report, maybe in flight, or changed since the scan.
@@ -302,12 +305,15 @@ def entry_lines(result: EntryResult, verbose: bool) -> list[str]:
     if verbose or planned.action.changes_things:
         lines.append(f"    written: {planned.written.evidence}")
     if planned.action is Action.DEL_AND_QUARANTINE:
-        netlist = planned.netlist
+        netlist, chain = planned.netlist, planned.chain
         if netlist is not None:
-            order = ", ".join(reversed(netlist.plugin_types))
+            if chain is not None:
+                order = ", ".join(p.kind if p.path else f"{p.kind} (none)" for p in chain.plugins)
+            else:
+                order = ", ".join(reversed(netlist.plugin_types))
             lines.append(f"    DEL {netlist.name} from {netlist.source}: {order}")
-        elif planned.config_problem:
-            lines.append(f"    DEL impossible: {planned.config_problem}")
+        if planned.config_problem:
+            lines.append(f"    DEL will fail: {planned.config_problem}")
     lines.extend(f"    error: {error}" for error in result.plugin_errors)
     lines.extend(f"    problem: {problem}" for problem in result.problems)
     if result.quarantined_to:

@@ -288,8 +288,9 @@ def test_the_text_report_stderr_lines_and_status_show_hostile_text_escaped(
     report = assert_safe_lines(out)
     conf_path = crashed.node.conf_dir / f"60-{NETWORK}.conflist"
     assert (
-        f"    DEL {printable(NETWORK)} from {printable(str(conf_path))}: {printable(KIND)}"
-        in report
+        # The chain the DEL runs: the plugin, then the IPAM plugin it execs.
+        f"    DEL {printable(NETWORK)} from {printable(str(conf_path))}: {printable(KIND)}, "
+        "host-local" in report
     )
     assert f"{printable(NETWORK)}-{CID}-{printable(IFNAME)}: empty (0 bytes), " in out
     assert SHOWN in out  # the plugin's msg and details, as it sent them, escaped

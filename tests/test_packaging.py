@@ -15,7 +15,7 @@ import pytest
 
 from cni_reaper import __version__, wtmp
 from tests.nodetree import NodeTree
-from tests.private_node import cannot_run, tree_digest
+from tests.private_node import cannot_run, tree_digest, unshare
 
 REPO = Path(__file__).resolve().parent.parent
 # Made by packaging/debian-root.sh, which .ci/run calls before the tests: tests download nothing.
@@ -106,15 +106,38 @@ def test_installed_into_a_fresh_debian_root(deb: Path, tmp_path: Path) -> None:
 
     stage_crashed_example(root / "srv/node", "/srv/node")
     before = tree_digest(root / "srv/node")
-    dry = chroot(root, "cni-reaper", "--dry-run", "--json", "--root", "/srv/node")
+    # With a /proc of its own, as a node has: without one, nothing says no runtime runs.
+    dry = subprocess.run(
+        [
+            *unshare(pid=False),
+            "--pid",
+            "--fork",
+            f"--mount-proc={root / 'proc'}",
+            "chroot",
+            str(root),
+            "cni-reaper",
+            "--dry-run",
+            "--json",
+            "--root",
+            "/srv/node",
+        ],
+        capture_output=True,
+        text=True,
+        env=CLEAN_ENV,
+    )
 
-    assert dry.returncode == 0, dry.stderr
+    # The fresh root has no CNI plugins: the dry run says that the DELs will fail, and exits as
+    # the real run would.
+    assert dry.returncode == 73, dry.stderr
     assert tree_digest(root / "srv/node") == before
     report = json.loads(dry.stdout)
     assert report["version"] == __version__
     actions = {e["path"]: (e["action"], e["outcome"]) for e in report["entries"]}
     planned = [path for path, (_, outcome) in actions.items() if outcome == "planned"]
     assert len(planned) == 4
+    for entry in report["entries"]:
+        if entry["action"] == "del-and-quarantine":
+            assert entry["del"]["config_problem"].endswith(": no plugin dirs")
     assert {action for action, _ in actions.values()} == {
         "del-and-quarantine",
         "quarantine",

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from cni_reaper import content
+from cni_reaper.budget import Budget
 from cni_reaper.host_local import Releases
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action, PlannedEntry
@@ -28,6 +29,7 @@ class Executor(NamedTuple):
     clock_now: float
     inherited_env: Mapping[str, str]  # for the plugins, taken once per run
     releases: Releases  # what host-local holds, to check that a DEL released it
+    budget: Budget  # the run's deadline and the plugins that keep timing out
     workers: int = 1  # DEL replays at once, each of a different network
 
 
@@ -163,7 +165,13 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
     network = planned.netlist.name
     held = ex.releases.held_by(network, split.container_id, split.ifname)
     outcome = delete(
-        planned.netlist, attachment, ex.runner, ex.plugin_dirs, ex.plugin_timeout, ex.inherited_env
+        planned.netlist,
+        attachment,
+        ex.runner,
+        ex.plugin_dirs,
+        ex.plugin_timeout,
+        ex.inherited_env,
+        ex.budget,
     )
     if not outcome.ok or not held:
         return outcome

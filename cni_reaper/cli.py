@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import time
@@ -43,9 +44,12 @@ from cni_reaper.runtime import liveness
 from cni_reaper.runtime.node_root import canonical as node_path
 
 if TYPE_CHECKING:
+    from cni_reaper.budget import Budget
     from cni_reaper.plugin import PluginRunner
 
 DEFAULT_PLUGIN_TIMEOUT = 30.0
+# Well inside the unit's TimeoutStartSec (5 min): time is left to move files and report.
+DEFAULT_DEADLINE = 180.0
 # Plugins are mostly waiting on the kernel (netlink, iptables' lock): a few at once pay off
 # even on a 2-core node, and a small bound keeps a boot from being swamped.
 DEFAULT_PARALLEL = 4
@@ -129,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"kill a plugin's process group after this long (default: {DEFAULT_PLUGIN_TIMEOUT:g})",
     )
     p.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help="start no DEL after this long, and let no plugin run past it; the files are "
+        f"still quarantined and the run reports why (default: {DEFAULT_DEADLINE:g})",
+    )
+    p.add_argument(
         "--parallel",
         type=int,
         default=DEFAULT_PARALLEL,
@@ -196,8 +208,10 @@ def run(
         writer = TextWriter(sys.stdout, verbose=args.verbose)
     made: list[Report] = []  # the report, once the run has one
     try:
-        if not args.plugin_timeout > 0:
+        if not 0 < args.plugin_timeout < math.inf:
             raise UsageError("--plugin-timeout must be a positive number of seconds")
+        if not 0 < args.deadline < math.inf:
+            raise UsageError("--deadline must be a positive number of seconds")
         if args.parallel < 1:
             raise UsageError("--parallel must be at least 1")
         if args.mark_clean_shutdown:
@@ -250,6 +264,7 @@ class _Run(NamedTuple):
     configs: netconf.NetworkConfigs
     runtimes: runtime_config.RuntimeConfigs
     plugin_dirs: PluginDirs
+    budget: Budget | None  # a real run's; a dry run runs nothing to bound
     warnings: list[str]
     events: EventLog
     notifier: Notifier
@@ -272,6 +287,11 @@ def _run(
     writer: ReportWriter | None,
     made: list[Report],
 ) -> ExitCode:
+    budget = None
+    if not args.dry_run:
+        from cni_reaper.budget import Budget  # noqa: PLC0415 (threading: real runs only)
+
+        budget = Budget(args.deadline)  # counted from here: the scan takes its share
     notifier = Notifier(env)
     notifier.status(f"scanning {paths.results_dir}")
     warnings: list[str] = []
@@ -295,6 +315,7 @@ def _run(
         configs,
         runtimes,
         plugin_dirs,
+        budget,
         warnings,
         events,
         notifier,
@@ -320,7 +341,11 @@ def _run(
                     ),
                 )
                 report = confine.run_confined(
-                    paths.root, binds, lambda: _pipeline(run), on_note=warnings.append
+                    paths.root,
+                    binds,
+                    lambda: _pipeline(run),
+                    cancel=budget.cancel if budget is not None else None,
+                    on_note=warnings.append,
                 )
             else:
                 report = _pipeline(run)
@@ -458,6 +483,7 @@ def _pipeline(run: _Run) -> Report:
             from cni_reaper.quarantine import Quarantine  # noqa: PLC0415
             from cni_reaper.replay import inherited_env  # noqa: PLC0415
 
+            assert run.budget is not None  # every real run has one
             quarantine = Quarantine(paths.quarantine_dir, boot_ctx.boot_id)
             executor = apply.Executor(
                 results_fd=results_fd,
@@ -469,6 +495,7 @@ def _pipeline(run: _Run) -> Report:
                 workers=args.parallel,
                 inherited_env=inherited_env(),
                 releases=host_local.Releases(stores),
+                budget=run.budget,
             )
             results = apply.execute(plan, executor)
         log_kept, dry_run, notify = args.verbose, args.dry_run, run.notifier.enabled

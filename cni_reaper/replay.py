@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from cni_reaper import failpoint
+from cni_reaper.budget import Budget
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import (
     PluginDirs,
@@ -107,6 +108,7 @@ def delete(
     plugin_dirs: PluginDirs | Sequence[str],
     timeout: float,
     inherited: Mapping[str, str] | None = None,
+    budget: Budget | None = None,
 ) -> DelOutcome:
     """Plugins in reverse order, stopping at the first failure, as libcni does.
 
@@ -114,7 +116,8 @@ def delete(
     DEL; then every plugin the DEL would run, delegated IPAM plugins included, is resolved in
     the vetted dirs (plugin.resolve_chain), and if one cannot be, none runs: a chain cut short
     after some of its plugins ran is worse than none, and a dry run showing the resolution
-    then fails just as the real run does.
+    then fails just as the real run does. With a budget, no DEL starts past the run's deadline
+    or through a plugin that keeps timing out, and no plugin runs past the deadline.
     """
     version_problem = netlist.version_problem
     if version_problem is not None:
@@ -124,6 +127,10 @@ def delete(
     failing = chain.failing
     if failing is not None:
         return DelOutcome((), (PluginError(failing.kind, str(chain.problem)),))
+    if budget is not None:
+        refusal = budget.refusal(str(link.path) for link in chain.plugins)
+        if refusal is not None:
+            return DelOutcome((), (PluginError(chain.plugins[0].kind, refusal),))
     env = plugin_env(attachment, vetted, inherited)
     ran: list[str] = []
     for link in chain.plugins:
@@ -132,14 +139,17 @@ def delete(
         assert link.path is not None
         kind = link.kind
         stdin = plugin_stdin(netlist, netlist.plugins[link.conf_index], attachment.capability_args)
+        allowed = budget.plugin_time(timeout) if budget is not None else timeout
         failpoint.hit(BEFORE_PLUGIN)
         try:
-            run = runner.run(link.path, env, stdin, timeout)
+            run = runner.run(link.path, env, stdin, allowed)
         except OSError as e:
             return DelOutcome(tuple(ran), (PluginError(kind, f"cannot run {link.path}: {e}"),))
         failpoint.hit(AFTER_PLUGIN)
         ran.append(kind)
-        error = error_from_run(kind, run, timeout)
+        if run.timed_out and budget is not None:
+            budget.timed_out(link.path)
+        error = error_from_run(kind, run, allowed)
         if error is not None:
             return DelOutcome(tuple(ran), (error,))
     return DelOutcome(tuple(ran), ())

@@ -8,7 +8,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cni_reaper import (
@@ -177,6 +177,7 @@ def run(
     runner: PluginRunner | None = None,
     events: EventLog | None = None,
     environ: Mapping[str, str] | None = None,
+    system_state: Callable[[], str] = shutdown_marker.system_state,
 ) -> ExitCode:
     started = time.time()
     env = os.environ if environ is None else environ
@@ -218,7 +219,9 @@ def run(
             boot_id = boot.read_boot_id(paths.boot_id)
             if not boot_id:
                 raise UnsafeInputError(f"no boot id in {paths.boot_id}: cannot name this boot")
-            shutdown_marker.mark_clean_shutdown(paths, boot_id, clock())
+            why_not = shutdown_marker.mark_clean_shutdown(paths, boot_id, clock(), system_state)
+            if why_not is not None:
+                print(f"cni-reaper: no clean-shutdown marker written: {why_not}", file=sys.stderr)
             return ExitCode.OK
         return _run(args, paths, clock, runner, events, env, started, writer, made)
     except (ReaperError, KeyboardInterrupt, Exception) as e:

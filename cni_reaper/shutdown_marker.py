@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from enum import Enum
 from typing import NamedTuple
 
@@ -115,10 +116,36 @@ def _fsync_dir(directory: str) -> None:
         os.close(dir_fd)
 
 
-def mark_clean_shutdown(paths: NodePaths, boot_id: str, now: float) -> None:
-    """ExecStop: everything written before is on disk first, then the marker is."""
+def system_state() -> str:
+    """What systemd says of the system: "stopping" once a shutdown is under way (its shutdown
+    target queued), "running", "degraded", "starting" otherwise; "unknown (why)" without it."""
+    import subprocess  # noqa: PLC0415 (only the unit's ExecStop asks)
+
+    try:
+        asked = subprocess.run(
+            ["systemctl", "is-system-running"],
+            check=False,  # it exits non-zero for every state but "running"
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown ({e})"
+    return asked.stdout.strip() or f"unknown (systemctl exited {asked.returncode})"
+
+
+def mark_clean_shutdown(
+    paths: NodePaths, boot_id: str, now: float, state: Callable[[], str] = system_state
+) -> str | None:
+    """ExecStop, while the system shuts down: everything written before is on disk first, then
+    the marker is. Why no marker was written, if none was: ExecStop also runs when the unit is
+    restarted or stopped in the middle of a boot, which says nothing about how the boot ends."""
+    shown = state()
+    if shown != "stopping":
+        return f"the system is not shutting down (systemctl is-system-running: {shown})"
     os.sync()
     _write_durably(paths.state_dir, MARKER, {"boot_id": boot_id, "time": now})
+    return None
 
 
 def read(paths: NodePaths, boot_id: str) -> ShutdownEvidence:

@@ -315,8 +315,19 @@ def scenario(work: Path, dry_run_first: bool, result: dict[str, Any]) -> None:
         result["reaper_while_runtime_up"]["tree_unchanged"] = tree_digest(*watched) == before
         client.close()
         result["containerd_stop_exit"] = containerd.stop()
+        # By hand, the runtime stopped, in the boot it started in before the reaper: nothing
+        # proves which files an earlier boot wrote, so nothing is touched.
+        before = tree_digest(CACHE_DIR)  # the CNI state; the run keeps notes of its own
+        result["reaper_same_boot"] = run_reaper(node.root)
+        result["reaper_same_boot"]["tree_unchanged"] = tree_digest(CACHE_DIR) == before
+        result["reaper_same_boot"]["quarantined"] = node.quarantine.exists()
 
-        # The runtime is stopped, as it is at boot before the unit runs: cni-reaper repairs.
+        # Boot 3, with cni-reaper in its place: it runs before the runtime starts (/run is new).
+        kill_all()
+        time.sleep(1.1)
+        now = time.time()
+        node.records.append(wtmp.boot_record(now))
+        node.write_boot_world(btime=int(now) - 1, boot_id=str(uuid.uuid4()))
         if dry_run_first:
             before = tree_digest(*watched)
             result["dry_run"] = run_reaper(node.root, "--dry-run")
@@ -328,7 +339,7 @@ def scenario(work: Path, dry_run_first: bool, result: dict[str, Any]) -> None:
         )
 
         # The runtime starts on a consistent cache and tears every sandbox down.
-        client = containerd.start("boot 2, after cni-reaper")
+        client = containerd.start("boot 3, after cni-reaper")
         result["teardown"] = {pod["id"]: teardown(client, pod["id"]) for pod in pods}
         result["listed_after_teardown"] = client.list_pod_sandbox()
         client.close()

@@ -143,8 +143,24 @@ def test_without_reaper_the_runtime_is_stuck_on_the_seed_error(scenario: dict[st
 def test_reaper_refuses_while_the_runtime_answers(scenario: dict[str, Any]) -> None:
     early = scenario["reaper_while_runtime_up"]
     assert early["exit"] == 75
-    assert "a container runtime answers" in early["stderr"]
+    assert "a container runtime is running (it answers on" in early["stderr"]
     assert early["tree_unchanged"] is True
+
+
+def test_in_a_boot_the_runtime_started_in_first_nothing_is_touched(
+    scenario: dict[str, Any],
+) -> None:
+    """The runtime stopped, by hand: but it ran in this boot before any record was taken, so
+    no file is proven to be an earlier boot's; the next boot's run will repair them."""
+    run = scenario["reaper_same_boot"]
+    assert run["exit"] == 65, run["stderr"]
+    assert run["tree_unchanged"] is True
+    assert run["quarantined"] is False
+    assert run["report"]["boot"]["pre_runtime_record"]["state"] == "missing"
+    entries = {e["path"]: e for e in run["report"]["entries"]}
+    for name in damaged_files(scenario):
+        assert (entries[name]["written"], entries[name]["action"]) == ("unknown", "leave")
+        assert "a runtime has started in this boot" in entries[name]["evidence"]
 
 
 def test_reaper_replays_del_and_quarantines_what_the_crash_damaged(

@@ -49,10 +49,14 @@ class Node:
         self.run()
         self.stop()
 
-    def stop(self) -> int:
-        """The unit's ExecStop at a clean shutdown."""
+    def stop(self, system: str = "stopping") -> int:
+        """The unit's ExecStop: at a clean shutdown, systemd says the system is stopping."""
         self.clock += 60
-        code = cli.run(self.crashed.argv("--mark-clean-shutdown"), clock=lambda: self.clock)
+        code = cli.run(
+            self.crashed.argv("--mark-clean-shutdown"),
+            clock=lambda: self.clock,
+            system_state=lambda: system,
+        )
         return int(code)
 
     def marker(self) -> dict[str, Any] | None:
@@ -72,6 +76,30 @@ def test_exec_stop_writes_a_durable_marker_naming_this_boot(boots: Node) -> None
     assert node.marker() == {"boot_id": BOOT_A, "time": node.clock}
     assert (node.state / "clean-shutdown").stat().st_mode & 0o777 == 0o600
     assert sorted(os.listdir(node.state)) == ["clean-shutdown"]  # no temp file left
+
+
+@pytest.mark.parametrize("system", ["running", "degraded", "starting", "unknown (no systemd)"])
+def test_exec_stop_in_the_middle_of_a_boot_writes_no_marker(
+    boots: Node, system: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """systemctl restart cni-reaper runs ExecStop while the node goes on: its boot has not
+    ended, cleanly or not."""
+    node = boots
+    node.boot(BOOT_A, node.crashed.t0)
+    assert node.stop(system) == ExitCode.OK
+    assert node.marker() is None
+    assert f"not shutting down (systemctl is-system-running: {system})" in capsys.readouterr().err
+    # At the real shutdown later, it is written; the next boot reads the boot as clean.
+    assert node.stop() == ExitCode.OK
+    assert node.marker() == {"boot_id": BOOT_A, "time": node.clock}
+
+
+def test_the_real_systemctl_is_asked(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a system state given, systemd itself is asked: here, not shutting down."""
+    crashed.reboot()
+    assert cli.main(crashed.argv("--mark-clean-shutdown")) == ExitCode.OK
+    assert not (crashed.node.root / "var/lib/cni-reaper/clean-shutdown").exists()
+    assert "no clean-shutdown marker written" in capsys.readouterr().err
 
 
 def test_clean_shutdown_is_read_then_consumed(boots: Node) -> None:

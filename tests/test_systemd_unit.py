@@ -122,13 +122,21 @@ def test_unit_is_ordered_between_the_boot_records_and_the_runtimes() -> None:
     after = words(unit, "Unit", "After")
     for needed in ("local-fs.target", "systemd-update-utmp.service", "wtmpdb-update-boot.service"):
         assert needed in after
-    assert {"containerd.service", "crio.service", "kubelet.service"} <= set(
-        words(unit, "Unit", "Before")
-    )
+    assert {
+        "containerd.service",
+        "crio.service",
+        "cri-docker.service",
+        "kubelet.service",
+        "k3s.service",
+        "k3s-agent.service",
+        "rke2-server.service",
+        "rke2-agent.service",
+    } <= set(words(unit, "Unit", "Before"))
     assert words(unit, "Unit", "RequiresMountsFor") == ["/var/lib/cni"]
     assert unit[("Service", "Type")] == ["oneshot"]
     assert unit[("Service", "RemainAfterExit")] == ["yes"]
-    assert words(unit, "Service", "SuccessExitStatus") == ["65", "73"]
+    # A refusal (75) changed nothing and keeps the unit active: its ExecStop runs at shutdown.
+    assert words(unit, "Service", "SuccessExitStatus") == ["65", "73", "75"]
     timeout = unit[("Service", "TimeoutStartSec")][0]
     assert re.fullmatch(r"\d+(min|s)?", timeout), "a bounded start timeout"
     assert unit[("Service", "ExecStop")] == ["/usr/bin/cni-reaper --mark-clean-shutdown"]

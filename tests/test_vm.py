@@ -192,6 +192,25 @@ def test_switched_off_the_runtime_is_stuck_on_the_seed_error(
 # --- a clean reboot --------------------------------------------------------------------------
 
 
+def test_a_restart_in_the_middle_of_a_boot_writes_no_marker_and_changes_nothing(
+    clean: tuple[Node, Boot, Boot],
+) -> None:
+    _, first, _ = clean
+    restarted = first.one("restarted")
+    assert restarted["exit"] == 0, restarted["stderr"]
+    # ExecStop ran, but systemd was not stopping: no marker. The new run refused (75), which
+    # leaves the unit active, so its ExecStop still runs at the real shutdown.
+    assert restarted["marker"] is False
+    reaper = restarted["reaper"]
+    assert (reaper["ActiveState"], reaper["Result"], reaper["ExecMainStatus"]) == (
+        "active",
+        "success",
+        "75",
+    )
+    pods = first.one("pods")
+    assert (restarted["results"], restarted["reserved"]) == (pods["results"], pods["reserved"])
+
+
 def test_after_a_clean_shutdown_the_reaper_touches_nothing(
     clean: tuple[Node, Boot, Boot],
 ) -> None:

@@ -27,6 +27,7 @@ PAUSE = Path(__file__).with_name("pause.tar")
 RESULTS = Path("/var/lib/cni/results")
 STORE = Path("/var/lib/cni/networks/podnet")
 QUARANTINE = Path("/var/lib/cni-reaper/quarantine")
+MARKER = Path("/var/lib/cni-reaper/clean-shutdown")
 CGROUP_PARENT = "/vmtest-pods"
 
 
@@ -123,6 +124,20 @@ def setup_clean() -> None:
     pods: list[dict[str, Any]] = []
     run_pods(runtime, ["clean-0", "clean-1", "clean-2"], pods)
     say("pods", pods=pods, results=files(RESULTS), reserved=reserved())
+    # In the middle of the boot, an operator restarts the unit: its ExecStop runs, though the
+    # boot goes on. The runtime answers, so the new run refuses and changes nothing.
+    restart = subprocess.run(
+        ["systemctl", "restart", "cni-reaper.service"], capture_output=True, text=True
+    )
+    say(
+        "restarted",
+        exit=restart.returncode,
+        stderr=restart.stderr,
+        reaper=unit("cni-reaper.service"),
+        marker=MARKER.exists(),
+        results=files(RESULTS),
+        reserved=reserved(),
+    )
 
 
 def unit(name: str) -> dict[str, str]:

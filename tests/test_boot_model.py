@@ -1,0 +1,236 @@
+"""A model test of the first safety invariant: a file written in the current boot is never DEL'd,
+moved or released, whatever the wall clock, /proc/stat btime, wtmp, the clean-shutdown marker
+and the file times say.
+
+hypothesis draws a node's life: boots one after another, each with its own clock (true, stepped
+forward or back during the boot, started in 1970 or at a saved clock as boards without an RTC
+do, drifting), its btime and wtmp records (lying with the clock, or missing), whether the last
+boot shut down cleanly (wtmp record, marker) or crashed, whether the unit ran before the runtime
+or the runtime came first, which files the runtime wrote in the boot (new ones, rewrites of old
+ones, with any mtime), and several runs of the reaper in the boot (at boot, by hand, dry or
+real, forced or not). Every run is the real CLI on a real tree; DEL is a fake plugin that notes
+each container ID it is asked to delete. After each run: no file the current boot wrote was
+planned for a change, DEL'd, moved or released, and the report never calls it previous-boot.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+from contextlib import redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from cni_reaper import cli
+from cni_reaper.journal import EventLog
+from tests.nodetree import NodeTree
+from tests.private_node import cannot_run
+
+EXAMPLES = int(os.environ.get("CNI_REAPER_MODEL_EXAMPLES", "60"))
+REAL_NOW = 1_790_000_000.0  # the true time this node's story is told in: late 2026
+DAY = 86_400.0
+
+# What a clock may read, relative to the true time: true, an RTC ahead or behind, a board that
+# starts at 1970 or at the clock timesyncd saved a month ago.
+CLOCK_ERRORS = st.one_of(
+    st.just(0.0),
+    st.sampled_from([-REAL_NOW, -30 * DAY, -3600.0, -1.0, 1.0, 3600.0, 30 * DAY]),
+    st.floats(min_value=-REAL_NOW, max_value=365 * DAY, allow_nan=False),
+)
+CONTENTS = st.sampled_from([b"", b"\0" * 40, b'{"kind":"cniCacheV1","contai', b"garbage"])
+
+
+@st.composite
+def writes(draw: st.DrawFn) -> list[tuple[str, bytes, float]]:
+    """What the runtime writes in a boot: (new or rewrite, bytes, mtime error)."""
+    return draw(
+        st.lists(
+            st.tuples(st.sampled_from(["new", "rewrite"]), CONTENTS, CLOCK_ERRORS),
+            max_size=3,
+        )
+    )
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> list[tuple[str, float, float]]:
+    """Later runs of a boot: (kind, clock error, btime error after a step)."""
+    return draw(
+        st.lists(
+            st.tuples(st.sampled_from(["dry", "real", "forced"]), CLOCK_ERRORS, CLOCK_ERRORS),
+            min_size=1,
+            max_size=3,
+        )
+    )
+
+
+@st.composite
+def boots(draw: st.DrawFn) -> list[dict[str, Any]]:
+    return draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {
+                    "clock_error": CLOCK_ERRORS,
+                    "wtmp": st.sampled_from(["true", "lying", "none"]),
+                    "unit_first": st.booleans(),
+                    "writes": writes(),
+                    "runs": runs(),
+                    "end": st.sampled_from(["crash", "clean"]),
+                    "damage_at_crash": st.lists(CONTENTS, max_size=2),
+                }
+            ),
+            min_size=2,
+            max_size=4,
+        )
+    )
+
+
+@dataclass
+class Life:
+    """The node, and what the model knows: which boot last wrote each file."""
+
+    node: NodeTree
+    deletes: Path
+    written_in: dict[str, int] = field(default_factory=dict)
+    bytes_of: dict[str, bytes] = field(default_factory=dict)
+    next_container: int = 0
+    boot: int = 0
+    in_hypothesis: bool = False  # to say how often the checks had something to check
+
+    def write(self, name: str, data: bytes, mtime: float) -> None:
+        path = self.node.write_result(name, data)
+        os.utime(path, (mtime, mtime))
+        self.written_in[name] = self.boot
+        self.bytes_of[name] = data
+
+    def new_name(self) -> str:
+        self.next_container += 1
+        return f"m-{self.next_container:064x}-eth0"
+
+    def run(self, kind: str, clock: float) -> dict[str, Any]:
+        argv = ["--root", str(self.node.root), "--json", "--bin-dir", str(self.bin_dir)]
+        if kind == "dry":
+            argv.append("--dry-run")
+        if kind == "forced":
+            argv.append("--force")
+        out = io.StringIO()
+        with redirect_stdout(out):
+            cli.run(argv, clock=lambda: clock, events=EventLog(stream=io.StringIO()), environ={})
+        doc: dict[str, Any] = json.loads(out.getvalue())
+        return doc
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.node.root / "opt/cni/bin"
+
+    def check(self, report: dict[str, Any]) -> None:
+        """Nothing the current boot wrote was touched, or claimed for an earlier boot."""
+        current = {n for n, b in self.written_in.items() if b == self.boot}
+        for entry in report["entries"]:
+            if entry["path"] in current:
+                assert entry["written"] != "previous-boot", entry
+                assert entry["action"] not in ("del-and-quarantine", "quarantine"), entry
+        deleted = self.deletes.read_text().split() if self.deletes.exists() else []
+        if self.in_hypothesis:
+            seen = current & {e["path"] for e in report["entries"]}
+            event(f"files of this boot in the report: {bool(seen)}")
+            event(f"DELs so far: {min(len(deleted), 3)}")
+        for name in current:
+            container = name.split("-")[1]
+            assert f"{self.boot}:{container}" not in deleted, name
+            path = self.node.results / name
+            assert path.read_bytes() == self.bytes_of[name], name
+
+
+def live_a_life(base: Path, story: list[dict[str, Any]], in_hypothesis: bool = False) -> None:
+    node = NodeTree(base / "node")
+    life = Life(node, base / "deletes", in_hypothesis=in_hypothesis)
+    # DEL notes which boot asked for which container: the boot number is in the plugin's env.
+    node.fake_plugin_network("m", "note", f'echo "$BOOT:$CNI_CONTAINERID" >> "{life.deletes}"\n')
+    for index, boot in enumerate(story):
+        life.boot = index
+        os.environ["BOOT"] = str(index)  # inherited by the plugins
+        error = boot["clock_error"]
+        start = REAL_NOW + index * DAY
+        clock = start + error
+        if boot["wtmp"] != "none":
+            node.boot(clock if boot["wtmp"] == "lying" else start)
+        node.write_boot_world(btime=clock - 1, boot_id=str(uuid.uuid4()))
+        if boot["unit_first"]:
+            life.check(life.run("real", clock + 5))
+        node.runtime_starts()
+        for how, data, mtime_error in boot["writes"]:
+            old = [n for n in life.written_in if (node.results / n).exists()]
+            name = old[0] if how == "rewrite" and old else life.new_name()
+            life.write(name, data, start + 30 + mtime_error)
+        for kind, clock_error, btime_error in boot["runs"]:
+            # The clock was stepped: btime, now minus uptime, moved with it.
+            node.write_boot_world(btime=start + btime_error, boot_id=_boot_id(node))
+            life.check(life.run(kind, start + 60 + clock_error))
+        if boot["end"] == "clean":
+            node.shutdown(start + 3000 + error)
+            stopped_at = start + 3000 + error
+            cli.run(
+                ["--root", str(node.root), "--mark-clean-shutdown"],
+                clock=lambda: stopped_at,  # noqa: B023 (called here, in this iteration)
+                system_state=lambda: "stopping",
+            )
+        else:
+            present = [n for n in life.written_in if (node.results / n).exists()]
+            for name, data in zip(present, boot["damage_at_crash"]):
+                life.write(name, data, start + 3000 + error)
+
+
+def _boot_id(node: NodeTree) -> str:
+    return (node.root / "proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(story=boots())
+def test_nothing_written_in_this_boot_is_ever_touched(
+    story: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    if os.geteuid() != 0:
+        cannot_run("needs root: real runs confine their plugins to the node's root")
+    live_a_life(tmp_path_factory.mktemp("life"), story, in_hypothesis=True)
+
+
+def test_a_life_in_which_the_earlier_boots_damage_is_repaired(tmp_path: Path) -> None:
+    """The model's checks are not vacuous: in a life the invariant permits it, the next boot's
+    first run does repair what the boot before wrote."""
+    if os.geteuid() != 0:
+        cannot_run("needs root: real runs confine their plugins to the node's root")
+    story = [
+        {
+            "clock_error": 0.0,
+            "wtmp": "true",
+            "unit_first": True,
+            "writes": [("new", b"", 0.0)],
+            "runs": [("dry", 0.0, 0.0)],
+            "end": "crash",
+            "damage_at_crash": [],
+        },
+        {
+            "clock_error": -REAL_NOW,  # a board without an RTC, back in 1970
+            "wtmp": "lying",
+            "unit_first": True,
+            "writes": [],
+            "runs": [("dry", 0.0, 0.0)],
+            "end": "clean",
+            "damage_at_crash": [],
+        },
+    ]
+    live_a_life(tmp_path, story)
+    deletes = (tmp_path / "deletes").read_text().split()
+    assert deletes == [f"1:{1:064x}"]
+    assert not (tmp_path / "node/var/lib/cni/results" / f"m-{1:064x}-eth0").exists()

@@ -1,0 +1,78 @@
+"""With --json, a run that refuses or fails early still prints one schema-1 document, naming the
+error and the exit code; the message also goes to stderr, as without --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_reaper import cli
+from cni_reaper.errors import ExitCode
+from cni_reaper.lock import RunLock
+from cni_reaper.paths import NodePaths
+from tests.crashed import Crashed
+
+SCHEMA_KEYS = {"schema", "version", "dry_run", "results_dir", "boot", "warnings", "entries"}
+
+
+def one_document(out: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(out)  # one document, nothing after it
+    assert SCHEMA_KEYS | {"host_local", "error", "summary"} <= set(doc)
+    assert doc["schema"] == 1
+    assert doc["summary"]["exit_code"] == doc["error"]["exit_code"]
+    return doc
+
+
+def test_another_run_holds_the_lock(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> None:
+    crashed.reboot()
+    with RunLock(NodePaths.build(root=str(crashed.node.root)).lock_file):
+        assert crashed.run_main() == ExitCode.REFUSED
+    captured = capsys.readouterr()
+    doc = one_document(captured.out)
+    assert doc["error"]["exit_code"] == ExitCode.REFUSED
+    assert "another cni-reaper holds" in doc["error"]["message"]
+    assert "another cni-reaper holds" in captured.err
+
+
+def test_a_runtime_answers(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> None:
+    crashed.reboot()
+    sock_dir = crashed.node.root / "run/containerd"
+    sock_dir.mkdir(parents=True)
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(sock_dir / "containerd.sock"))
+        server.listen(1)
+        assert crashed.run_main() == ExitCode.REFUSED
+    doc = one_document(capsys.readouterr().out)
+    assert doc["error"]["message"].startswith("a container runtime is running (it answers on")
+    assert doc["entries"] == [] and doc["boot"] is None
+
+
+def test_the_results_dir_is_a_symlink(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (crashed.node.root / "var/lib/cni").mkdir(parents=True)
+    os.symlink(elsewhere, crashed.node.results)
+    crashed.reboot()
+    assert crashed.run_main("--dry-run") == ExitCode.DATA
+    doc = one_document(capsys.readouterr().out)
+    assert doc["error"]["exit_code"] == ExitCode.DATA
+    assert "symlink" in doc["error"]["message"]
+    # It got as far as knowing the boot: the document says what it knew.
+    assert doc["boot"]["boot_id"] == "11111111-2222-3333-4444-555555555555"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--json", "--parallel", "0"], ["--json", "--plugin-timeout", "soon"], ["--json", "--nope"]],
+)
+def test_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == ExitCode.USAGE
+    doc = one_document(capsys.readouterr().out)
+    assert doc["error"]["exit_code"] == ExitCode.USAGE

@@ -3,8 +3,9 @@
 # as a node that has just rebooted after a crash, show the dry-run plan, then repair the copy.
 #
 # The repair runs the real CNI plugins (Debian's containernetworking-plugins) in a private
-# network and mount namespace, so it needs root; the machine's own network and /var/lib/cni
-# are never touched. The shipped tree itself is never modified.
+# network namespace, and, as with any --root, confined to the tree's CNI state in a private
+# mount namespace, so it needs root; the machine's own network and /var/lib/cni are never
+# touched. The shipped tree itself is never modified.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -21,8 +22,6 @@ reaper="$venv/bin/cni-reaper"
 work=$(mktemp -d)
 node="$work/node"
 cp -r "$here/crashed-node" "$node"
-# Conf files carry the tree's own host-local store, so DEL releases IPs in the copy.
-sed -i "s|@ROOT@|$node|g" "$node"/etc/cni/net.d/*
 chmod 700 "$node/var/lib/cni/results"
 
 # The boot world: boot A shut down cleanly, boot B wrote the files above and lost power,

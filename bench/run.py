@@ -66,18 +66,23 @@ def container_id(n: int) -> str:
     return f"{n:064x}"
 
 
-def conflist(name: str, kind: str, subnet: str, data_dir: str) -> bytes:
+def conflist(name: str, kind: str, subnet: str, data_dir: str | None = None) -> bytes:
+    """A network as a node has it; data_dir names host-local's store where it is not the
+    node's default /var/lib/cni/networks."""
     main: dict[str, object] = {"type": kind, "ipMasq": True}
     if kind == "bridge":
         main.update(bridge=f"br-{name}", isGateway=True)
-    main["ipam"] = {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": data_dir}
+    ipam: dict[str, object] = {"type": "host-local", "ranges": [[{"subnet": subnet}]]}
+    if data_dir is not None:
+        ipam["dataDir"] = data_dir
+    main["ipam"] = ipam
     doc = {"cniVersion": "1.0.0", "name": name, "plugins": [main]}
     return json.dumps(doc, indent=2).encode()
 
 
 def scan_tree(root: Path, entries: int, damaged_share: float) -> NodeTree:
     node = NodeTree(root)
-    conf = conflist("podnet", "bridge", "10.88.0.0/16", str(root / "ipam"))
+    conf = conflist("podnet", "bridge", "10.88.0.0/16")
     node.write_conf("10-podnet.conflist", conf)
     node.boot(time.time() - 86400)
     results = node.results
@@ -195,12 +200,13 @@ def del_state(root: Path, attachments: int) -> tuple[NodeTree, list[Call]]:
     if root.exists():
         shutil.rmtree(root)
     node = NodeTree(root)
-    ipam = root / "ipam"
+    # The node's default store: the reaper's plugins, confined to the root, see it at
+    # /var/lib/cni/networks; the shell loop's are told where it is.
+    ipam = root / "var/lib/cni/networks"
     calls = []
     for index, (name, kind, subnet) in enumerate(NETWORKS):
-        data = conflist(name, kind, subnet, str(ipam))
-        node.write_conf(f"{10 + index}-{name}.conflist", data)
-        netlist = parse_conf_bytes(data, name, single_plugin=False)
+        node.write_conf(f"{10 + index}-{name}.conflist", conflist(name, kind, subnet))
+        netlist = parse_conf_bytes(conflist(name, kind, subnet, str(ipam)), name, False)
         store = ipam / name
         store.mkdir(parents=True)
         prefix = subnet.rsplit(".", 2)[0]

@@ -15,7 +15,6 @@ from cni_reaper import (
     __version__,
     boot,
     cache,
-    confine,
     host_local,
     netconf,
     outcome,
@@ -274,9 +273,14 @@ class _Run(NamedTuple):
     writer: ReportWriter | None
     made: list[Report]  # the report, once the run has one
 
+    # The runtime processes found as the run began: the first look uses them, later looks
+    # scan /proc again.
+    first_scan: list[list[liveness.RuntimeProcess]]
+
     def runtime_started(self) -> list[str]:
         """What /run and /proc say of a runtime having started in this boot."""
-        return liveness.started_this_boot(self.paths.root, self.runtimes)
+        processes = self.first_scan.pop() if self.first_scan else None
+        return liveness.started_this_boot(self.paths.root, self.runtimes, processes=processes)
 
 
 def _run(
@@ -300,7 +304,8 @@ def _run(
     warnings: list[str] = []
     runtimes = runtime_config.load(paths.root)
     warnings.extend(runtimes.warnings)
-    running = _runtime_running(paths.root, runtimes)
+    first_scan: list[list[liveness.RuntimeProcess]] = []
+    running = _runtime_running(paths.root, runtimes, first_scan)
     if running:
         if not (args.force or args.dry_run):
             raise RefusedError(
@@ -324,11 +329,14 @@ def _run(
         notifier,
         writer,
         made,
+        first_scan,
     )
     if args.dry_run:
         report = _pipeline(run)  # runs no plugin, so has no need to be confined
     else:
         with RunLock(paths.lock_file), _from_root_dir():
+            from cni_reaper import confine  # noqa: PLC0415 (threading: real runs only)
+
             if confine.needs_confinement(paths.root):
                 # Plugins must work on the root's CNI state, never this machine's: the whole
                 # run goes on in a thread of its own, in a mount namespace where they see it.
@@ -363,9 +371,11 @@ def _run(
     return report.exit_code
 
 
-def _runtime_running(root: str, runtimes: runtime_config.RuntimeConfigs) -> str | None:
+def _runtime_running(
+    root: str, runtimes: runtime_config.RuntimeConfigs, found: list[list[liveness.RuntimeProcess]]
+) -> str | None:
     """A runtime that answers on a socket its config names, or whose process runs on this
-    root: either may be setting up a pod right now."""
+    root: either may be setting up a pod right now. The processes go into found."""
     socket = liveness.answering_socket(s.path for s in runtimes.sockets)
     if socket:
         return f"it answers on {socket}"
@@ -373,6 +383,7 @@ def _runtime_running(root: str, runtimes: runtime_config.RuntimeConfigs) -> str 
         processes = liveness.runtime_processes(root)
     except (liveness.EvidenceUnreadable, OSError) as e:
         return f"cannot tell which runtimes run: {e}"
+    found.append(processes)
     if processes:
         return "; ".join(p.describe() for p in processes[:3])
     return None
@@ -418,7 +429,13 @@ def _pipeline(run: _Run) -> Report:
     if record_problem:
         warnings.append(record_problem)
     proof = pre_runtime.establish(
-        boot_ctx.boot_id, boot_ctx.now, boot_ctx.first, loaded, record_problem, run.runtime_started
+        boot_ctx.boot_id,
+        boot_ctx.now,
+        boot_ctx.first,
+        loaded,
+        record_problem,
+        run.runtime_started,
+        run_dir=None if args.dry_run else paths.run_dir,  # a dry run keeps no record
     )
     if not args.dry_run and boot_ctx.boot_id and boot_ctx.shutdown is not None:
         try:
@@ -440,7 +457,7 @@ def _pipeline(run: _Run) -> Report:
         veto = pre_runtime.confirm(proof, run.runtime_started)
         if veto is None and not args.dry_run:
             try:
-                pre_runtime.save(paths.run_dir, proof)
+                pre_runtime.save(proof)
             except OSError as e:
                 warnings.append(f"cannot keep this boot's pre-runtime record: {e}")
         return veto

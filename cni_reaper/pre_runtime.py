@@ -16,9 +16,10 @@ The record lies in ROOT/run/cni-reaper/pre-runtime/<boot id>, written by a real 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import NamedTuple
 
 from cni_reaper import failpoint
@@ -65,7 +66,9 @@ class Proof:
 
     One of three: a record an earlier run of this boot took (`loaded`), the record this run
     takes (`taking`: every file it finds, pending a last look that no runtime started meanwhile),
-    or none (`missing`: nothing is proven, nothing is acted on)."""
+    or none (`missing`: nothing is proven, nothing is acted on). A record being taken is
+    written out as the files are judged, not kept (a real run; a dry run keeps nothing): only
+    the dirs judged after it is saved, the host-local stores, are also kept in memory."""
 
     def __init__(
         self,
@@ -73,26 +76,31 @@ class Proof:
         record: PreRuntimeRecord | None,
         taking: bool,
         why_missing: str | None,
-        now: float,
+        writer: _RecordWriter | None = None,
     ) -> None:
         self.boot_id = boot_id
         self.record = record
         self.taking = taking
         self.why_missing = why_missing
-        self._now = now
-        self._dir_ids: dict[str, tuple[int, int] | None] = {}  # path -> (dev, ino) now
+        self._writer = writer
+        self._dir_ids: dict[str, tuple[int, int]] = {}  # path -> (dev, ino) now
 
     @classmethod
     def loaded(cls, record: PreRuntimeRecord) -> Proof:
-        return cls(record.boot_id, record, False, None, record.taken_at)
+        return cls(record.boot_id, record, False, None)
 
     @classmethod
-    def taken_now(cls, boot_id: str, now: float, first: FirstReading) -> Proof:
-        return cls(boot_id, PreRuntimeRecord(boot_id, now, first, {}), True, None, now)
+    def taken_now(
+        cls, boot_id: str, now: float, first: FirstReading, run_dir: str | None = None
+    ) -> Proof:
+        """This run takes the record; run_dir: where to keep it (None: a dry run keeps none)."""
+        record = PreRuntimeRecord(boot_id, now, first, {})
+        writer = _RecordWriter(run_dir, record) if run_dir is not None else None
+        return cls(boot_id, record, True, None, writer)
 
     @classmethod
     def missing(cls, boot_id: str, why: str) -> Proof:
-        return cls(boot_id, None, False, why, 0.0)
+        return cls(boot_id, None, False, why)
 
     @property
     def summary(self) -> str:
@@ -108,34 +116,37 @@ class Proof:
         return {
             "state": "taking" if self.taking else "loaded" if self.record else "missing",
             "taken_at": iso(self.record.taken_at) if self.record else None,
-            "files": sum(len(d.files) for d in self.record.dirs.values()) if self.record else 0,
             "why_missing": self.why_missing,
         }
 
     def open_dir(self, path: str, st: os.stat_result) -> None:
         """The directory about to be judged, as it is now (a recreated dir holds no old file)."""
         self._dir_ids[path] = (st.st_dev, st.st_ino)
-        if self.taking and self.record is not None:
-            self.record.dirs.setdefault(path, DirRecord(st.st_dev, st.st_ino, {}))
+        if self.taking and self._writer is not None:
+            self._writer.add(b"D %d %d %s\0" % (st.st_dev, st.st_ino, os.fsencode(path)))
 
     def written(
         self, directory: str, name: str, file: FileStat, by_clock: WrittenVerdict
     ) -> WrittenVerdict:
         """The verdict for a file of directory (opened with open_dir first): the record's;
         what the clocks say stays in the evidence, for people."""
-        clocks = f"clocks: {by_clock.evidence}"
+        if self.taking and directory in self._dir_ids:
+            if self._writer is not None:
+                self._writer.add(
+                    b"%d %d %d %d %s\0"
+                    % (file.inode, file.size, file.mtime_ns, file.ctime_ns, os.fsencode(name))
+                )
+            return _previous(by_clock, _FOUND + by_clock.evidence)
         if self.record is None:
             return WrittenVerdict(
                 Written.UNKNOWN,
                 f"no record of this boot's CNI state from before a runtime "
-                f"started ({self.why_missing}); {clocks}",
+                f"started ({self.why_missing}); clocks: {by_clock.evidence}",
                 by_clock.writing_boot,
                 by_clock.seconds_before_last_record,
             )
+        clocks = f"clocks: {by_clock.evidence}"
         kept = self.record.dirs.get(directory)
-        if self.taking and kept is not None:
-            kept.files[name] = Seen.of(file)
-            return _previous(by_clock, f"found by this run before any runtime started; {clocks}")
         if kept is None or (kept.device, kept.inode) != self._dir_ids.get(directory):
             why = "its directory is not the one in this boot's pre-runtime record"
             return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; {clocks}")
@@ -147,6 +158,106 @@ class Proof:
             why = "changed since this boot's pre-runtime record was taken"
             return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; {clocks}")
         return _previous(by_clock, f"unchanged since this boot's pre-runtime record; {clocks}")
+
+    def keep(self, directory: str, dir_st: os.stat_result, name: str, file: FileStat) -> None:
+        """Record a file of a dir judged only after the record is saved: written out like
+        any, and kept in memory for those later verdicts."""
+        assert self.taking and self.record is not None
+        kept = self.record.dirs.get(directory)
+        if kept is None:
+            kept = self.record.dirs[directory] = DirRecord(dir_st.st_dev, dir_st.st_ino, {})
+        kept.files[name] = Seen.of(file)
+        if self._writer is not None:
+            self._writer.add(
+                b"%d %d %d %d %s\0"
+                % (file.inode, file.size, file.mtime_ns, file.ctime_ns, os.fsencode(name))
+            )
+
+    def abandon(self, why: str) -> None:
+        """Nothing this run found is proven after all."""
+        if self._writer is not None:
+            self._writer.abandon()
+        self.record, self.taking, self.why_missing = None, False, why
+
+    def save(self) -> None:
+        """The record this run took, renamed into place; from then on, files are judged
+        against what it kept, like any later run's. Raises why it could not be kept."""
+        self.taking = False
+        if self._writer is not None:
+            self._writer.commit()
+
+
+_FOUND = "found by this run before any runtime started; clocks: "
+
+
+class _RecordWriter:
+    """The record being taken, written to a temp file in the record dir as files are judged,
+    renamed into place by commit(). A record that cannot be written is no record: later runs
+    of the boot act on nothing, and commit() raises why."""
+
+    def __init__(self, run_dir: str, record: PreRuntimeRecord) -> None:
+        self.directory = os.path.join(run_dir, RECORD_DIR)
+        self._name = record.boot_id
+        self._temp = f".{record.boot_id}.tmp"
+        self._dir_fd: int | None = None
+        self._fd: int | None = None
+        self._problem: OSError | None = None
+        numbers = (record.taken_at, *record.first)
+        shown = b" ".join(b"-" if n is None else repr(n).encode() for n in numbers)
+        self._buffer = bytearray(b"%s %s %s\0" % (_MAGIC, record.boot_id.encode(), shown))
+
+    def add(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) >= 1 << 20:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._problem is None:
+            try:
+                if self._fd is None:
+                    self._open()
+                assert self._fd is not None
+                with memoryview(self._buffer) as whole:  # released before the buffer is cleared
+                    view = whole
+                    while view:
+                        view = view[os.write(self._fd, view) :]
+                    view.release()
+            except OSError as e:
+                self._problem = e
+                self.abandon()
+        self._buffer.clear()
+
+    def _open(self) -> None:
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        self._dir_fd = os.open(self.directory, _DIR_FLAGS)
+        problem = untrusted(os.fstat(self._dir_fd))
+        if problem:
+            raise PermissionError(f"{self.directory} {problem}: no record kept there")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        self._fd = os.open(self._temp, flags, 0o600, dir_fd=self._dir_fd)
+
+    def commit(self) -> None:
+        self._flush()
+        if self._problem is not None:
+            raise self._problem
+        assert self._fd is not None and self._dir_fd is not None
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = None
+        os.rename(self._temp, self._name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
+        os.fsync(self._dir_fd)
+        os.close(self._dir_fd)
+        self._dir_fd = None
+
+    def abandon(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._dir_fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._temp, dir_fd=self._dir_fd)
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
 
 def _previous(by_clock: WrittenVerdict, evidence: str) -> WrittenVerdict:
@@ -162,9 +273,11 @@ def establish(
     loaded: PreRuntimeRecord | None,
     problem: str | None,
     runtime_started: Callable[[], list[str]],
+    run_dir: str | None = None,
 ) -> Proof:
     """The proof this run works with: this boot's record if an earlier run took it (loaded,
-    see load()), else a new one if no runtime has started yet, else none."""
+    see load()), else a new one if no runtime has started yet (kept under run_dir; a dry run,
+    with none, keeps nothing), else none."""
     if not boot_id:
         return Proof.missing(boot_id, "the boot id cannot be read, so this boot has no name")
     if loaded is not None:
@@ -176,7 +289,7 @@ def establish(
         if problem:
             why = f"{problem}, and {why}"
         return Proof.missing(boot_id, why)
-    return Proof.taken_now(boot_id, now, first or FirstReading(None, None))
+    return Proof.taken_now(boot_id, now, first or FirstReading(None, None), run_dir)
 
 
 def confirm(proof: Proof, runtime_started: Callable[[], list[str]]) -> str | None:
@@ -186,9 +299,7 @@ def confirm(proof: Proof, runtime_started: Callable[[], list[str]]) -> str | Non
         return None
     evidence = runtime_started()
     if evidence:
-        proof.record = None
-        proof.taking = False
-        proof.why_missing = f"a runtime started while this run read the CNI state ({evidence[0]})"
+        proof.abandon(f"a runtime started while this run read the CNI state ({evidence[0]})")
         return proof.why_missing
     return None
 
@@ -205,60 +316,23 @@ def record_dir(proof: Proof, path: str) -> None:
     try:
         dir_st = os.fstat(fd)
         proof.open_dir(path, dir_st)
-        assert proof.record is not None
-        files = proof.record.dirs[path].files
         for name in os.listdir(fd):
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                files[name] = Seen(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                proof.keep(path, dir_st, name, FileStat.of(st))
     finally:
         os.close(fd)
 
 
-def save(run_dir: str, proof: Proof) -> None:
-    """Write the record this run took, before the run changes anything."""
-    record = proof.record
-    if not proof.taking or record is None:
-        return
-    directory = os.path.join(run_dir, RECORD_DIR)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    dir_fd = os.open(directory, _DIR_FLAGS)
-    try:
-        problem = untrusted(os.fstat(dir_fd))
-        if problem:
-            raise PermissionError(f"{directory} {problem}: no record kept there")
-        temp = f".{record.boot_id}.tmp"
-        fd = os.open(
-            temp,
-            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=dir_fd,
-        )
-        with os.fdopen(fd, "wb") as out:
-            out.write(b"".join(_encode(record)))
-            out.flush()
-            os.fsync(out.fileno())
-        os.rename(temp, record.boot_id, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    proof.taking = False  # from now on, later files are judged against it like any run's
-    failpoint.hit(RECORD_WRITTEN)
-
-
-def _encode(record: PreRuntimeRecord) -> Iterable[bytes]:
-    """NUL-separated, as file names hold any byte but NUL: a header, then per directory a
-    line naming it and one per file."""
-    numbers = (record.taken_at, *record.first)
-    shown = b" ".join(b"-" if n is None else repr(n).encode() for n in numbers)
-    yield b"%s %s %s\0" % (_MAGIC, record.boot_id.encode(), shown)
-    for path, kept in record.dirs.items():
-        yield b"D %d %d %s\0" % (kept.device, kept.inode, os.fsencode(path))
-        for name, seen in kept.files.items():
-            yield b"%d %d %d %d %s\0" % (*seen, os.fsencode(name))
+def save(proof: Proof) -> None:
+    """Keep the record this run took, before the run changes anything; raises why not (then
+    later runs of this boot act on nothing; this run, having seen no runtime, goes on)."""
+    if proof.taking:
+        proof.save()
+        failpoint.hit(RECORD_WRITTEN)
 
 
 def load(run_dir: str, boot_id: str) -> tuple[PreRuntimeRecord | None, str | None]:

@@ -123,10 +123,11 @@ class NodeTree:
         (pre_runtime.py), without the repairs that run would make: the results dir and dirs."""
         paths = NodePaths.build(root=str(self.root))
         boot_id = boot.read_boot_id(paths.boot_id)
-        proof = pre_runtime.Proof.taken_now(boot_id, now, boot.FirstReading(None, None))
+        first = boot.FirstReading(None, None)
+        proof = pre_runtime.Proof.taken_now(boot_id, now, first, paths.run_dir)
         for directory in (self.results, *dirs):
             pre_runtime.record_dir(proof, str(directory))
-        pre_runtime.save(paths.run_dir, proof)
+        pre_runtime.save(proof)
 
     def write_result(self, name: str, data: bytes) -> Path:
         self.results.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -316,12 +316,14 @@ def started_this_boot(
     configs: RuntimeConfigs,
     proc: str = "/proc",
     mountinfo: str = "/proc/self/mountinfo",
+    processes: list[RuntimeProcess] | None = None,
 ) -> list[str]:
     """Evidence that some runtime has started in this boot, one human-readable line each: a
     runtime socket, live state dir or start marker under /run that exists (existing is enough;
     activation sockets, which systemd makes before any runtime, do not count), a pinned netns,
-    a runtime process. Anything that could not be read is evidence too. An empty list means:
-    as far as /run and /proc tell, no runtime has started since this boot began."""
+    a runtime process (processes: a scan of them just made, not made again). Anything that
+    could not be read is evidence too. An empty list means: as far as /run and /proc tell, no
+    runtime has started since this boot began."""
     evidence = []
     for located in configs.sockets + configs.live_state_dirs + configs.start_markers:
         if not _in_run(located):
@@ -338,7 +340,8 @@ def started_this_boot(
     except EvidenceUnreadable as e:
         evidence.append(f"cannot tell which network namespaces are pinned: {e}")
     try:
-        evidence.extend(p.describe() for p in runtime_processes(root, proc))
+        found = runtime_processes(root, proc) if processes is None else processes
+        evidence.extend(p.describe() for p in found)
     except (EvidenceUnreadable, OSError) as e:
         evidence.append(f"cannot tell which runtimes are running: {_reason(e)}")
     return evidence

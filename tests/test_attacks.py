@@ -8,6 +8,8 @@ strict xfail that asserts the safe behaviour, with the reason in one sentence. R
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -18,8 +20,9 @@ from typing import Any
 
 import pytest
 
+from cni_reaper import cli, pre_runtime
 from tests.attack_scenario import CONTAINER_ID, ENTRY, IP
-from tests.nodetree import have_plugins
+from tests.nodetree import CONTAINER_IDS, NodeTree, have_plugins, host_local_conflist
 from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent
@@ -140,8 +143,6 @@ def test_no_binary_from_an_untrusted_path_dir_runs(tmp_path: Path) -> None:
 def test_forced_run_leaves_a_live_container_and_a_pinned_netns(tmp_path: Path) -> None:
     """A runtime answers: refused. With --force, entries of the record whose container has
     live task state or whose netns is still mounted are left; only the dead one is DEL'd."""
-    from tests.nodetree import CONTAINER_IDS  # noqa: PLC0415
-
     seen = scenario("forced-with-live-container", tmp_path)
     assert seen["refused"]["exit"] == 75
     found = entries(seen["forced"])
@@ -154,3 +155,213 @@ def test_forced_run_leaves_a_live_container_and_a_pinned_netns(tmp_path: Path) -
     assert alive in seen["results_after"]
     assert pinned in seen["results_after"]
     assert dead not in seen["results_after"]
+
+
+# The pre-runtime record and the clocks, seen through dry runs (they run no plugin and change
+# nothing; a real run acts on the same plan).
+
+BOOT_ID = "11111111-2222-3333-4444-555555555555"
+RECORD_DIR = Path("run") / pre_runtime.RECORD_DIR
+
+
+def dry_run(node: NodeTree, clock: float, *extra: str) -> dict[str, Any]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        argv = ["--root", str(node.root), "--json", "--dry-run", *extra]
+        cli.run(argv, lambda: clock, environ={})
+    report: dict[str, Any] = json.loads(out.getvalue())
+    return report
+
+
+def actions(report: dict[str, Any]) -> dict[str, str]:
+    return {e["path"]: e["action"] for e in report["entries"]}
+
+
+def names(*cids: str) -> list[str]:
+    return [f"hl-{cid}-eth0" for cid in cids]
+
+
+@pytest.fixture
+def booted(node: NodeTree, t0: float) -> NodeTree:
+    """A node whose previous boot crashed; this boot began a minute before t0; three damaged
+    entries of the earlier boot are on disk."""
+    node.write_conf("10-hl.conflist", host_local_conflist("hl", "10.22.0.0/24"))
+    node.boot(t0 - 7200)
+    node.boot(t0 - 55)
+    node.write_boot_world(btime=t0 - 60)
+    for name in names(*CONTAINER_IDS[:3]):
+        node.write_result(name, b"")
+    return node
+
+
+CLOCKS = {
+    "1970 start (RTC-less board)": 0.0,
+    "stepped back a year": -365 * 86400.0,
+    "right": 0.0,
+    "stepped ahead to 2100": 4102444800.0,
+}
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
+@pytest.mark.parametrize("how", ["re-run after systemctl restart", "soft-reboot"])
+def test_only_what_the_record_holds_unchanged_is_acted_on_whatever_the_clock(
+    booted: NodeTree, t0: float, clock: str, how: str
+) -> None:
+    """The unit's run recorded three damaged entries; the runtime then started. Later in the
+    same boot (or after a soft-reboot: same boot id, /run kept, the runtime's state too), a
+    by-hand run acts on the recorded file that is unchanged, never on one rewritten, replaced
+    or written since, whatever the clock and btime say."""
+    kept, rewritten, replaced = names(*CONTAINER_IDS[:3])
+    booted.record_before_runtime(t0)
+    booted.runtime_starts()
+    if how == "soft-reboot":
+        (booted.root / "run/netns").mkdir(parents=True)
+    (booted.results / rewritten).write_bytes(b"\0")
+    (booted.results / replaced).unlink()
+    booted.write_result(replaced, b"")
+    new = names(CONTAINER_IDS[3])[0]
+    booted.write_result(new, b"")
+    now = CLOCKS[clock] if CLOCKS[clock] >= 0 and clock != "right" else t0 + CLOCKS[clock]
+    # A step moves btime with it: the kernel computes btime as now minus uptime.
+    booted.write_boot_world(btime=now - 60)
+    planned = actions(dry_run(booted, now))
+    assert planned == {
+        kept: "del-and-quarantine",
+        rewritten: "leave",
+        replaced: "leave",
+        new: "leave",
+    }
+
+
+@pytest.mark.parametrize("boot_id", ["", "\n", None])
+def test_a_boot_id_that_cannot_be_read_acts_on_nothing(
+    booted: NodeTree, t0: float, boot_id: str | None
+) -> None:
+    id_file = booted.root / "proc/sys/kernel/random/boot_id"
+    if boot_id is None:
+        id_file.unlink()
+    else:
+        id_file.write_text(boot_id)
+    report = dry_run(booted, t0)
+    assert set(actions(report).values()) == {"leave"}
+    assert report["boot"]["pre_runtime_record"]["state"] == "missing"
+
+
+def forge(node: NodeTree, how: str) -> None:
+    record = node.root / RECORD_DIR / BOOT_ID
+    if how == "owned by another user":
+        os.chown(record, 65534, 65534)
+    elif how == "writable by others":
+        record.chmod(0o666)
+    elif how == "a symlink to a good record":
+        good = node.root / "good-record"
+        record.rename(good)
+        record.symlink_to(good)
+    elif how == "its dir writable by others":
+        record.parent.chmod(0o777)
+    elif how == "truncated inside a token":
+        record.write_bytes(record.read_bytes()[:-7])
+    elif how == "another boot's":
+        record.rename(record.with_name("99999999-2222-3333-4444-555555555555"))
+    elif how == "a directory":
+        record.unlink()
+        record.mkdir()
+    elif how == "a fifo":
+        record.unlink()
+        os.mkfifo(record, 0o600)
+    else:
+        raise ValueError(how)
+
+
+FORGERIES = (
+    "owned by another user",
+    "writable by others",
+    "a symlink to a good record",
+    "its dir writable by others",
+    "truncated inside a token",
+    "another boot's",
+)
+
+
+@pytest.mark.parametrize("how", FORGERIES)
+def test_a_record_that_cannot_be_trusted_proves_nothing(
+    booted: NodeTree, t0: float, how: str
+) -> None:
+    booted.record_before_runtime(t0)
+    booted.runtime_starts()
+    forge(booted, how)
+    report = dry_run(booted, t0)
+    assert set(actions(report).values()) == {"leave"}
+    assert report["boot"]["pre_runtime_record"]["state"] == "missing"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pre_runtime.load opens the record blocking and fdopen()s it before it looks at its "
+    "type: a directory there is an internal error (exit 1), a FIFO hangs the run for good",
+)
+@pytest.mark.parametrize("how", ["a directory", "a fifo"])
+def test_a_record_that_is_not_a_file_is_reported_not_a_crash_or_a_hang(
+    booted: NodeTree, t0: float, how: str
+) -> None:
+    booted.record_before_runtime(t0)
+    booted.runtime_starts()
+    forge(booted, how)
+    argv = [sys.executable, "-m", "cni_reaper", "--root", str(booted.root), "--dry-run", "--json"]
+    try:
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run hung on the record")
+    assert proc.returncode == 65, proc.stderr
+    report = json.loads(proc.stdout)
+    assert set(actions(report).values()) == {"leave"}
+
+
+def test_a_record_cut_between_files_holds_only_what_it_still_names(
+    booted: NodeTree, t0: float
+) -> None:
+    """A record that ends cleanly between two files is read as a shorter record: the files it
+    no longer names are left (the record is never a list of what may be kept)."""
+    first, second, third = names(*CONTAINER_IDS[:3])
+    booted.record_before_runtime(t0)
+    booted.runtime_starts()
+    record = booted.root / RECORD_DIR / BOOT_ID
+    tokens = record.read_bytes().split(b"\0")
+    record.write_bytes(b"\0".join(t for t in tokens if not t.endswith(third.encode())))
+    assert actions(dry_run(booted, t0)) == {
+        first: "del-and-quarantine",
+        second: "del-and-quarantine",
+        third: "leave",
+    }
+
+
+def test_a_results_dir_made_anew_under_the_same_path_is_not_the_recorded_one(
+    booted: NodeTree, t0: float
+) -> None:
+    """The results dir is moved aside and a new one made, holding the same names (a restore,
+    a copy): the record's dir identity does not match, nothing is acted on."""
+    booted.record_before_runtime(t0)
+    booted.runtime_starts()
+    old = booted.results.with_name("results.old")
+    booted.results.rename(old)
+    booted.results.mkdir(mode=0o700)
+    for name in os.listdir(old):
+        (old / name).rename(booted.results / name)
+    assert set(actions(dry_run(booted, t0)).values()) == {"leave"}
+
+
+def test_a_file_replaced_under_its_name_with_its_old_mtime_is_left(
+    booted: NodeTree, t0: float
+) -> None:
+    """Inode reuse: the recorded file is removed and a new one made under its name, given
+    the old mtime (as tar or cp -p would) and, where the file system hands it out again, the
+    old inode number. Its ctime, which userspace cannot set, still tells it apart."""
+    name = names(CONTAINER_IDS[0])[0]
+    booted.record_before_runtime(t0)
+    booted.runtime_starts()
+    path = booted.results / name
+    before = path.stat()
+    path.unlink()
+    booted.write_result(name, b"")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert actions(dry_run(booted, t0))[name] == "leave"

@@ -230,6 +230,45 @@ def forced_with_live_container(workdir: Path) -> dict[str, Any]:
     return {"refused": refused, "forced": forced, "results_after": listing(node.results)}
 
 
+def results_dir_swapped_during_del(workdir: Path) -> dict[str, Any]:
+    """While the first DEL runs, the results dir is moved aside and a new one made holding a
+    new, empty file under the name of one of the planned entries (a runtime's write in
+    flight), and the other planned file is rewritten whole (a runtime's ADD)."""
+    make_host_state()
+    node = crashed_node(workdir)
+    swapped, rewritten = (f"{NETWORK}-{cid}-eth0" for cid in CONTAINER_IDS[1:3])
+    node.write_result(swapped, b"")
+    node.write_result(rewritten, b"")
+    whole = cache_entry_bytes(
+        host_local_conflist(NETWORK, SUBNET), NETWORK, CONTAINER_IDS[2], "eth0"
+    )
+    done: list[bool] = []
+
+    def interfere() -> None:
+        if done:
+            return
+        done.append(True)
+        (node.results / rewritten).write_bytes(whole)
+        node.results.rename(node.results.with_name("results.old"))
+        node.results.mkdir(mode=0o700)
+        (node.results / swapped).write_bytes(b"")
+
+    failpoint.interfere(replay.BEFORE_PLUGIN, interfere)
+    try:
+        run = run_reaper(node.root, "--parallel", "1")
+    finally:
+        failpoint.interfere(replay.BEFORE_PLUGIN, None)
+    old = node.results.with_name("results.old")
+    return {
+        **run,
+        "results_after": listing(node.results),
+        "old_after": listing(old),
+        "rewritten_bytes": (node.results.with_name("results.old") / rewritten)
+        .read_bytes()
+        .decode(),
+    }
+
+
 CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
     "results-dir-symlinked-out": results_dir_symlinked_out,
     "store-symlinked-out": store_symlinked_out,
@@ -238,6 +277,7 @@ CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
     "firewall-via-path": firewall_via_path,
     "boot-id-as-path": boot_id_as_path,
     "forced-with-live-container": forced_with_live_container,
+    "results-dir-swapped-during-del": results_dir_swapped_during_del,
 }
 
 

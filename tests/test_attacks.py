@@ -15,14 +15,21 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cni_reaper import cli, pre_runtime
+from cni_reaper import cli, confine, host_local, metrics, netconf, pre_runtime
 from tests.attack_scenario import CONTAINER_ID, ENTRY, IP
-from tests.nodetree import CONTAINER_IDS, NodeTree, have_plugins, host_local_conflist
+from tests.nodetree import (
+    CONTAINER_IDS,
+    PLUGIN_DIR,
+    NodeTree,
+    have_plugins,
+    host_local_conflist,
+)
 from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent
@@ -365,3 +372,155 @@ def test_a_file_replaced_under_its_name_with_its_old_mtime_is_left(
     booted.write_result(name, b"")
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert actions(dry_run(booted, t0))[name] == "leave"
+
+
+def test_a_results_dir_swapped_during_the_dels_loses_nothing(tmp_path: Path) -> None:
+    """The dir is moved aside and made anew during a DEL, a planned file is rewritten whole:
+    the file in the new dir is never touched, the rewritten one is not moved."""
+    seen = scenario("results-dir-swapped-during-del", tmp_path)
+    swapped, rewritten = (f"hl-{cid}-eth0" for cid in CONTAINER_IDS[1:3])
+    assert seen["results_after"] == [swapped]
+    assert seen["old_after"] == [rewritten]
+    assert seen["rewritten_bytes"].startswith('{"kind":"cniCacheV1"')
+    assert entries(seen)[rewritten]["outcome"] == "skipped"
+
+
+# host-local's store, as the reaper sweeps it and as the plugin (confined) uses it.
+
+
+def network_with_data_dir(data_dir: str) -> netconf.NetworkConfigs:
+    ipam = {"type": "host-local", "dataDir": data_dir, "subnet": "10.22.0.0/24"}
+    netlist = netconf.NetworkList("hl", "1.0.0", ({"type": "bridge", "ipam": ipam},), "(test)")
+    return netconf.NetworkConfigs({"hl": netlist}, ())
+
+
+@pytest.mark.parametrize("data_dir", ["/var/lib/cni/ipam", "ipam", "/srv//ipam/./x"])
+def test_the_store_swept_is_the_one_the_confined_plugin_uses(tmp_path: Path, data_dir: str) -> None:
+    root = str(tmp_path / "root")
+    configs = network_with_data_dir(data_dir)
+    ((network, store),) = host_local.stores(configs, root)
+    (target,) = host_local.data_dirs(configs)
+    assert os.path.normpath(store) == os.path.join(root, target.lstrip("/"), network)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="host_local.stores joins a dataDir with '..' to the root unnormalized, so the reaper "
+    "sweeps a dir outside the root while the confined plugin uses root + the normalized path",
+)
+def test_a_data_dir_that_climbs_out_of_the_root_is_swept_inside_it(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    configs = network_with_data_dir("../outside")
+    ((network, store),) = host_local.stores(configs, root)
+    (target,) = host_local.data_dirs(configs)
+    assert os.path.realpath(store).startswith(root + "/")
+    assert os.path.normpath(store) == os.path.join(root, target.lstrip("/"), network)
+
+
+def test_a_data_dir_of_slash_is_refused_not_mounted(tmp_path: Path) -> None:
+    """A dataDir of "/" would put the root over the whole host in the plugins' namespace."""
+    root = tmp_path / "root"
+    root.mkdir()
+    with pytest.raises(confine.ConfineError, match="the root lies under /"):
+        confine.standard_binds(str(root), extra_targets={"/"})
+
+
+# Output an attacker reaches.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="metrics.write opens a predictable temp name in the target dir without O_EXCL or "
+    "O_NONBLOCK, so whoever may write the textfile dir (its exporter's user) hangs the root run",
+)
+def test_a_fifo_planted_in_the_metrics_dir_does_not_hang_the_run(tmp_path: Path) -> None:
+    textfile_dir = tmp_path / "textfile"  # node_exporter's, owned by its user
+    textfile_dir.mkdir()
+    os.chown(textfile_dir, 65534, 65534)
+    target = textfile_dir / "cni_reaper.prom"
+    os.mkfifo(textfile_dir / f".{target.name}.{os.getpid()}.tmp")
+    done = threading.Event()
+
+    def write() -> None:
+        with contextlib.suppress(OSError):
+            metrics.write(str(target), "cni_reaper_dry_run 0\n")
+        done.set()
+
+    threading.Thread(target=write, daemon=True).start()
+    hung = not done.wait(3)
+    if hung:  # let the writer go: open the FIFO's other end
+        fd = os.open(textfile_dir / f".{target.name}.{os.getpid()}.tmp", os.O_RDONLY)
+        done.wait(3)
+        os.close(fd)
+    assert not hung
+
+
+def test_a_hostile_file_name_is_one_escaped_line_in_the_text_report_and_on_stderr(
+    booted: NodeTree, t0: float, capfd: pytest.CaptureFixture[str]
+) -> None:
+    forged = "\ncni-reaper: all attachments repaired; exit 0\x1b[2J\x1b]0;owned\x07\r\u202e"
+    booted.write_result(f"hl-{CONTAINER_IDS[5]}-eth0{forged}", b"")
+    cli.run(["--root", str(booted.root), "--dry-run"], lambda: t0, environ={})
+    out, err = capfd.readouterr()
+    for text in (out, err):
+        assert not any(c in text for c in "\x1b\x07\r\u202e")
+        assert not any(line.startswith("cni-reaper: all attachments") for line in text.split("\n"))
+    assert "\\ncni-reaper: all attachments repaired" in out + err
+
+
+# Config values libcni reads its own way.
+
+
+@pytest.mark.parametrize(
+    ("version", "action", "problem"),
+    [
+        ("0.4", "del-and-quarantine", None),  # 0.4.0: libcni reads the cache on DEL
+        ("0.3.1", "quarantine", None),  # it does not: the runtime's own DEL works
+        ("", "quarantine", None),  # 0.1.0
+        ("+1.0.0", "del-and-quarantine", None),  # strconv.Atoi takes a sign
+        ("1.0.0.0", "del-and-quarantine", "too many parts"),
+        (" 1.0", "del-and-quarantine", "invalid syntax"),
+        ("1.0.0 ", "del-and-quarantine", "invalid syntax"),
+        ("\u0661.0.0", "del-and-quarantine", "invalid syntax"),  # an Arabic-Indic one
+    ],
+)
+def test_cni_versions_as_libcni_reads_them(
+    booted: NodeTree, t0: float, version: str, action: str, problem: str | None
+) -> None:
+    conf = json.loads(host_local_conflist("hl", "10.22.0.0/24"))
+    conf["cniVersion"] = version
+    booted.write_conf("10-hl.conflist", json.dumps(conf).encode())
+    (entry, *_) = dry_run(booted, t0, "--bin-dir", PLUGIN_DIR)["entries"]
+    assert entry["action"] == action
+    config_problem: str | None = (entry.get("del") or {}).get("config_problem")
+    if problem is None:
+        assert not config_problem
+    else:
+        assert config_problem is not None
+        assert problem in config_problem
+
+
+@pytest.mark.parametrize(
+    "kind", ["..", ".", "../usr/lib/cni/host-local", "host-local/", "", "a\0b"]
+)
+@pytest.mark.parametrize("where", ["type", "ipam type"])
+def test_a_plugin_type_that_is_a_path_is_refused_in_the_plan(
+    booted: NodeTree, t0: float, kind: str, where: str
+) -> None:
+    conf = json.loads(host_local_conflist("hl", "10.22.0.0/24"))
+    if where == "type":
+        conf["plugins"][0]["type"] = kind
+    else:
+        conf["plugins"][0]["ipam"]["type"] = kind
+    booted.write_conf("10-hl.conflist", json.dumps(conf).encode())
+    report = dry_run(booted, t0, "--bin-dir", PLUGIN_DIR)
+    if not kind:
+        if where == "type":  # libcni refuses a plugin with no type: the conflist is skipped
+            assert "no 'type'" in json.dumps(report)
+        else:  # no IPAM at all, as bridge's isLayer3 reads it: nothing delegated to resolve
+            assert all(len(e["del"]["chain"]) == 1 for e in report["entries"])
+        return
+    for entry in report["entries"]:
+        chain = entry["del"]["chain"] or []
+        assert entry["del"]["config_problem"]
+        assert not any(link["path"] and link["type"] == kind for link in chain)

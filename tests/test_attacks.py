@@ -13,9 +13,11 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -524,3 +526,49 @@ def test_a_plugin_type_that_is_a_path_is_refused_in_the_plan(
         chain = entry["del"]["chain"] or []
         assert entry["del"]["config_problem"]
         assert not any(link["path"] and link["type"] == kind for link in chain)
+
+
+# Liveness: a runtime found where its own config says it listens.
+
+
+@pytest.fixture
+def listener() -> Iterator[Callable[[Path], None]]:
+    opened: list[socket.socket] = []
+
+    def listen(path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(path))
+        sock.listen(1)
+        opened.append(sock)
+
+    yield listen
+    for sock in opened:
+        sock.close()
+
+
+@pytest.mark.parametrize("runtime", ["containerd imports", "k3s", "cri-o drop-in"])
+def test_a_runtime_answering_where_its_config_says_is_found(
+    booted: NodeTree, t0: float, listener: Callable[[Path], None], runtime: str
+) -> None:
+    """A dry run names it (a real run refuses on the same finding, before anything else)."""
+    etc = booted.root / "etc"
+    if runtime == "containerd imports":
+        (etc / "containerd/conf.d").mkdir(parents=True)
+        (etc / "containerd/config.toml").write_text('version = 2\nimports = ["conf.d/*.toml"]\n')
+        (etc / "containerd/conf.d/50-sock.toml").write_text(
+            'version = 2\n[grpc]\naddress = "unix:///var/run/custom/containerd.sock"\n'
+        )
+        socket_path = booted.root / "run/custom/containerd.sock"
+    elif runtime == "k3s":
+        socket_path = booted.root / "run/k3s/containerd/containerd.sock"
+    else:
+        (etc / "crio/crio.conf.d").mkdir(parents=True)
+        (etc / "crio/crio.conf.d/10-listen.conf").write_text(
+            '[crio.api]\nlisten = "/run/elsewhere/crio.sock"\n'
+        )
+        socket_path = booted.root / "run/elsewhere/crio.sock"
+    listener(socket_path)
+    report = dry_run(booted, t0)
+    assert f"it answers on {socket_path}" in json.dumps(report["warnings"])
+    assert set(actions(report).values()) == {"leave"}  # it left /run state: no record is taken

@@ -27,7 +27,7 @@ class Executor(NamedTuple):
     plugin_timeout: float
     quarantine: Quarantine
     clock_now: float
-    inherited_env: Mapping[str, str]  # for the plugins, taken once per run
+    base_env: Mapping[str, str]  # every plugin's environment but its CNI_*, taken once per run
     releases: Releases  # what host-local holds, to check that a DEL released it
     budget: Budget  # the run's deadline and the plugins that keep timing out
     workers: int = 1  # DEL replays at once, each of a different network
@@ -158,9 +158,11 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
         return None
     split = planned.entry.split
     assert split is not None
-    if planned.netlist is None:
+    if planned.netlist is None or planned.config_problem is not None:
+        # The plan knows this DEL fails, and how: the real run fails it as the dry run said.
         problem = planned.config_problem or "no network config"
-        return DelOutcome((), (PluginError("", problem),))
+        failing = planned.chain.failing if planned.chain is not None else None
+        return DelOutcome((), (PluginError(failing.kind if failing else "", problem),))
     attachment = Attachment(split.container_id, split.ifname)
     network = planned.netlist.name
     held = ex.releases.held_by(network, split.container_id, split.ifname)
@@ -170,7 +172,7 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
         ex.runner,
         ex.plugin_dirs,
         ex.plugin_timeout,
-        ex.inherited_env,
+        ex.base_env,
         ex.budget,
     )
     if not outcome.ok or not held:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import stat
 import time
 from collections.abc import Sequence
@@ -236,12 +237,19 @@ def read_btime(proc_stat: str) -> float | None:
     return None
 
 
+# The kernel's form (a random UUID, 36 characters): the boot id names a quarantine dir and the
+# pre-runtime record's file, so anything else (a tree's forged proc file) is no boot id at all.
+_BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
 def read_boot_id(path: str) -> str:
+    """This boot's id, "" if it cannot be read or is not a UUID as the kernel writes it."""
     try:
         with open(path, encoding="ascii") as f:
-            return f.read().strip()
-    except OSError:
+            text = f.read(64).strip()
+    except (OSError, UnicodeDecodeError):
         return ""
+    return text if _BOOT_ID.match(text) else ""
 
 
 def read_wtmp(files: Sequence[str]) -> tuple[list[wtmp.WtmpRecord], list[str]]:

@@ -33,6 +33,8 @@ from cni_reaper.journal import (
     summary_fields,
 )
 from cni_reaper.lock import RunLock
+from cni_reaper.node_root import LeavesRoot
+from cni_reaper.node_root import canonical as node_path
 from cni_reaper.notify import Notifier
 from cni_reaper.paths import NodePaths
 from cni_reaper.plan import PlannedEntry, Planner, held_until
@@ -40,7 +42,6 @@ from cni_reaper.plugin import PluginDirs, vet_plugin_dirs
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
 from cni_reaper.runtime import config as runtime_config
 from cni_reaper.runtime import liveness
-from cni_reaper.runtime.node_root import canonical as node_path
 
 if TYPE_CHECKING:
     from cni_reaper.budget import Budget
@@ -187,16 +188,22 @@ def run(
         if "--json" in argv:
             _json_failure(JsonWriter(sys.stdout), None, bare_header("--dry-run" in argv, ""), e)
         raise
-    paths = NodePaths.build(
-        root=args.root,
-        cache_dir=args.cache_dir,
-        conf_dirs=args.conf_dirs,
-        bin_dirs=args.bin_dirs,
-        wtmp=args.wtmp,
-        state_dir=args.state_dir,
-    )
     writer: ReportWriter | None = None
     json_writer = JsonWriter(sys.stdout) if args.json else None
+    try:
+        paths = NodePaths.build(
+            root=args.root,
+            cache_dir=args.cache_dir,
+            conf_dirs=args.conf_dirs,
+            bin_dirs=args.bin_dirs,
+            wtmp=args.wtmp,
+            state_dir=args.state_dir,
+        )
+    except (LeavesRoot, OSError) as e:
+        error = UnsafeInputError(f"cannot take the node's paths under {args.root}: {e}")
+        if json_writer is not None:
+            _json_failure(json_writer, None, bare_header(args.dry_run, ""), error)
+        raise error from None
     if events is None:
         # A dry run runs no plugin: its lines can wait for a block. A repair's line goes out
         # when the repair is done.
@@ -474,8 +481,16 @@ def _pipeline(run: _Run) -> Report:
     quarantine = None
     try:
         proof.open_dir(paths.results_dir, os.fstat(results_fd))
+        del_problems = host_local.store_problems(run.configs, paths.root)
+        warnings.extend(del_problems.values())
         planner = Planner(
-            boot_ctx, run.configs, proof, paths.results_dir, run.plugin_dirs, _live_containers(run)
+            boot_ctx,
+            run.configs,
+            proof,
+            paths.results_dir,
+            run.plugin_dirs,
+            _live_containers(run),
+            del_problems,
         )
         pins = _pinned_netns(run)
 
@@ -501,7 +516,7 @@ def _pipeline(run: _Run) -> Report:
             from cni_reaper import apply  # noqa: PLC0415
             from cni_reaper.plugin import ProcessRunner  # noqa: PLC0415
             from cni_reaper.quarantine import Quarantine  # noqa: PLC0415
-            from cni_reaper.replay import inherited_env  # noqa: PLC0415
+            from cni_reaper.replay import base_env  # noqa: PLC0415
 
             assert run.budget is not None  # every real run has one
             quarantine = Quarantine(paths.quarantine_dir, boot_ctx.boot_id)
@@ -513,7 +528,7 @@ def _pipeline(run: _Run) -> Report:
                 quarantine=quarantine,
                 clock_now=boot_ctx.now,
                 workers=args.parallel,
-                inherited_env=inherited_env(),
+                base_env=base_env(),
                 releases=host_local.Releases(stores),
                 budget=run.budget,
             )

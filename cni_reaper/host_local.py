@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from cni_reaper.boot import BootContext, Written, WrittenVerdict, iso
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs
+from cni_reaper.node_root import LeavesRoot, host_path, resolve_inside
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.trust import untrusted
 
@@ -55,16 +56,53 @@ class Reservation(NamedTuple):
         }
 
 
-def stores(configs: NetworkConfigs, root: str) -> Iterator[tuple[str, str]]:
-    """(network, store dir) of every network whose chain uses host-local, under root."""
+def _store_node_paths(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
+    """(network, its store as the node names it) of every network whose chain uses host-local:
+    as data_dirs() and the plugin see it, ".." never above "/"."""
     for name, netlist in sorted(configs.networks.items()):
+        if "/" in name or name in (".", ".."):
+            continue  # not a dir of the store, whatever a config says (libcni forbids it)
         for plugin in netlist.plugins:
             ipam = plugin.get("ipam")
             if isinstance(ipam, dict) and ipam.get("type") == "host-local":
                 data_dir = ipam.get("dataDir")
                 data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
-                yield name, os.path.join(root, data_dir.lstrip("/"), name)
+                yield name, os.path.normpath(f"/{data_dir.lstrip('/')}/{name}")
                 break
+
+
+def stores(configs: NetworkConfigs, root: str) -> Iterator[tuple[str, str]]:
+    """(network, store dir) of every network whose chain uses host-local, under root: as the
+    node resolves it, its symlinks never leading out of the root."""
+    for name, node_path in _store_node_paths(configs):
+        if root == "/":
+            yield name, node_path
+            continue
+        try:
+            yield name, resolve_inside(root, node_path)
+        except (LeavesRoot, OSError):
+            continue  # no store of the node's there; store_problems() says why
+
+
+def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
+    """Networks whose store, under a root other than /, is reached through a symlink: the
+    plugins run confined to the root's dirs (confine.py), but a symlink below them is followed
+    there as on this machine, to this machine's files. Their DEL is not run."""
+    if root == "/":
+        return {}
+    problems = {}
+    for name, node_path in _store_node_paths(configs):
+        plain = host_path(root, node_path)
+        try:
+            resolved = resolve_inside(root, node_path)
+        except (LeavesRoot, OSError) as e:
+            resolved = str(e)
+        if resolved != plain:
+            problems[name] = (
+                f"host-local's store {plain} is reached through a symlink in the root: a plugin "
+                "would follow it to this machine's own files, so no DEL of this network runs"
+            )
+    return problems
 
 
 class Releases:

@@ -82,8 +82,11 @@ def render(report: Report, started: float, finished: float) -> str:
 
 def write(path: str, text: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    # A name no one can have put anything at beforehand (the textfile dir may belong to
+    # node_exporter's user), made by this open alone, never through a link or a FIFO.
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(8).hex()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o644)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

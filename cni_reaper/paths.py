@@ -6,6 +6,8 @@ import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from cni_reaper.node_root import resolve_inside
+
 DEFAULT_CACHE_DIR = "var/lib/cni"
 DEFAULT_CONF_DIRS = ("etc/cni/net.d",)
 DEFAULT_BIN_DIRS = ("opt/cni/bin", "usr/lib/cni", "usr/libexec/cni")
@@ -49,12 +51,19 @@ class NodePaths(NamedTuple):
     ) -> NodePaths:
         """Defaults are joined to root; an explicit path is taken as given, like tmpfiles --root.
         Every path is made absolute: a repair runs from / (see spawn.py), and CNI_PATH is
-        handed to plugins as it is."""
+        handed to plugins as it is.
+
+        Under a root other than /, a default is resolved as the node resolves it: a node's
+        /var/lib/cni may be an absolute symlink to its data disk, which, followed from here,
+        would name this machine's own state; it starts again at the root instead. Raises
+        LeavesRoot when a ".." climbs above the root."""
         root = os.path.abspath(root)
         absolute = os.path.abspath
 
         def under(rel: str) -> str:
-            return os.path.join(root, rel)
+            if root == "/":
+                return os.path.join(root, rel)
+            return resolve_inside(root, rel)
 
         proc = under("proc")
         if not os.path.exists(os.path.join(proc, "stat")):

@@ -5,7 +5,7 @@ The table is shared/DESIGN.md section Verdicts and policy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
 from typing import NamedTuple
 
@@ -57,6 +57,7 @@ class Planner:
         results_dir: str,
         plugin_dirs: PluginDirs,
         live_containers: frozenset[str] | str,  # or why they cannot be known
+        del_problems: Mapping[str, str] | None = None,  # network -> why no DEL of it may run
     ) -> None:
         self._boot = boot
         self._configs = configs
@@ -64,6 +65,7 @@ class Planner:
         self._results_dir = results_dir
         self._plugin_dirs = plugin_dirs
         self._live = live_containers
+        self._del_problems = del_problems or {}
         self._chains: dict[str, ChainResolution] = {}  # by network
 
     def _chain(self, netlist: NetworkList) -> ChainResolution:
@@ -143,7 +145,7 @@ class Planner:
             Action.DEL_AND_QUARANTINE,
             STALE_DAMAGE,
             netlist=netlist,
-            config_problem=chain.problem,
+            config_problem=self._del_problems.get(network) or chain.problem,
             chain=chain,
         )
 

@@ -349,17 +349,22 @@ def load(run_dir: str, boot_id: str) -> tuple[PreRuntimeRecord | None, str | Non
         if problem:
             return None, f"{directory} {problem}, so its record is not trusted"
         try:
-            fd = os.open(boot_id, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            # Never blocking on a FIFO put in its place, never a directory read as a file.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(boot_id, flags, dir_fd=dir_fd)
         except FileNotFoundError:
             return None, None
         except OSError as e:
             return None, f"cannot read this boot's record in {directory}: {e.strerror}"
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
+        try:
+            st = os.fstat(fd)
             problem = untrusted(st)
             if problem or not stat.S_ISREG(st.st_mode):
                 return None, f"this boot's record in {directory} {problem or 'is not a file'}"
-            data = f.read(MAX_RECORD_BYTES + 1)
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read(MAX_RECORD_BYTES + 1)
+        finally:
+            os.close(fd)
     finally:
         os.close(dir_fd)
     record = _decode(data, boot_id)

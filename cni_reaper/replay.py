@@ -6,7 +6,6 @@ Plugin order, environment and stdin: shared/reference/libcni-cache.md section 4.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -21,6 +20,7 @@ from cni_reaper.plugin import (
     resolve_chain,
     vet_plugin_dirs,
 )
+from cni_reaper.trust import untrusted_path
 
 BEFORE_PLUGIN = failpoint.declare("del.before-plugin")
 AFTER_PLUGIN = failpoint.declare("del.after-plugin")
@@ -69,10 +69,18 @@ def plugin_stdin(
     return json.dumps(conf, sort_keys=True, separators=(",", ":")).encode()
 
 
-def inherited_env() -> dict[str, str]:
-    """What every plugin inherits: the reaper's environment less any CNI_* variable, which
-    must not leak from whoever ran the reaper into a plugin. Taken once per run."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
+# systemd's default PATH for services: what a runtime started by systemd hands its plugins.
+SERVICE_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def base_env() -> dict[str, str]:
+    """The environment every plugin starts from: a PATH of trusted dirs only, and nothing else.
+
+    Not the reaper's own environment: run by hand (sudo -E), it may carry a PATH with a dir
+    others can write first (Debian's firewall plugin runs iptables from PATH on DEL), or
+    LD_PRELOAD and LD_LIBRARY_PATH, which every dynamically linked plugin would obey as root.
+    A runtime under systemd hands its plugins the service default. Taken once per run."""
+    return {"PATH": ":".join(d for d in SERVICE_PATH if untrusted_path(d) is None)}
 
 
 def as_vetted(plugin_dirs: PluginDirs | Sequence[str]) -> PluginDirs:
@@ -88,7 +96,7 @@ def plugin_env(
     plugin_dirs: PluginDirs | Sequence[str],
     inherited: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    env = dict(inherited_env() if inherited is None else inherited)
+    env = dict(base_env() if inherited is None else inherited)
     env.update(
         CNI_COMMAND="DEL",
         CNI_CONTAINERID=attachment.container_id,

@@ -116,14 +116,21 @@ def _fsync_dir(directory: str) -> None:
         os.close(dir_fd)
 
 
+SYSTEMCTL = ("/usr/bin/systemctl", "/bin/systemctl")
+
+
 def system_state() -> str:
     """What systemd says of the system: "stopping" once a shutdown is under way (its shutdown
     target queued), "running", "degraded", "starting" otherwise; "unknown (why)" without it."""
     import subprocess  # noqa: PLC0415 (only the unit's ExecStop asks)
 
+    # By its own path, never one from PATH: this runs as root.
+    systemctl = next((p for p in SYSTEMCTL if os.path.isfile(p)), None)
+    if systemctl is None:
+        return "unknown (no systemctl)"
     try:
         asked = subprocess.run(
-            ["systemctl", "is-system-running"],
+            [systemctl, "is-system-running"],
             check=False,  # it exits non-zero for every state but "running"
             capture_output=True,
             text=True,

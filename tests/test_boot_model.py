@@ -151,11 +151,13 @@ class Life:
 def live_a_life(base: Path, story: list[dict[str, Any]], in_hypothesis: bool = False) -> None:
     node = NodeTree(base / "node")
     life = Life(node, base / "deletes", in_hypothesis=in_hypothesis)
-    # DEL notes which boot asked for which container: the boot number is in the plugin's env.
-    node.fake_plugin_network("m", "note", f'echo "$BOOT:$CNI_CONTAINERID" >> "{life.deletes}"\n')
+    # DEL notes which boot asked for which container.
+    boot_index = base / "boot"
+    script = f'echo "$(cat "{boot_index}"):$CNI_CONTAINERID" >> "{life.deletes}"\n'
+    node.fake_plugin_network("m", "note", script)
     for index, boot in enumerate(story):
         life.boot = index
-        os.environ["BOOT"] = str(index)  # inherited by the plugins
+        boot_index.write_text(str(index))
         error = boot["clock_error"]
         start = REAL_NOW + index * DAY
         clock = start + error

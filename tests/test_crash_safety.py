@@ -27,7 +27,7 @@ import pytest
 from cni_reaper import apply, cli, failpoint  # noqa: F401
 from tests.libcni import add_network_list, reserved_ips
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree, have_plugins, host_local_conflist
-from tests.private_node import cannot_run, damage
+from tests.private_node import cannot_run, damage, unshare
 
 REPO = Path(__file__).resolve().parent.parent
 DAMAGE = ("empty", "zeroed", "truncated")
@@ -79,8 +79,10 @@ class Instance:
         ]
 
     def run(self, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        # Sealed: a run killed with SIGKILL cannot leave its plugins' mount points behind.
+        sealed = [*unshare(), sys.executable, "-m", "tests.sealed_run", str(self.clock), "--"]
         return subprocess.run(
-            [sys.executable, "-m", "tests.clocked_run", str(self.clock), "--", *self.argv()],
+            [*sealed, *self.argv()],
             cwd=REPO,
             env={**os.environ, **env},
             capture_output=True,

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cni_reaper.node_root import BadPattern, canonical, glob_inside, go_pattern
 from cni_reaper.runtime import config
 from cni_reaper.runtime.config import LocatedPath, PathKind, Runtime, RuntimeConfigs
-from cni_reaper.runtime.node_root import BadPattern, canonical, glob_inside, go_pattern
 
 
 def write(root: Path, node_path: str, text: str) -> Path:

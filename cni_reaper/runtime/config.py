@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any, NamedTuple
 
-from cni_reaper.runtime.node_root import (
+from cni_reaper.node_root import (
     BadPattern,
     LeavesRoot,
     canonical,

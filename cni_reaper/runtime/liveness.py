@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import Enum
 from typing import NamedTuple
 
-from cni_reaper.runtime.config import LocatedPath, PathKind, RuntimeConfigs
-from cni_reaper.runtime.node_root import (
+from cni_reaper.node_root import (
     DIR_FLAGS,
     LeavesRoot,
     canonical,
@@ -27,6 +26,7 @@ from cni_reaper.runtime.node_root import (
     listed,
     open_inside,
 )
+from cni_reaper.runtime.config import LocatedPath, PathKind, RuntimeConfigs
 
 # What the processes that run containers or call CNI plugins are called: comm (at most 15
 # characters), or the base name of their executable or of argv[0]. k3s re-executes itself as

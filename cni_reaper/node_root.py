@@ -98,6 +98,39 @@ def open_inside(root: str, node_path: str, *, directory: bool = False) -> tuple[
             os.close(fd)
 
 
+def resolve_inside(root: str, node_path: str) -> str:
+    """Where node_path is, from here, as the node resolves it: each symlink met on the way is
+    followed, an absolute target starting again at the root. Components that do not exist
+    (yet) are taken as they are. Raises LeavesRoot for a ".." above the root, OSError (ELOOP)
+    for a loop."""
+    names: list[str] = []
+    pending = deque(_components(node_path))
+    hops = 0
+    while pending:
+        name = pending.popleft()
+        if name == "..":
+            if not names:
+                raise LeavesRoot(f"{host_path(root, node_path)} leads out of {root}")
+            names.pop()
+            continue
+        here = os.path.join(root, *names, name)
+        try:
+            st = os.lstat(here)
+        except (FileNotFoundError, NotADirectoryError):
+            return os.path.join(root, *names, name, *pending)
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if hops > MAX_SYMLINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), host_path(root, node_path))
+            target = os.readlink(here)
+            if target.startswith("/"):
+                names.clear()
+            pending.extendleft(reversed(_components(target)))
+            continue
+        names.append(name)
+    return os.path.join(root, *names)
+
+
 def exists_inside(root: str, node_path: str) -> bool:
     """Whether node_path exists on the node, as lstat sees it: a last component that is a
     symlink, a socket or anything else exists; it is never followed. Raises what open_inside

@@ -110,25 +110,23 @@ class Planner:
         netlist = self._configs.get(network)
         if netlist is None and network == BUILTIN_LOOPBACK:
             netlist = builtin_loopback()
-        if netlist is None:
-            return PlannedEntry(
-                entry,
-                written,
-                Action.DEL_AND_QUARANTINE,
-                STALE_DAMAGE,
-                config_problem=f"no config for network {network!r} in the conf dirs",
-            )
-        version_problem = netlist.version_problem
-        if version_problem is not None:
-            # libcni's DelNetworkList fails on it before it runs a plugin: so does the replay.
+        # A DEL that fails before any plugin runs: no config, or a cniVersion libcni cannot
+        # parse (its DelNetworkList fails on it first: so does the replay).
+        problem = (
+            f"no config for network {network!r} in the conf dirs"
+            if netlist is None
+            else netlist.version_problem
+        )
+        if problem is not None:
             return PlannedEntry(
                 entry,
                 written,
                 Action.DEL_AND_QUARANTINE,
                 STALE_DAMAGE,
                 netlist=netlist,
-                config_problem=version_problem,
+                config_problem=problem,
             )
+        assert netlist is not None
         if not netlist.reads_cached_result:
             return PlannedEntry(
                 entry,

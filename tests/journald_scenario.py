@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.private_node import private_tmpfs
 
@@ -42,6 +43,27 @@ def stream_to_journald(identifier: str) -> socket.socket:
     stream.sendall(f"{identifier}\n\n6\n0\n0\n0\n0\n".encode())
     stream.shutdown(socket.SHUT_RD)
     return stream
+
+
+def reaper_in_journald(root: Path, out: Path, *extra: str) -> dict[str, Any]:
+    """The installed cni-reaper on root with the real plugins, as systemd runs it with a
+    journald of its own (this module, run in a private mount and PID namespace): its exit
+    code, its stdout and its journal records."""
+    from tests.nodetree import PLUGIN_DIR  # noqa: PLC0415
+    from tests.private_node import reaper_command, unshare  # noqa: PLC0415
+
+    scenario = [*unshare(pid=True), sys.executable, "-m", "tests.journald_scenario", str(out)]
+    reaper = [*reaper_command(), "--root", str(root), "--bin-dir", PLUGIN_DIR, *extra]
+    proc = subprocess.run(
+        [*scenario, "--", *reaper],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
 
 
 def main(out: Path, command: list[str]) -> None:

@@ -13,12 +13,9 @@ import io
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -29,9 +26,10 @@ from cni_reaper import cli
 from cni_reaper.escape import is_printable, printable, printable_lines
 from cni_reaper.journal import EventLog
 from tests.crashed import Crashed
-from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR
-from tests.private_node import cannot_run, reaper_command, unshare
-from tests.test_journal import REPO, _why_no_journald
+from tests.journald_scenario import reaper_in_journald
+from tests.nodetree import CONTAINER_IDS
+from tests.private_node import cannot_run
+from tests.test_journal import _why_no_journald
 
 FORGED = "cni-reaper: hl-x-eth0: empty, previous-boot -> del-and-quarantine [done]: repaired"
 HOSTILE = f"\x1b[2J\n{FORGED}\rhidden \u202eesrever\x9b2J"
@@ -394,29 +392,7 @@ def test_hostile_text_arrives_in_a_real_journald_as_printable_text(
     extra = hostile_node(crashed)
     time.sleep(3.2)  # the reaper runs on the real clock: the reboot comes after the files
     crashed.reboot_now()
-    out = tmp_path / "journal.json"
-    proc = subprocess.run(
-        [
-            *unshare(pid=True),
-            sys.executable,
-            "-m",
-            "tests.journald_scenario",
-            str(out),
-            "--",
-            *reaper_command(),
-            "--root",
-            str(crashed.node.root),
-            "--bin-dir",
-            PLUGIN_DIR,
-            *extra,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result: dict[str, Any] = json.loads(out.read_text())
+    result = reaper_in_journald(crashed.node.root, tmp_path / "journal.json", *extra)
     assert result["exit"] == 73
     records = result["records"]
     assert any(r.get("CNI_REAPER_EVENT") == "summary" for r in records)

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from cni_reaper import cli
 from cni_reaper.journal import Event, EventLog, journal_send
 from tests.crashed import Crashed
-from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR
-from tests.private_node import cannot_run, reaper_command, unshare
+from tests.journald_scenario import reaper_in_journald
+from tests.nodetree import CONTAINER_IDS
+from tests.private_node import cannot_run
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRY_FIELDS = {
@@ -214,28 +211,7 @@ def test_records_arrive_in_a_real_journald(crashed: Crashed, tmp_path: Path) -> 
     if reason:
         cannot_run(reason)
     expected = mixed_node(crashed, wall_clock=True)
-    out = tmp_path / "journal.json"
-    proc = subprocess.run(
-        [
-            *unshare(pid=True),
-            sys.executable,
-            "-m",
-            "tests.journald_scenario",
-            str(out),
-            "--",
-            *reaper_command(),
-            "--root",
-            str(crashed.node.root),
-            "--bin-dir",
-            PLUGIN_DIR,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result: dict[str, Any] = json.loads(out.read_text())
+    result = reaper_in_journald(crashed.node.root, tmp_path / "journal.json")
     assert result["exit"] == 65  # the in-flight and the unsplittable entries are left
     assert result["stdout"] == ""  # the journal has it all
     records = result["records"]

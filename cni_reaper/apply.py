@@ -174,6 +174,7 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
         ex.plugin_timeout,
         ex.base_env,
         ex.budget,
+        planned.chain,
     )
     if not outcome.ok or not held:
         return outcome

@@ -13,6 +13,7 @@ from cni_reaper import failpoint
 from cni_reaper.budget import Budget
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import (
+    ChainResolution,
     PluginDirs,
     PluginError,
     PluginRunner,
@@ -117,6 +118,7 @@ def delete(
     timeout: float,
     inherited: Mapping[str, str] | None = None,
     budget: Budget | None = None,
+    chain: ChainResolution | None = None,
 ) -> DelOutcome:
     """Plugins in reverse order, stopping at the first failure, as libcni does.
 
@@ -131,7 +133,8 @@ def delete(
     if version_problem is not None:
         return DelOutcome((), (PluginError("", version_problem),))
     vetted = as_vetted(plugin_dirs)
-    chain = resolve_chain(netlist, vetted)
+    if chain is None:  # else resolved in the same vetted dirs when the run was planned
+        chain = resolve_chain(netlist, vetted)
     failing = chain.failing
     if failing is not None:
         return DelOutcome((), (PluginError(failing.kind, str(chain.problem)),))

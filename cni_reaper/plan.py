@@ -110,24 +110,13 @@ class Planner:
         netlist = self._configs.get(network)
         if netlist is None and network == BUILTIN_LOOPBACK:
             netlist = builtin_loopback()
-        # A DEL that fails before any plugin runs: no config, or a cniVersion libcni cannot
-        # parse (its DelNetworkList fails on it first: so does the replay).
-        problem = (
-            f"no config for network {network!r} in the conf dirs"
-            if netlist is None
-            else netlist.version_problem
-        )
-        if problem is not None:
-            return PlannedEntry(
-                entry,
-                written,
-                Action.DEL_AND_QUARANTINE,
-                STALE_DAMAGE,
-                netlist=netlist,
-                config_problem=problem,
-            )
-        assert netlist is not None
-        if not netlist.reads_cached_result:
+        chain = None
+        if netlist is None:
+            problem: str | None = f"no config for network {network!r} in the conf dirs"
+        elif netlist.version_problem is not None:
+            # libcni's DelNetworkList fails on it before it runs a plugin: so does the replay.
+            problem = netlist.version_problem
+        elif not netlist.reads_cached_result:
             return PlannedEntry(
                 entry,
                 written,
@@ -136,14 +125,16 @@ class Planner:
                 "DEL, so the runtime's own DEL works; moved aside for the record",
                 netlist=netlist,
             )
-        chain = self._chain(netlist)
+        else:
+            chain = self._chain(netlist)
+            problem = self._del_problems.get(network) or chain.problem
         return PlannedEntry(
             entry,
             written,
             Action.DEL_AND_QUARANTINE,
             STALE_DAMAGE,
             netlist=netlist,
-            config_problem=self._del_problems.get(network) or chain.problem,
+            config_problem=problem,
             chain=chain,
         )
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +27,7 @@ from cni_reaper.journal import EventLog
 from tests.crashed import Crashed
 from tests.journald_scenario import reaper_in_journald
 from tests.nodetree import CONTAINER_IDS
+from tests.notify_socket import status_lines
 from tests.private_node import cannot_run
 from tests.test_journal import _why_no_journald
 
@@ -270,16 +270,8 @@ def test_the_text_report_stderr_lines_and_status_show_hostile_text_escaped(
 ) -> None:
     stream = io.StringIO()
     address = tmp_path / "notify"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
-        listener.bind(str(address))
-        listener.settimeout(0)
+    with status_lines(address) as sent:
         code = run(crashed, hostile, EventLog(stream=stream), {"NOTIFY_SOCKET": str(address)})
-        sent = []
-        while True:
-            try:
-                sent.append(listener.recv(4096).decode())
-            except BlockingIOError:
-                break
 
     assert code == 73  # both plugins failed; their files are quarantined all the same
     out = capsys.readouterr().out

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from cni_reaper.journal import Event, EventLog, journal_send
 from tests.crashed import Crashed
 from tests.journald_scenario import reaper_in_journald
 from tests.nodetree import CONTAINER_IDS
+from tests.notify_socket import status_lines
 from tests.private_node import cannot_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -167,18 +167,10 @@ def test_status_lines_reach_the_notify_socket(
 ) -> None:
     mixed_node(crashed)
     address = tmp_path / "notify"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
-        listener.bind(str(address))
-        listener.settimeout(0)
+    with status_lines(address) as sent:
         crashed.run(
             capsys, events=EventLog(stream=io.StringIO()), environ={"NOTIFY_SOCKET": str(address)}
         )
-        sent = []
-        while True:
-            try:
-                sent.append(listener.recv(4096).decode())
-            except BlockingIOError:
-                break
     assert sent[0] == f"STATUS=scanning {crashed.node.results}"
     assert f"STATUS=done: hl-{CONTAINER_IDS[1]}-eth0" in sent
     assert sent[-1].startswith("STATUS=done: 4 entries;")

@@ -11,12 +11,11 @@ import json
 import os
 import re
 import stat
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import NamedTuple
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict, Identity
-from cni_reaper.escape import printable
 from cni_reaper.filestat import UNKNOWN_FILE, FileStat
 from cni_reaper.trust import untrusted
 
@@ -41,10 +40,6 @@ class CacheEntry(NamedTuple):
     @property
     def content(self) -> Content:
         return self.verdict.content
-
-    @property
-    def shown_name(self) -> str:
-        return printable(self.name)
 
 
 def _split_rest(rest: str) -> list[tuple[str, str]]:
@@ -227,11 +222,12 @@ def _split(
     return split_name(name, networks)
 
 
-def cached_netns(dir_fd: int, container_id: str) -> set[str]:
-    """The network namespaces the whole entries of a container name: libcni from 1.2 on caches
-    each attachment's netns. Read only when some namespace is still mounted, so rarely."""
+def cached_netns(dir_fd: int, names: Iterable[str], container_id: str) -> set[str]:
+    """The network namespaces the whole entries of a container name, among the results dir's
+    names: libcni from 1.2 on caches each attachment's netns. Read only when some namespace is
+    still mounted, so rarely."""
     found = set()
-    for name in os.listdir(dir_fd):
+    for name in names:
         if f"-{container_id}-" not in name:
             continue
         try:

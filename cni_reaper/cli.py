@@ -227,7 +227,9 @@ def run(
                 raise UnsafeInputError(f"no boot id in {paths.boot_id}: cannot name this boot")
             why_not = shutdown_marker.mark_clean_shutdown(paths, boot_id, clock(), system_state)
             if why_not is not None:
-                print(f"cni-reaper: no clean-shutdown marker written: {why_not}", file=sys.stderr)
+                # It quotes what systemctl printed: escaped, as all outside text.
+                shown = printable(why_not)
+                print(f"cni-reaper: no clean-shutdown marker written: {shown}", file=sys.stderr)
             return ExitCode.OK
         return _run(args, paths, clock, runner, events, env, started, writer, made)
     except (ReaperError, KeyboardInterrupt, Exception) as e:
@@ -493,6 +495,7 @@ def _pipeline(run: _Run) -> Report:
             del_problems,
         )
         pins = _pinned_netns(run)
+        listed: list[str] = []  # the results dir's names, listed once, if a pin needs them
 
         def alive(planned: PlannedEntry) -> str | None:
             """A namespace still mounted that a whole entry of the container names (libcni
@@ -502,7 +505,9 @@ def _pipeline(run: _Run) -> Report:
             split = planned.entry.split
             if not pins or split is None:
                 return None
-            for netns in cache.cached_netns(results_fd, split.container_id):
+            if not listed:
+                listed.extend(os.listdir(results_fd))
+            for netns in cache.cached_netns(results_fd, listed, split.container_id):
                 if node_path(netns) in pins:
                     return f"its network namespace {netns} is still mounted"
             return None

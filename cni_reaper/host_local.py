@@ -56,19 +56,25 @@ class Reservation(NamedTuple):
         }
 
 
-def _store_node_paths(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
-    """(network, its store as the node names it) of every network whose chain uses host-local:
-    as data_dirs() and the plugin see it, ".." never above "/"."""
+def _data_dirs(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
+    """(network, host-local's dataDir as the node names it) of every network whose chain uses
+    host-local: as the plugin, run from /, sees it, ".." never above "/"."""
     for name, netlist in sorted(configs.networks.items()):
-        if "/" in name or name in (".", ".."):
-            continue  # not a dir of the store, whatever a config says (libcni forbids it)
         for plugin in netlist.plugins:
             ipam = plugin.get("ipam")
             if isinstance(ipam, dict) and ipam.get("type") == "host-local":
                 data_dir = ipam.get("dataDir")
                 data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
-                yield name, os.path.normpath(f"/{data_dir.lstrip('/')}/{name}")
+                yield name, os.path.normpath("/" + data_dir.lstrip("/"))
                 break
+
+
+def _store_node_paths(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
+    """(network, its store as the node names it): <dataDir>/<network>."""
+    for name, data_dir in _data_dirs(configs):
+        if "/" in name or name in (".", ".."):
+            continue  # not a dir of the store, whatever a config says (libcni forbids it)
+        yield name, os.path.join(data_dir, name)
 
 
 def stores(configs: NetworkConfigs, root: str) -> Iterator[tuple[str, str]]:
@@ -181,17 +187,9 @@ def _content(data: bytes) -> str:
 
 
 def data_dirs(configs: NetworkConfigs) -> set[str]:
-    """The dataDirs network configs name for host-local, as absolute node paths (a plugin runs
-    from /, where a relative one resolves the same way)."""
-    found = set()
-    for netlist in configs.networks.values():
-        for plugin in netlist.plugins:
-            ipam = plugin.get("ipam")
-            if isinstance(ipam, dict) and ipam.get("type") == "host-local":
-                data_dir = ipam.get("dataDir")
-                if isinstance(data_dir, str) and data_dir:
-                    found.add(os.path.normpath("/" + data_dir.lstrip("/")))
-    return found
+    """Every host-local dataDir the network configs use, as absolute node paths (the default
+    among them, which lies under a standard bind target of confine.py)."""
+    return {data_dir for _, data_dir in _data_dirs(configs)}
 
 
 def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iterator[Reservation]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.private_node import cannot_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,3 +29,13 @@ def test_ruff_format() -> None:
 def test_mypy_strict() -> None:
     proc = run_tool("mypy", "--strict")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_gofmt() -> None:
+    """The Go the tests build (tests/libcni_client) is as gofmt writes it."""
+    gofmt = shutil.which("gofmt")
+    if gofmt is None:
+        cannot_run("needs Debian's golang-go (gofmt)")
+    proc = subprocess.run([gofmt, "-l", "tests"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "", f"not gofmt-formatted:\n{proc.stdout}"

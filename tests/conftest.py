@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import real_libcni
 from tests.crashed import Crashed
 from tests.nodetree import PLUGIN_DIR, NodeTree, have_plugins
 from tests.private_node import cannot_run
@@ -51,3 +52,22 @@ def crashed(node: NodeTree, t0: float) -> Crashed:
     if os.geteuid() != 0:
         cannot_run("needs root: plugins run confined to the node's root (cni_reaper/confine.py)")
     return Crashed(node, t0)
+
+
+@pytest.fixture(scope="session")
+def libcni_build() -> real_libcni.Built:
+    """tests/libcni_client built once on the distribution's libcni (Debian 12: 1.1.2), offline,
+    or taken from .test-cache/ if this source, Go and libcni were built before. Missing Go or
+    libcni's source skips, and fails in CI; a build that fails fails."""
+    reason = real_libcni.why_not_buildable()
+    if reason:
+        cannot_run(reason)
+    try:
+        return real_libcni.build_client()
+    except real_libcni.BuildFailed as e:
+        pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def libcni_client(libcni_build: real_libcni.Built) -> real_libcni.LibcniClient:
+    return real_libcni.LibcniClient(libcni_build.path)

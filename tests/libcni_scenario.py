@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
@@ -94,7 +94,6 @@ class Scenario:
     attachments: tuple[Attachment, ...]
     reaper_args: tuple[str, ...] = ()
     flush_iptables_at_crash: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)  # free for scenarios to come
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,7 +105,6 @@ class Scenario:
             attachments=tuple(Attachment(**a) for a in doc["attachments"]),
             reaper_args=tuple(doc["reaper_args"]),
             flush_iptables_at_crash=bool(doc["flush_iptables_at_crash"]),
-            extra=dict(doc["extra"]),
         )
 
     def network(self, name: str) -> dict[str, Any]:
@@ -116,7 +114,9 @@ class Scenario:
 # ---- Conflists ---------------------------------------------------------------------------------
 
 
-def host_local(ranges: Sequence[Sequence[str | Mapping[str, str]]], data_dir: str | None) -> Any:
+def host_local(
+    ranges: Sequence[Sequence[str | Mapping[str, str]]], data_dir: str | None
+) -> dict[str, Any]:
     """host-local's ipam: ranges is a list of range sets, each a list of subnets or range dicts
     (subnet, rangeStart, rangeEnd, gateway)."""
     ipam: dict[str, Any] = {

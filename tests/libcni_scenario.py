@@ -77,6 +77,10 @@ class Attachment:
     runtime_dels: bool = True
     capability_args: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        if self.results_file not in RESULTS_FILE_FATES:
+            raise ValueError(f"unknown results file fate {self.results_file!r}")
+
     @property
     def results_name(self) -> str:
         return f"{self.network}-{self.container_id}-{self.ifname}"
@@ -314,6 +318,22 @@ def host_links() -> set[str]:
     return {str(link["ifname"]) for link in json.loads(out)}
 
 
+def _remove_links(keep: set[str], patience: float = 5.0) -> list[str]:
+    """Every link but keep deleted, as the reboot loses them (a veth whose peer went with its
+    netns may still be on its way out); the links that would not go."""
+    deadline = time.monotonic() + patience
+    while True:
+        left = sorted(host_links() - keep)
+        if not left or time.monotonic() > deadline:
+            return left
+        for link in left:
+            subprocess.run(["ip", "link", "delete", link], capture_output=True)
+
+
+def _listing(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+
+
 def _flush_iptables() -> None:
     """The kernel's packet filter starts empty at boot."""
     for command in ("iptables", "ip6tables"):
@@ -389,8 +409,6 @@ def run_inside(scenario: Scenario, client: LibcniClient, workdir: Path) -> Obser
     seen: list[AttachmentSeen] = []
     pins: dict[str, str] = {}
     for index, a in enumerate(scenario.attachments):
-        if a.results_file not in RESULTS_FILE_FATES:
-            raise ValueError(f"unknown results file fate {a.results_file!r}")
         netns = pins.get(a.container_id)
         if netns is None:
             name = f"pod-{a.container_id[:12]}"
@@ -430,10 +448,7 @@ def run_inside(scenario: Scenario, client: LibcniClient, workdir: Path) -> Obser
     last_write = time.time()
     for netns in pins.values():
         subprocess.run(["ip", "netns", "delete", Path(netns).name], check=True)
-    made = host_links() - links_before
-    for link in sorted(made):
-        subprocess.run(["ip", "link", "delete", link], capture_output=True)
-    left_by_crash = sorted(host_links() - links_before)
+    left_by_crash = _remove_links(links_before)
     if scenario.flush_iptables_at_crash:
         _flush_iptables()
     seconds["crash"] = time.monotonic() - mark
@@ -464,7 +479,7 @@ def run_inside(scenario: Scenario, client: LibcniClient, workdir: Path) -> Obser
     reaper = subprocess.run(argv, capture_output=True, text=True)
     seconds["reaper"] = time.monotonic() - mark
     after_repair = snapshot()
-    results_after_repair = sorted(p.name for p in results.iterdir()) if results.is_dir() else []
+    results_after_repair = _listing(results)
     for s in seen:
         path = results / s["results_name"]
         s["results_after_repair"] = path.read_bytes().hex() if path.is_file() else None
@@ -504,9 +519,7 @@ def run_inside(scenario: Scenario, client: LibcniClient, workdir: Path) -> Obser
             seconds=seconds["reaper"],
         ),
         results_after_repair=results_after_repair,
-        results_after_runtime_del=sorted(p.name for p in results.iterdir())
-        if results.is_dir()
-        else [],
+        results_after_runtime_del=_listing(results),
         quarantine=quarantined,
         links_left_by_crash=left_by_crash,
         seconds=seconds,

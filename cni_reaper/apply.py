@@ -3,34 +3,27 @@
 from __future__ import annotations
 
 import os
-import queue
-import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from cni_reaper import content
-from cni_reaper.budget import Budget
 from cni_reaper.host_local import Releases
 from cni_reaper.outcome import EntryResult, Outcome
+from cni_reaper.parallel import TICK_SECONDS, in_parallel
 from cni_reaper.plan import Action, PlannedEntry
-from cni_reaper.plugin import PluginDirs, PluginError, PluginRunner
+from cni_reaper.plugin import PluginError
 from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
-from cni_reaper.replay import Attachment, DelOutcome, delete
+from cni_reaper.replay import Attachment, DelOutcome, DelTools
 
 
 class Executor(NamedTuple):
     results_fd: int
-    runner: PluginRunner
-    plugin_dirs: PluginDirs  # vetted once for the run: the only dirs in CNI_PATH
-    plugin_timeout: float
     quarantine: Quarantine
     clock_now: float
-    base_env: Mapping[str, str]  # every plugin's environment but its CNI_*, taken once per run
     releases: Releases  # what host-local holds, to check that a DEL released it
-    budget: Budget  # the run's deadline and the plugins that keep timing out
-    workers: int = 1  # DEL replays at once, each of a different network
+    tools: DelTools
 
 
 def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryResult]:
@@ -42,7 +35,7 @@ def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryR
 
     def in_order() -> Iterator[_Replayed]:
         for planned in plan:
-            if planned.action is Action.DEL_AND_QUARANTINE and executor.workers > 1:
+            if planned.action is Action.DEL_AND_QUARANTINE and executor.tools.workers > 1:
                 by_network[planned.netlist.name if planned.netlist else ""].append(planned)
             elif planned.action.changes_things:
                 yield planned, _replay(planned, executor)
@@ -51,18 +44,21 @@ def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryR
 
     yield from _in_batches(in_order(), executor)
     if by_network:
-        yield from _in_batches(_replay_in_parallel(list(by_network.values()), executor), executor)
+        replayed = in_parallel(
+            list(by_network.values()),
+            lambda planned: _replay(planned, executor),
+            executor.tools.workers,
+        )
+        yield from _in_batches(replayed, executor)
     executor.quarantine.flush()
 
 
 _Replayed = tuple[PlannedEntry, "EntryResult | DelOutcome | None"]
-_WORKER_DONE = None
 
 # Files are quarantined in batches, their sidecars fsynced together: one at a time, every
 # file cost a journal commit. A batch closes at this many files, or this long after its first
 # DEL returned, so that results still come in while DELs go on.
 BATCH_FILES = 64
-BATCH_SECONDS = 0.25
 
 
 def _in_batches(replayed: Iterable[_Replayed | None], executor: Executor) -> Iterator[EntryResult]:
@@ -75,66 +71,10 @@ def _in_batches(replayed: Iterable[_Replayed | None], executor: Executor) -> Ite
             if not batch:
                 opened = time.monotonic()
             batch.append(item)
-        if batch and (len(batch) >= BATCH_FILES or time.monotonic() - opened >= BATCH_SECONDS):
+        if batch and (len(batch) >= BATCH_FILES or time.monotonic() - opened >= TICK_SECONDS):
             yield from _quarantine(batch, executor)
             batch = []
     yield from _quarantine(batch, executor)
-
-
-def _replay_in_parallel(
-    groups: list[list[PlannedEntry]], executor: Executor
-) -> Iterator[_Replayed | None]:
-    """Worker threads replay the DELs, a network at a time each, and this generator hands on
-    each DEL as it returns (or None, a tick, when none returned for a while). A worker goes
-    straight on to its network's next DEL: quarantining never stands between two plugins."""
-    pending: queue.SimpleQueue[list[PlannedEntry]] = queue.SimpleQueue()
-    for group in groups:
-        pending.put(group)
-    replayed: queue.SimpleQueue[_Replayed | None] = queue.SimpleQueue()
-    failures: list[BaseException] = []
-    stop = threading.Event()  # set when this side gives up: workers start no further DEL
-
-    def worker() -> None:
-        try:
-            while not stop.is_set():
-                try:
-                    group = pending.get_nowait()
-                except queue.Empty:
-                    return
-                for planned in group:
-                    if stop.is_set():
-                        return
-                    replayed.put((planned, _replay(planned, executor)))
-        except BaseException as e:  # a bug: raised again below, once every worker is done
-            failures.append(e)
-        finally:
-            replayed.put(_WORKER_DONE)
-
-    threads = [
-        threading.Thread(target=worker, name=f"del-{n}", daemon=True)
-        for n in range(min(executor.workers, len(groups)))
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        running = len(threads)
-        while running:
-            try:
-                item = replayed.get(timeout=BATCH_SECONDS)
-            except queue.Empty:
-                yield None
-                continue
-            if item is _WORKER_DONE:
-                running -= 1
-                continue
-            yield item
-    finally:
-        # Also when the caller stops early or a move raised: no plugin may outlive the run.
-        stop.set()
-        for thread in threads:
-            thread.join()
-    if failures:
-        raise failures[0]
 
 
 def _unchanged(planned: PlannedEntry, results_fd: int) -> str | None:
@@ -163,19 +103,16 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
         problem = planned.config_problem or "no network config"
         failing = planned.chain.failing if planned.chain is not None else None
         return DelOutcome((), (PluginError(failing.kind if failing else "", problem),))
-    attachment = Attachment(split.container_id, split.ifname)
+    cached = planned.cached
+    attachment = Attachment(
+        split.container_id,
+        split.ifname,
+        cached.cni_args if cached is not None else (),
+        cached.capability_args if cached is not None else None,
+    )
     network = planned.netlist.name
     held = ex.releases.held_by(network, split.container_id, split.ifname)
-    outcome = delete(
-        planned.netlist,
-        attachment,
-        ex.runner,
-        ex.plugin_dirs,
-        ex.plugin_timeout,
-        ex.base_env,
-        ex.budget,
-        planned.chain,
-    )
+    outcome = ex.tools.delete(planned.netlist, attachment, planned.chain, planned.prev_result)
     if not outcome.ok or not held:
         return outcome
     # The effect the reaper can see: the plugins said done; host-local's store must agree.

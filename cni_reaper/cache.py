@@ -6,13 +6,14 @@ that descriptor, so nothing outside it is ever read and no FIFO is ever opened.
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import os
 import re
 import stat
 from collections.abc import Collection, Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict, Identity
@@ -243,3 +244,56 @@ def cached_netns(dir_fd: int, names: Iterable[str], container_id: str) -> set[st
         if isinstance(netns, str) and netns:
             found.add(netns)
     return found
+
+
+class CachedAttachment(NamedTuple):
+    """What a whole entry holds that a DEL needs: libcni's GCNetworkList runs DEL with these."""
+
+    config: bytes | None  # the conflist (or single conf) ADD ran with, if the entry has it
+    cni_args: tuple[tuple[str, str], ...]
+    capability_args: dict[str, Any] | None
+    result: dict[str, Any] | None  # the final ADD result; a legacy entry is one
+
+
+def read_cached(dir_fd: int, entry: CacheEntry) -> CachedAttachment | str:
+    """The DEL inputs of an entry the inventory found whole, read again through the dir; or
+    why they cannot be used: the file changed since, or someone other than root could have
+    written it (its config would decide which plugin runs as root)."""
+    try:
+        fd = os.open(entry.name, _OPEN_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        return f"cannot open it again: {e.strerror}"
+    try:
+        st = os.fstat(fd)
+        if not entry.file.same_file(st):
+            return "changed since the scan"
+        problem = untrusted(st)
+        if problem:
+            return f"the file {problem}"
+        data = os.read(fd, content.MAX_ENTRY_BYTES + 1)
+    except OSError as e:
+        return f"cannot read it again: {e.strerror}"
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(data.rstrip(b"\0 \t\r\n"))
+    except (ValueError, RecursionError):
+        return "no longer JSON"
+    if not isinstance(doc, dict):
+        return "no longer a JSON object"
+    if entry.content is Content.LEGACY:
+        return CachedAttachment(None, (), None, doc)
+    config = doc.get("config")
+    try:
+        config_bytes = base64.b64decode(config, validate=True) if config else None
+    except (ValueError, TypeError):
+        return "its config is not base64"
+    args = doc.get("cniArgs") or []
+    capability_args = doc.get("capabilityArgs")
+    result = doc.get("result")
+    return CachedAttachment(
+        config_bytes,
+        tuple((str(k), str(v)) for k, v in args),
+        capability_args if isinstance(capability_args, dict) else None,
+        result if isinstance(result, dict) else None,
+    )

@@ -8,7 +8,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cni_reaper import (
@@ -18,9 +18,12 @@ from cni_reaper import (
     host_local,
     netconf,
     outcome,
+    pool,
     pre_runtime,
     shutdown_marker,
 )
+from cni_reaper.cache import CacheEntry
+from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
 from cni_reaper.escape import printable, printable_lines
 from cni_reaper.journal import (
@@ -36,16 +39,25 @@ from cni_reaper.lock import RunLock
 from cni_reaper.node_root import LeavesRoot
 from cni_reaper.node_root import canonical as node_path
 from cni_reaper.notify import Notifier
+from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import NodePaths
-from cni_reaper.plan import PlannedEntry, Planner, held_until
+from cni_reaper.plan import Action, PlannedEntry, Planner, cached_config, held_until
 from cni_reaper.plugin import PluginDirs, vet_plugin_dirs
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
+from cni_reaper.reservations import (
+    EntryFate,
+    PlannedReservation,
+    ReservationAction,
+    ReservationPlanner,
+    Settled,
+)
 from cni_reaper.runtime import config as runtime_config
 from cni_reaper.runtime import liveness
 
 if TYPE_CHECKING:
     from cni_reaper.budget import Budget
     from cni_reaper.plugin import PluginRunner
+    from cni_reaper.replay import DelTools
 
 DEFAULT_PLUGIN_TIMEOUT = 30.0
 # Well inside the unit's TimeoutStartSec (5 min): time is left to move files and report.
@@ -285,6 +297,7 @@ class _Run(NamedTuple):
     # The runtime processes found as the run began: the first look uses them, later looks
     # scan /proc again.
     first_scan: list[list[liveness.RuntimeProcess]]
+    sources: list[str]  # what each runtime's records said of its sandboxes, for the report
 
     def runtime_started(self) -> list[str]:
         """What /run and /proc say of a runtime having started in this boot."""
@@ -339,6 +352,7 @@ def _run(
         writer,
         made,
         first_scan,
+        [],
     )
     if args.dry_run:
         report = _pipeline(run)  # runs no plugin, so has no need to be confined
@@ -454,9 +468,15 @@ def _pipeline(run: _Run) -> Report:
             warnings.append(f"cannot record this boot's evidence in {paths.state_dir}: {e}")
     warnings.extend(boot_ctx.warnings)
     warnings.extend(f"config skipped: {p}" for p in run.configs.problems)
-    report = Report(boot_ctx, args.dry_run, paths.results_dir, warnings, run.writer, proof)
+    report = Report(
+        boot_ctx, args.dry_run, paths.results_dir, warnings, run.writer, proof, run.sources
+    )
     run.made.append(report)
     stores = list(host_local.stores(run.configs, paths.root))
+    # Every address reserved before any DEL: the pools' "before" (pool.py).
+    reserved_before = {network: host_local.addresses(store) for network, store in stores}
+    fates: dict[tuple[str, str], dict[str, EntryFate]] = {}  # what became of each entry
+    whole: dict[str, CacheEntry] = {}  # a whole entry of each network, for its cached config
 
     def ready() -> str | None:
         """Once the whole plan is made, before anything changes: the pre-runtime record
@@ -478,7 +498,7 @@ def _pipeline(run: _Run) -> Report:
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}")
         ready()
-        _host_local(args, paths, boot_ctx, proof, stores, report, events)
+        _reservations(run, boot_ctx, proof, stores, reserved_before, fates, {}, None, report)
         return report
     quarantine = None
     try:
@@ -493,6 +513,7 @@ def _pipeline(run: _Run) -> Report:
             run.plugin_dirs,
             _live_containers(run),
             del_problems,
+            read_cached=lambda entry: cache.read_cached(results_fd, entry),
         )
         pins = _pinned_netns(run)
         listed: list[str] = []  # the results dir's names, listed once, if a pin needs them
@@ -519,68 +540,194 @@ def _pipeline(run: _Run) -> Report:
         else:
             # Plugins, quarantine and hashing are loaded only by runs that may use them.
             from cni_reaper import apply  # noqa: PLC0415
-            from cni_reaper.plugin import ProcessRunner  # noqa: PLC0415
             from cni_reaper.quarantine import Quarantine  # noqa: PLC0415
-            from cni_reaper.replay import base_env  # noqa: PLC0415
 
-            assert run.budget is not None  # every real run has one
             quarantine = Quarantine(paths.quarantine_dir, boot_ctx.boot_id)
             executor = apply.Executor(
                 results_fd=results_fd,
-                runner=run.runner or ProcessRunner(),
-                plugin_dirs=run.plugin_dirs,
-                plugin_timeout=args.plugin_timeout,
                 quarantine=quarantine,
                 clock_now=boot_ctx.now,
-                workers=args.parallel,
-                base_env=base_env(),
                 releases=host_local.Releases(stores),
-                budget=run.budget,
+                tools=_del_tools(run),
             )
             results = apply.execute(plan, executor)
         log_kept, dry_run, notify = args.verbose, args.dry_run, run.notifier.enabled
         for result in results:
             report.add(result)
+            _note_fate(result, fates, whole)
             if log_kept or event_of(result) is not Event.KEPT:
                 events.emit(entry_fields(result, dry_run))
             if notify and result.planned.action.changes_things:
                 run.notifier.status(f"{result.outcome.value}: {result.planned.entry.name}")
+        _reservations(
+            run,
+            boot_ctx,
+            proof,
+            stores,
+            reserved_before,
+            fates,
+            whole,
+            lambda entry: cache.read_cached(results_fd, entry),
+            report,
+            planner.alive,
+            pins,
+            del_problems,
+        )
     finally:
         if quarantine is not None:
             quarantine.close()
         os.close(results_fd)
-    _host_local(args, paths, boot_ctx, proof, stores, report, events)
     return report
 
 
-def _host_local(
-    args: argparse.Namespace,
-    paths: NodePaths,
+def _del_tools(run: _Run) -> DelTools:
+    from cni_reaper.plugin import ProcessRunner  # noqa: PLC0415 (real runs only)
+    from cni_reaper.replay import DelTools, base_env  # noqa: PLC0415
+
+    assert run.budget is not None  # every real run has one
+    return DelTools(
+        runner=run.runner or ProcessRunner(),
+        plugin_dirs=run.plugin_dirs,
+        plugin_timeout=run.args.plugin_timeout,
+        base_env=base_env(),
+        budget=run.budget,
+        workers=run.args.parallel,
+    )
+
+
+_FATES = {
+    Action.KEEP: EntryFate.KEPT,
+    Action.DEL_AND_QUARANTINE: EntryFate.DELETED,
+    Action.QUARANTINE: EntryFate.MOVED,
+    Action.LEAVE: EntryFate.LEFT,
+    Action.REPORT: EntryFate.LEFT,
+}
+
+
+def _note_fate(
+    result: EntryResult,
+    fates: dict[tuple[str, str], dict[str, EntryFate]],
+    whole: dict[str, CacheEntry],
+) -> None:
+    """What became of an entry, for the reservations of its attachment."""
+    planned = result.planned
+    split = planned.entry.split
+    if split is None:
+        return
+    fate = _FATES[planned.action]
+    if result.outcome is Outcome.SKIPPED and planned.action.changes_things:
+        fate = EntryFate.LEFT  # changed since the scan: left where it is
+    fates.setdefault((split.network, split.container_id), {})[split.ifname] = fate
+    if planned.entry.content is Content.VALID and split.network not in whole:
+        whole[split.network] = planned.entry
+
+
+def _reservations(
+    run: _Run,
     boot_ctx: boot.BootContext,
     proof: pre_runtime.Proof,
     stores: list[tuple[str, str]],
+    reserved_before: Mapping[str, list[str]],
+    fates: Mapping[tuple[str, str], Mapping[str, EntryFate]],
+    whole: Mapping[str, CacheEntry],
+    read_cached: Callable[[CacheEntry], cache.CachedAttachment | str] | None,
     report: Report,
-    events: EventLog,
+    alive: Callable[[str], str | None] | None = None,
+    pins: frozenset[str] | str = frozenset(),
+    del_problems: Mapping[str, str] | None = None,
 ) -> None:
-    """After every DEL has run: reservations no DEL can ever release."""
-    found = [
-        r
+    """After every DEL of the results cache has run: the addresses nobody else will release,
+    then how full each pool is left."""
+    args = run.args
+
+    def owner_alive(container_id: str) -> str | None:
+        if isinstance(pins, str):
+            return f"cannot tell which network namespaces are mounted: {pins}"
+        if pins:
+            return "network namespaces are still mounted, and no results entry says whose"
+        return alive(container_id) if alive is not None else None
+
+    def config_for(network: str) -> tuple[netconf.NetworkList | None, str | None]:
+        netlist = run.configs.get(network)
+        if netlist is not None:
+            return netlist, None
+        entry = whole.get(network)
+        cached = read_cached(entry) if entry is not None and read_cached else None
+        if cached is None or isinstance(cached, str) or cached.config is None:
+            return None, f"no config for network {network!r}, in the conf dirs or cached"
+        try:
+            return cached_config(cached.config, entry.name if entry else ""), None
+        except netconf.ConfigError as e:
+            return None, f"no config for network {network!r} in the conf dirs; the cached one: {e}"
+
+    planner = ReservationPlanner(
+        fates, owner_alive, config_for, run.plugin_dirs, del_problems or {}, args.dry_run
+    )
+    planned = [
+        planner(r)
         for network, store in stores
         for r in host_local.inventory(network, store, boot_ctx, proof)
     ]
-    settled = host_local.settle(
-        found,
-        args.dry_run,
-        paths.quarantine_dir,
-        boot_ctx.boot_id or "unknown-boot",
-        boot_ctx.now,
-    )
-    for r, settled_as, dest, problem in settled:
-        doc = r.to_json(settled_as, dest)
-        if problem:
-            doc["problem"] = problem
+    changing = [p for p in planned if p.action.changes_things]
+    settled: Iterable[Settled]
+    if args.dry_run:
+        settled = (Settled(p, "planned") for p in changing)
+    elif changing:
+        from cni_reaper import release  # noqa: PLC0415 (real runs only)
+
+        settled = release.settle(
+            changing,
+            _del_tools(run),
+            run.paths.quarantine_dir,
+            boot_ctx.boot_id or "unknown-boot",
+            boot_ctx.now,
+        )
+    else:
+        settled = ()
+    shown = [Settled(p, "skipped") for p in planned if p.action is ReservationAction.LEAVE]
+    if args.verbose:
+        shown += [Settled(p, "skipped") for p in planned if p.action is ReservationAction.KEEP]
+    for s in (*shown, *settled):
+        doc = s.to_json()
         report.add_reservation(doc)
-        events.emit(reservation_fields(doc, args.dry_run))
+        run.events.emit(reservation_fields(doc, args.dry_run))
+    report.pools = _pool_health(run, stores, reserved_before, planned)
+
+
+def _pool_health(
+    run: _Run,
+    stores: list[tuple[str, str]],
+    reserved_before: Mapping[str, list[str]],
+    planned: list[PlannedReservation],
+) -> list[pool.PoolHealth]:
+    """Each host-local range set: capacity, reserved before, released, and what is left and
+    why. A dry run counts what it plans as released."""
+    state = {p.reservation.path: p.owner_state for p in planned}
+    planned_away = {
+        p.reservation.path
+        for p in planned
+        if p.action.changes_things or p.owner_state == "entry-del"
+    }
+    pools = []
+    for network, store in stores:
+        netlist = run.configs.get(network)
+        sets: tuple[pool.RangeSet, ...] = ()
+        if netlist is not None:
+            for plugin in netlist.plugins:
+                ipam = plugin.get("ipam")
+                if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+                    sets, problem = pool.range_sets(ipam)
+                    if problem:
+                        run.warnings.append(f"pool of {network}: {problem}")
+                    break
+        now_held = host_local.addresses(store)
+        if run.args.dry_run:
+            now_held = [ip for ip in now_held if os.path.join(store, ip) not in planned_away]
+        after = {ip: state.get(os.path.join(store, ip), "unknown") for ip in now_held}
+        before = reserved_before.get(network, [])
+        if sets or before or after:
+            pools.extend(pool.health(network, sets, before, after))
+    return pools
 
 
 def main(

@@ -1,23 +1,21 @@
-"""host-local's reservation store: addresses a crash left reserved to no one.
+"""host-local's reservation store: what each address is reserved to, read, never changed here.
 
 host-local keeps one file per reserved address, `<dataDir>/<network>/<ip>`, holding
-`<containerID>\\r\\n<ifname>` (shared/reference/libcni-cache.md section 7), written without
-fsync. A crash leaves some of them empty or NUL-filled. DEL releases an address by its owner's
-container ID, so a reservation whose owner cannot be read is never released by anyone: its
-address is gone from the pool for good. Every sandbox of an earlier boot died with it, so such
-a file from an earlier boot is moved to the quarantine; from this boot, it is only reported.
+`<containerID>\\r\\n<ifname>` (since plugins v0.8.0; the container ID alone before), written
+without fsync (shared/reference/node-state.md section 1). A crash leaves some of them empty or
+NUL-filled: DEL releases by owner, so such a file is never released by anyone. What becomes of
+each reservation is reservations.py's to decide, and release.py's to carry out.
 """
 
 from __future__ import annotations
 
-import fcntl
 import ipaddress
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from cni_reaper.boot import BootContext, Written, WrittenVerdict, iso
+from cni_reaper.boot import BootContext, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs
 from cni_reaper.node_root import LeavesRoot, host_path, resolve_inside
@@ -26,6 +24,18 @@ from cni_reaper.trust import untrusted
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 MAX_RESERVATION_BYTES = 4096
+# What host-local's DEL needs besides the owner's container ID; an ID-only reservation (plugins
+# before v0.8.0) does not say it, and host-local then releases by the ID alone whatever ifname
+# comes (ReleaseByID's fallback). Kubernetes names the pod's interface eth0.
+DEFAULT_IFNAME = "eth0"
+
+
+class Owner(NamedTuple):
+    container_id: str
+    ifname: str | None  # None: an ID-only reservation
+
+    def describe(self) -> str:
+        return self.container_id if self.ifname is None else f"{self.container_id} {self.ifname}"
 
 
 class Reservation(NamedTuple):
@@ -34,26 +44,12 @@ class Reservation(NamedTuple):
     ip: str
     file: FileStat
     content: str  # valid, empty, zeroed, garbage
+    owner: Owner | None  # of a valid one
     written: WrittenVerdict
-    action: str  # keep, quarantine, leave
-    reason: str
 
-    def to_json(self, outcome: str, quarantined_to: str | None = None) -> dict[str, Any]:
-        return {
-            "network": self.network,
-            "path": os.path.join(self.store, self.ip),
-            "ip": self.ip,
-            "size": self.file.size,
-            "mtime": iso(self.file.mtime),
-            "ctime": iso(self.file.ctime),
-            "content": self.content,
-            "written": self.written.written.value,
-            "evidence": self.written.evidence,
-            "action": self.action,
-            "reason": self.reason,
-            "outcome": outcome,
-            "quarantined_to": quarantined_to,
-        }
+    @property
+    def path(self) -> str:
+        return os.path.join(self.store, self.ip)
 
 
 def _data_dirs(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
@@ -79,8 +75,12 @@ def _store_node_paths(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
 
 def stores(configs: NetworkConfigs, root: str) -> Iterator[tuple[str, str]]:
     """(network, store dir) of every network whose chain uses host-local, under root: as the
-    node resolves it, its symlinks never leading out of the root."""
+    node resolves it, its symlinks never leading out of the root. Then the stores in the
+    default dataDir of networks no config names any more: their addresses stay reserved all
+    the same, and an entry in the results cache may still carry their config."""
+    configured = set()
     for name, node_path in _store_node_paths(configs):
+        configured.add(name)
         if root == "/":
             yield name, node_path
             continue
@@ -88,6 +88,20 @@ def stores(configs: NetworkConfigs, root: str) -> Iterator[tuple[str, str]]:
             yield name, resolve_inside(root, node_path)
         except (LeavesRoot, OSError):
             continue  # no store of the node's there; store_problems() says why
+    try:
+        default = DEFAULT_DATA_DIR if root == "/" else resolve_inside(root, DEFAULT_DATA_DIR)
+        if default != host_path(root, DEFAULT_DATA_DIR):
+            return  # reached through a symlink: as store_problems() says, not for plugins
+        with os.scandir(default) as listing:
+            found = sorted(
+                entry.name
+                for entry in listing
+                if entry.is_dir(follow_symlinks=False) and entry.name not in configured
+            )
+    except (LeavesRoot, OSError):
+        return
+    for name in found:
+        yield name, os.path.join(default, name)
 
 
 def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
@@ -175,7 +189,7 @@ def _read_reservation(store: str, name: str) -> bytes:
         return f.read(MAX_RESERVATION_BYTES)
 
 
-def _content(data: bytes) -> str:
+def content_of(data: bytes) -> str:
     if not data:
         return "empty"
     if not data.strip(b"\0"):
@@ -193,8 +207,8 @@ def data_dirs(configs: NetworkConfigs) -> set[str]:
 
 
 def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iterator[Reservation]:
-    """The reservations of one store that are not plainly valid; never through a symlink.
-    When each was written is the pre-runtime record's to say (pre_runtime.py)."""
+    """Every reservation of one store, in name order; never through a symlink. When each was
+    written is the pre-runtime record's to say (pre_runtime.py)."""
     try:
         dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -205,9 +219,7 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
             return
         proof.open_dir(store, dir_st)
         for name in sorted(os.listdir(dir_fd)):
-            try:
-                ipaddress.ip_address(name)
-            except ValueError:
+            if not is_address(name):
                 continue  # lock, last_reserved_ip.N
             try:
                 st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -220,108 +232,42 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
             except OSError:
                 continue
             with os.fdopen(fd, "rb") as f:
-                content = _content(f.read(MAX_RESERVATION_BYTES))
-            if content == "valid":
-                continue
+                content, owner = read_owner(f.read(MAX_RESERVATION_BYTES))
             file = FileStat.of(st)
             written = proof.written(store, name, file, boot.classify(file.mtime, file.ctime))
-            if written.written is Written.PREVIOUS_BOOT:
-                action = "quarantine"
-                reason = "no owner to release it, and every sandbox of that boot is gone"
-            else:
-                action = "leave"
-                reason = f"written {written.written.value}: may be a reservation in flight"
-            yield Reservation(
-                network,
-                store,
-                name,
-                file,
-                content,
-                written,
-                action,
-                reason,
-            )
+            yield Reservation(network, store, name, file, content, owner, written)
     finally:
         os.close(dir_fd)
 
 
-class StoreLock:
-    """host-local's own lock on the store, so no plugin reserves while a file is moved."""
-
-    def __init__(self, store: str) -> None:
-        self._fd = os.open(
-            os.path.join(store, "lock"),
-            os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-        )
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        self.dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-
-    def close(self) -> None:
-        os.close(self.dir_fd)
-        os.close(self._fd)
+def is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
-def settle(
-    reservations: list[Reservation], dry_run: bool, quarantine_dir: str, boot_id: str, now: float
-) -> Iterator[tuple[Reservation, str, str | None, str | None]]:
-    """Yields (reservation, outcome, where it went, what went wrong) for each: those to leave
-    are skipped, a dry run plans, a real run moves to quarantine/<boot>/host-local/<network>/
-    under host-local's own lock."""
-    to_move = []
-    for reservation in reservations:
-        if reservation.action == "leave":
-            yield reservation, "skipped", None, None
-        elif dry_run:
-            yield reservation, "planned", None, None
-        else:
-            to_move.append(reservation)
-    if to_move:
-        yield from _quarantine(to_move, quarantine_dir, boot_id, now)
+def addresses(store: str) -> list[str]:
+    """The addresses a store holds reserved, whatever their content."""
+    try:
+        return [name for name in os.listdir(store) if is_address(name)]
+    except OSError:
+        return []
 
 
-def _quarantine(
-    reservations: list[Reservation], quarantine_dir: str, boot_id: str, now: float
-) -> Iterator[tuple[Reservation, str, str | None, str | None]]:
-    from cni_reaper.quarantine import (  # noqa: PLC0415 (only real runs move files)
-        FileChanged,
-        Move,
-        Quarantine,
-        QuarantineError,
-        sidecar,
+def read_owner(data: bytes) -> tuple[str, Owner | None]:
+    """A reservation's content verdict, and its owner when it names one as host-local's DEL
+    matches it: the trimmed content is '<id>\\r\\n<ifname>', or the ID alone."""
+    content = content_of(data)
+    if content != "valid":
+        return content, None
+    container_id, separator, ifname = data.strip().partition(b"\r\n")
+    if b"\n" in container_id or b"\r" in container_id or b"\n" in ifname or b"\r" in ifname:
+        return "garbage", None  # lines no DEL of host-local's ever matches
+    if separator and not ifname.strip():
+        return "garbage", None
+    return content, Owner(
+        container_id.decode("ascii"),
+        ifname.decode("utf-8", "replace") if separator else None,
     )
-
-    by_store: dict[str, list[Reservation]] = {}
-    for reservation in reservations:
-        by_store.setdefault(reservation.store, []).append(reservation)
-    for store, items in by_store.items():
-        network = items[0].network
-        place = Quarantine(os.path.join(quarantine_dir, boot_id, "host-local"), network)
-        try:
-            lock = StoreLock(store)
-        except OSError as e:
-            for reservation in items:
-                yield reservation, "failed", None, f"cannot lock {store}: {e.strerror}"
-            continue
-        try:
-            for reservation in items:
-
-                def record(dest: str, sha256: str, r: Reservation = reservation) -> dict[str, Any]:
-                    return sidecar(r.to_json("done", dest), sha256, now)
-
-                def vet(data: bytes, judged: str = reservation.content) -> str | None:
-                    found = _content(data)
-                    return None if found == judged else f"now {found}, was {judged}"
-
-                move = Move(lock.dir_fd, reservation.ip, reservation.file, record, vet)
-                try:
-                    dest = place.move(move)
-                except FileChanged as e:
-                    yield reservation, "skipped", None, f"changed: {e}; left for the next run"
-                except (QuarantineError, OSError) as e:
-                    yield reservation, "failed", None, f"quarantine: {e.strerror or e}"
-                else:
-                    yield reservation, "done", dest, None
-        finally:
-            place.close()
-            lock.close()

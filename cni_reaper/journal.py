@@ -161,8 +161,12 @@ def summary_fields(report: Report) -> dict[str, str]:
     counts = ", ".join(f"{n} {k}" for k, n in actions.items()) or "nothing to do"
     boot = report.boot
     previous = boot.previous_boot
-    return {
-        "MESSAGE": f"{summary['entries']} entries; {counts}; exit {summary['exit_code']}",
+    pools = [p for p in report.pools if p.range_set.number >= 0]
+    released = sum(p.released for p in report.pools)
+    fullest = max(pools, key=lambda p: p.left_total / p.capacity if p.capacity else 1, default=None)
+    fields = {
+        "MESSAGE": f"{summary['entries']} entries; {counts}; "
+        f"{released} addresses released; exit {summary['exit_code']}",
         "MESSAGE_ID": Event.SUMMARY.message_id,
         "PRIORITY": str(Event.SUMMARY.priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
@@ -178,7 +182,17 @@ def summary_fields(report: Report) -> dict[str, str]:
         "CNI_REAPER_SHUTDOWN_MARKER": boot.shutdown.state.value if boot.shutdown else "unknown",
         "CNI_REAPER_WTMP_PREVIOUS_BOOT": previous.end.value if previous else "none",
         "CNI_REAPER_DRY_RUN": "1" if report.dry_run else "0",
+        "CNI_REAPER_ADDRESSES_RELEASED": str(released),
+        "CNI_REAPER_ADDRESSES_LEFT": str(sum(p.left_total for p in report.pools)),
     }
+    if pools:
+        # One field per run, not per pool: "<network>/<set>=<left>/<capacity>" each.
+        fields["CNI_REAPER_POOLS"] = " ".join(
+            f"{p.network}/{p.range_set.number}={p.left_total}/{p.capacity}" for p in pools
+        )
+    if fullest is not None:
+        fields["CNI_REAPER_FULLEST_POOL"] = f"{fullest.network}/{fullest.range_set.number}"
+    return fields
 
 
 class EventLog:

@@ -54,6 +54,31 @@ def render(report: Report, started: float, finished: float) -> str:
         "Plugin failures during DEL replay in the last run, by plugin type.",
         [(_label(plugin=p), n) for p, n in sorted(report.del_failures.items())],
     )
+    pools = [p for p in report.pools if p.range_set.number >= 0]
+    for name, help_text, value in (
+        ("capacity", "Addresses host-local can hand out in the range set.", "capacity"),
+        ("reserved_before", "Addresses reserved before the last run.", "reserved_before"),
+        ("released", "Addresses the last run released.", "released"),
+        ("free", "Addresses free after the last run.", "free"),
+    ):
+        lines += _series(
+            f"cni_reaper_pool_{name}",
+            help_text,
+            [
+                (_label(network=p.network, range_set=str(p.range_set.number)), p.to_json()[value])
+                for p in pools
+            ],
+        )
+    lines += _series(
+        "cni_reaper_pool_left",
+        "Addresses still reserved after the last run, by what holds them "
+        "(runtime, current-boot, alive, left, failed, damaged, unknown).",
+        [
+            (_label(network=p.network, range_set=str(p.range_set.number), owner=owner), n)
+            for p in pools
+            for owner, n in sorted(p.left.items())
+        ],
+    )
     crashed = report.boot.previous_boot_crashed
     if crashed is not None:
         lines += _series(

@@ -5,19 +5,36 @@ The table is shared/DESIGN.md section Verdicts and policy.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
-from cni_reaper.cache import CacheEntry
+from cni_reaper.cache import CachedAttachment, CacheEntry
 from cni_reaper.content import Content
-from cni_reaper.netconf import BUILTIN_LOOPBACK, NetworkConfigs, NetworkList, builtin_loopback
+from cni_reaper.netconf import (
+    BUILTIN_LOOPBACK,
+    ConfigError,
+    NetworkConfigs,
+    NetworkList,
+    builtin_loopback,
+    parse_conf_bytes,
+)
 from cni_reaper.plugin import ChainResolution, PluginDirs, resolve_chain
 from cni_reaper.pre_runtime import Proof
+from cni_reaper.prev_result import Unconvertible, convert
 
 STALE_DAMAGE = "left by an earlier boot; the runtime's DEL would abort on it"
 READABLE = "libcni can read it: the runtime's own DEL will use it"
+FORGOTTEN = (
+    "whole, but left by an earlier boot for a sandbox no runtime will know: nobody else will "
+    "ever DEL it"
+)
+
+# Whether a runtime will still know a sandbox after this boot: True, False, or None when its
+# records cannot tell (runtime/inventory.py).
+SandboxKnown = Callable[[str], "bool | None"]
 
 
 class Action(str, Enum):
@@ -42,6 +59,10 @@ class PlannedEntry(NamedTuple):
     # parse, a plugin of the chain missing or refused. The file is still quarantined.
     config_problem: str | None = None
     chain: ChainResolution | None = None  # every plugin the DEL would run, resolved
+    # A whole entry's DEL inputs (its cached args and result), as libcni's GC hands them on;
+    # None for damaged ones, whose DEL runs with no cached result.
+    cached: CachedAttachment | None = None
+    prev_result: dict[str, Any] | None = None  # the cached result at the config's cniVersion
 
 
 class Planner:
@@ -58,6 +79,8 @@ class Planner:
         plugin_dirs: PluginDirs,
         live_containers: frozenset[str] | str,  # or why they cannot be known
         del_problems: Mapping[str, str] | None = None,  # network -> why no DEL of it may run
+        sandbox_known: SandboxKnown | None = None,  # None: whole entries are all kept
+        read_cached: Callable[[CacheEntry], CachedAttachment | str] | None = None,
     ) -> None:
         self._boot = boot
         self._configs = configs
@@ -66,6 +89,8 @@ class Planner:
         self._plugin_dirs = plugin_dirs
         self._live = live_containers
         self._del_problems = del_problems or {}
+        self._sandbox_known = sandbox_known
+        self._read_cached = read_cached
         self._chains: dict[str, ChainResolution] = {}  # by network
 
     def _chain(self, netlist: NetworkList) -> ChainResolution:
@@ -89,6 +114,8 @@ class Planner:
         )
         content = entry.verdict.content
         if content is Content.VALID or content is Content.LEGACY:  # what libcni can read
+            if written.written is Written.PREVIOUS_BOOT and self._sandbox_known is not None:
+                return self._whole(entry, written)
             return PlannedEntry(entry, written, Action.KEEP, READABLE)
         if not content.is_corrupt:
             return PlannedEntry(entry, written, Action.REPORT, f"{content.value}: never touched")
@@ -137,6 +164,84 @@ class Planner:
             config_problem=problem,
             chain=chain,
         )
+
+    def _whole(self, entry: CacheEntry, written: WrittenVerdict) -> PlannedEntry:
+        """A whole entry from an earlier boot: kept for the runtime that will DEL it, or, when
+        no runtime will know its sandbox, DEL'd as libcni's GCNetworkList would: its cached
+        result as prevResult, its cached args, the network's config from the conf dirs or
+        else the one cached in the entry."""
+        split = entry.split
+        assert self._sandbox_known is not None
+        if split is None:
+            return PlannedEntry(entry, written, Action.KEEP, READABLE)
+        known = self._sandbox_known(split.container_id)
+        if known is None:
+            return PlannedEntry(
+                entry, written, Action.KEEP, f"{READABLE}; the runtimes' records cannot tell"
+            )
+        if known:
+            return PlannedEntry(
+                entry, written, Action.KEEP, f"{READABLE}: a runtime will know the sandbox"
+            )
+        alive = self.alive(split.container_id)
+        if alive is not None:
+            return PlannedEntry(entry, written, Action.LEAVE, f"may be alive: {alive}")
+        cached = self._read_cached(entry) if self._read_cached else "not read"
+        if isinstance(cached, str):
+            return PlannedEntry(
+                entry, written, Action.LEAVE, f"no runtime will know its sandbox, but {cached}"
+            )
+        network = split.network
+        netlist = self._configs.get(network)
+        if netlist is None and network == BUILTIN_LOOPBACK:
+            netlist = builtin_loopback()
+        problem: str | None = None
+        if netlist is None and cached.config is not None:
+            try:
+                netlist = cached_config(cached.config, entry.name)
+            except ConfigError as e:
+                problem = f"no config for network {network!r} in the conf dirs; the cached one: {e}"
+            else:
+                if netlist.name != network:
+                    problem = f"its cached config names network {netlist.name!r}"
+                    netlist = None
+        reason = FORGOTTEN
+        chain = None
+        prev_result = None
+        if netlist is None:
+            problem = problem or f"no config for network {network!r}, in the conf dirs or cached"
+        elif netlist.version_problem is not None:
+            problem = netlist.version_problem
+        else:
+            chain = self._chain(netlist)
+            problem = self._del_problems.get(network) or chain.problem
+            if netlist.reads_cached_result and cached.result is not None:
+                try:
+                    prev_result = convert(cached.result, netlist.cni_version)
+                except Unconvertible as e:
+                    reason = f"{FORGOTTEN}; its cached result is not sent: {e}"
+        return PlannedEntry(
+            entry,
+            written,
+            Action.DEL_AND_QUARANTINE,
+            reason,
+            netlist=netlist,
+            config_problem=problem,
+            chain=chain,
+            cached=cached,
+            prev_result=prev_result,
+        )
+
+
+def cached_config(config: bytes, entry_name: str) -> NetworkList:
+    """The config an entry cached: the conflist ADD ran with (AddNetworkList), or a single
+    plugin's conf (AddNetwork)."""
+    try:
+        doc = json.loads(config)
+    except (ValueError, RecursionError) as e:
+        raise ConfigError(f"not JSON: {e}") from None
+    single = isinstance(doc, dict) and "plugins" not in doc
+    return parse_conf_bytes(config, f"the config cached in {entry_name}", single_plugin=single)
 
 
 def held_until(

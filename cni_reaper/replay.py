@@ -1,4 +1,5 @@
-"""CNI DEL for one attachment, as libcni's DelNetworkList runs it, with no prevResult.
+"""CNI DEL for one attachment, as libcni's DelNetworkList runs it: with no prevResult for a
+damaged entry or an orphaned reservation, with the cached one for a whole entry.
 
 Plugin order, environment and stdin: shared/reference/libcni-cache.md section 4.
 """
@@ -52,12 +53,18 @@ class DelOutcome(NamedTuple):
 
 
 def plugin_stdin(
-    netlist: NetworkList, plugin: Mapping[str, Any], capability_args: Mapping[str, Any] | None
+    netlist: NetworkList,
+    plugin: Mapping[str, Any],
+    capability_args: Mapping[str, Any] | None,
+    prev_result: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """The plugin's config with name and cniVersion injected, keys sorted as Go marshals a map."""
+    """The plugin's config with name, cniVersion and prevResult injected, keys sorted as Go
+    marshals a map."""
     conf = dict(plugin)
     conf["name"] = netlist.name
     conf["cniVersion"] = netlist.cni_version
+    if prev_result is not None:
+        conf["prevResult"] = prev_result
     capabilities = plugin.get("capabilities")
     if capability_args and isinstance(capabilities, dict):
         runtime = {
@@ -119,6 +126,7 @@ def delete(
     inherited: Mapping[str, str] | None = None,
     budget: Budget | None = None,
     chain: ChainResolution | None = None,
+    prev_result: Mapping[str, Any] | None = None,
 ) -> DelOutcome:
     """Plugins in reverse order, stopping at the first failure, as libcni does.
 
@@ -149,7 +157,9 @@ def delete(
             continue  # its plugin execs it
         assert link.path is not None
         kind = link.kind
-        stdin = plugin_stdin(netlist, netlist.plugins[link.conf_index], attachment.capability_args)
+        stdin = plugin_stdin(
+            netlist, netlist.plugins[link.conf_index], attachment.capability_args, prev_result
+        )
         allowed = budget.plugin_time(timeout) if budget is not None else timeout
         failpoint.hit(BEFORE_PLUGIN)
         try:
@@ -164,3 +174,33 @@ def delete(
         if error is not None:
             return DelOutcome(tuple(ran), (error,))
     return DelOutcome(tuple(ran), ())
+
+
+class DelTools(NamedTuple):
+    """What every DEL of a real run runs with, taken once for the run."""
+
+    runner: PluginRunner
+    plugin_dirs: PluginDirs  # vetted once for the run: the only dirs in CNI_PATH
+    plugin_timeout: float
+    base_env: Mapping[str, str]  # every plugin's environment but its CNI_*
+    budget: Budget  # the run's deadline and the plugins that keep timing out
+    workers: int = 1  # DELs at once, each of a different network
+
+    def delete(
+        self,
+        netlist: NetworkList,
+        attachment: Attachment,
+        chain: ChainResolution | None,
+        prev_result: Mapping[str, Any] | None = None,
+    ) -> DelOutcome:
+        return delete(
+            netlist,
+            attachment,
+            self.runner,
+            self.plugin_dirs,
+            self.plugin_timeout,
+            self.base_env,
+            self.budget,
+            chain,
+            prev_result,
+        )

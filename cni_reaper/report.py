@@ -13,6 +13,7 @@ from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable_lines
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
+from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.shutdown_marker import ShutdownState
 
@@ -36,6 +37,7 @@ class Report:
         warnings: list[str],
         writer: ReportWriter | None = None,
         proof: Proof | None = None,
+        runtime_records: list[str] | None = None,
     ) -> None:
         self.boot = boot
         self.proof = proof
@@ -50,7 +52,11 @@ class Report:
         self.plugin_errors = 0
         self._failed = False
         self._left_alone = False
-        self.reservations: list[dict[str, Any]] = []  # host-local's, only those not valid
+        # host-local's: those acted on or left alone (with -v, those kept too)
+        self.reservations: list[dict[str, Any]] = []
+        self.pools: list[PoolHealth] = []  # set once the reservations are settled
+        # what the runtimes' own records say of the sandboxes they will know
+        self.runtime_records = runtime_records if runtime_records is not None else []
 
     def add(self, result: EntryResult) -> None:
         planned = result.planned
@@ -134,6 +140,7 @@ class Report:
             "results_dir": self.results_dir,
             "boot": boot,
             "warnings": list(self.warnings),
+            "runtime_records": list(self.runtime_records),
         }
 
 
@@ -192,7 +199,7 @@ class JsonWriter:
 
     def finish(self, report: Report) -> None:
         self._start(report)
-        self._end(report.reservations, None, report.summary())
+        self._end(report.reservations, None, report.summary(), report.pools)
 
     def fail(
         self, report: Report | None, header: dict[str, Any], message: str, exit_code: int
@@ -205,17 +212,20 @@ class JsonWriter:
         summary = report.summary() if report is not None else dict(_NOTHING_FOUND)
         summary["exit_code"] = exit_code
         error = {"message": message, "exit_code": exit_code}
-        self._end(report.reservations if report is not None else [], error, summary)
+        reservations = report.reservations if report is not None else []
+        self._end(reservations, error, summary, report.pools if report is not None else [])
 
     def _end(
         self,
         reservations: list[dict[str, Any]],
         error: dict[str, Any] | None,
         summary: dict[str, Any],
+        pools: list[PoolHealth],
     ) -> None:
         failed = f'  "error": {json.dumps(error)},\n' if error is not None else ""
         self._pending.append(
-            f'\n  ],\n  "host_local": {json.dumps(reservations)},\n{failed}'
+            f'\n  ],\n  "host_local": {json.dumps(reservations)},\n'
+            f'  "pools": {json.dumps([p.to_json() for p in pools])},\n{failed}'
             f'  "summary": {json.dumps(summary)}\n}}\n'
         )
         self._out.write("".join(self._pending))
@@ -247,6 +257,7 @@ class TextWriter:
                     f"cni-reaper {__version__} ({mode}): {report.results_dir}",
                     f"  {boot_line(report.boot)}",
                     *proof,
+                    *(f"  runtime records: {line}" for line in report.runtime_records),
                     *(f"  warning: {warning}" for warning in report.warnings),
                 ]
             )
@@ -260,13 +271,27 @@ class TextWriter:
         self._start(report)
         lines = []
         for r in report.reservations:
+            owner = r.get("owner")
+            whose = f" of {owner['container_id']} {owner['ifname'] or ''}".rstrip() if owner else ""
             lines.append(
-                f"{r['path']}: host-local reservation {r['content']}, "
+                f"{r['path']}: host-local reservation {r['content']}{whose}, "
                 f"{r['written']} -> {r['action']} [{r['outcome']}]"
             )
             lines.append(f"    why: {r['reason']}")
+            done = r.get("del")
+            if done:
+                ran = ", ".join(done.get("plugins_run", [])) or "no plugin"
+                lines.append(
+                    f"    DEL {r['network']} as {done['ifname']} from {done['config']}: {ran}"
+                )
+                lines.extend(
+                    f"    error: {e['plugin']}: {e['msg']}" for e in done.get("plugin_errors", [])
+                )
+            if r.get("problem"):
+                lines.append(f"    problem: {r['problem']}")
             if r["quarantined_to"]:
                 lines.append(f"    moved to {r['quarantined_to']}")
+        lines.extend(pool_line(p) for p in report.pools)
         s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"
@@ -274,6 +299,15 @@ class TextWriter:
             f"summary: {s['entries']} entries ({counts}); {actions}; exit {s['exit_code']}"
         )
         self._write(lines)
+
+
+def pool_line(p: PoolHealth) -> str:
+    which = "outside every range" if p.range_set.number < 0 else f"range set {p.range_set.number}"
+    owners = ", ".join(f"{n} {state}" for state, n in sorted(p.left.items()))
+    return (
+        f"pool {p.network} {which}: {p.capacity} addresses, {p.reserved_before} reserved before, "
+        f"{p.released} released, {p.left_total} left{f' ({owners})' if owners else ''}"
+    )
 
 
 def boot_line(boot: BootContext) -> str:

@@ -30,9 +30,16 @@ from hypothesis import strategies as st
 
 from cni_reaper import cli
 from cni_reaper.journal import EventLog
-from tests.nodetree import NodeTree
+from tests.nodetree import NodeTree, cache_entry_bytes
 from tests.private_node import cannot_run
 
+CONF = json.dumps(
+    {
+        "cniVersion": "1.0.0",
+        "name": "m",
+        "plugins": [{"type": "note", "ipam": {"type": "host-local", "subnet": "10.77.0.0/16"}}],
+    }
+).encode()
 EXAMPLES = int(os.environ.get("CNI_REAPER_MODEL_EXAMPLES", "60"))
 REAL_NOW = 1_790_000_000.0  # the true time this node's story is told in: late 2026
 DAY = 86_400.0
@@ -44,16 +51,27 @@ CLOCK_ERRORS = st.one_of(
     st.sampled_from([-REAL_NOW, -30 * DAY, -3600.0, -1.0, 1.0, 3600.0, 30 * DAY]),
     st.floats(min_value=-REAL_NOW, max_value=365 * DAY, allow_nan=False),
 )
-CONTENTS = st.sampled_from([b"", b"\0" * 40, b'{"kind":"cniCacheV1","contai', b"garbage"])
+# WHOLE stands for a whole entry of the file's own attachment: with no runtime on the node to
+# know its sandbox, one from an earlier boot is DEL'd as forgotten.
+WHOLE = b"whole"
+CONTENTS = st.sampled_from([b"", b"\0" * 40, b'{"kind":"cniCacheV1","contai', b"garbage", WHOLE])
+# What host-local writes: an owner (the file's own container), or nothing yet (a crash).
+OWNER = b"owner"
+RESERVATIONS = st.sampled_from([OWNER, OWNER, b"", b"\0" * 8])
+STORE = "var/lib/cni/networks/m"
 
 
 @st.composite
 def writes(draw: st.DrawFn) -> list[tuple[str, bytes, float]]:
-    """What the runtime writes in a boot: (new or rewrite, bytes, mtime error)."""
+    """What the runtime writes in a boot: (new or rewrite, bytes, mtime error); a reservation
+    in host-local's store, with or without a results file beside it."""
     return draw(
         st.lists(
-            st.tuples(st.sampled_from(["new", "rewrite"]), CONTENTS, CLOCK_ERRORS),
-            max_size=3,
+            st.one_of(
+                st.tuples(st.sampled_from(["new", "rewrite"]), CONTENTS, CLOCK_ERRORS),
+                st.tuples(st.sampled_from(["reserve", "reserve-only"]), RESERVATIONS, CLOCK_ERRORS),
+            ),
+            max_size=4,
         )
     )
 
@@ -100,14 +118,33 @@ class Life:
     written_in: dict[str, int] = field(default_factory=dict)
     bytes_of: dict[str, bytes] = field(default_factory=dict)
     next_container: int = 0
+    next_address: int = 0
+    reserved_in: dict[str, tuple[int, str, bytes]] = field(default_factory=dict)  # by address
     boot: int = 0
     in_hypothesis: bool = False  # to say how often the checks had something to check
 
     def write(self, name: str, data: bytes, mtime: float) -> None:
+        if data == WHOLE:
+            container = name.split("-")[1]
+            data = cache_entry_bytes(CONF, "m", container, "eth0")
         path = self.node.write_result(name, data)
         os.utime(path, (mtime, mtime))
         self.written_in[name] = self.boot
         self.bytes_of[name] = data
+
+    def reserve(self, name: str, data: bytes, mtime: float) -> None:
+        """host-local's reservation for the attachment of the results file name."""
+        container = name.split("-")[1]
+        self.next_address += 1
+        ip = f"10.77.{self.next_address // 250}.{self.next_address % 250 + 2}"
+        if data == OWNER:
+            data = f"{container}\r\neth0".encode()
+        store = self.node.root / STORE
+        store.mkdir(parents=True, exist_ok=True)
+        path = store / ip
+        path.write_bytes(data)
+        os.utime(path, (mtime, mtime))
+        self.reserved_in[ip] = (self.boot, container, data)
 
     def new_name(self) -> str:
         self.next_container += 1
@@ -146,6 +183,17 @@ class Life:
             assert f"{self.boot}:{container}" not in deleted, name
             path = self.node.results / name
             assert path.read_bytes() == self.bytes_of[name], name
+        acted_on = {r["ip"]: r for r in report["host_local"]}
+        for ip, (boot, container, data) in self.reserved_in.items():
+            if boot != self.boot:
+                continue
+            assert (self.node.root / STORE / ip).read_bytes() == data, ip
+            assert f"{self.boot}:{container}" not in deleted, ip
+            if ip in acted_on:
+                assert acted_on[ip]["written"] != "previous-boot", acted_on[ip]
+                assert acted_on[ip]["outcome"] != "done", acted_on[ip]
+        if self.in_hypothesis:
+            event(f"reservations acted on: {min(len(acted_on), 2)}")
 
 
 def live_a_life(base: Path, story: list[dict[str, Any]], in_hypothesis: bool = False) -> None:
@@ -153,8 +201,15 @@ def live_a_life(base: Path, story: list[dict[str, Any]], in_hypothesis: bool = F
     life = Life(node, base / "deletes", in_hypothesis=in_hypothesis)
     # DEL notes which boot asked for which container.
     boot_index = base / "boot"
-    script = f'echo "$(cat "{boot_index}"):$CNI_CONTAINERID" >> "{life.deletes}"\n'
-    node.fake_plugin_network("m", "note", script)
+    script = (
+        f'echo "$(cat "{boot_index}"):$CNI_CONTAINERID" >> "{life.deletes}"\n'
+        # and releases what host-local holds for it, as a DEL through host-local does
+        f'grep -lx "$CNI_CONTAINERID.*" /{STORE}/* 2>/dev/null | xargs -r rm -f\n'
+    )
+    bin_dir = node.fake_plugin_network("m", "note", script)
+    node.write_conf("60-m.conflist", CONF)
+    (bin_dir / "host-local").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "host-local").chmod(0o755)
     for index, boot in enumerate(story):
         life.boot = index
         boot_index.write_text(str(index))
@@ -170,7 +225,11 @@ def live_a_life(base: Path, story: list[dict[str, Any]], in_hypothesis: bool = F
         for how, data, mtime_error in boot["writes"]:
             old = [n for n in life.written_in if (node.results / n).exists()]
             name = old[0] if how == "rewrite" and old else life.new_name()
-            life.write(name, data, start + 30 + mtime_error)
+            if how.startswith("reserve"):
+                life.reserve(name, data, start + 30 + mtime_error)
+                if how == "reserve-only":
+                    continue
+            life.write(name, WHOLE if how == "reserve" else data, start + 30 + mtime_error)
         for kind, clock_error, btime_error in boot["runs"]:
             # The clock was stepped: btime, now minus uptime, moved with it.
             node.write_boot_world(btime=start + btime_error, boot_id=_boot_id(node))

@@ -1,6 +1,7 @@
 """host-local reservations a crash left without an owner: freed when an earlier boot left them,
 only reported when this boot did. (Seen for real in the VM test: host-local writes without
-fsync, and a crash leaves its reservation files empty, so DEL can never release them.)"""
+fsync, and a crash leaves its reservation files empty, so DEL can never release them.) A whole
+one with no results entry is an orphan: its network's DEL releases it."""
 
 from __future__ import annotations
 
@@ -43,8 +44,12 @@ def test_reservations_without_an_owner_from_an_earlier_boot_are_freed(
     code, report = crashed.run(capsys)
 
     assert code == ExitCode.OK
-    assert sorted(os.listdir(store)) == ["10.30.0.2", "last_reserved_ip.0", "lock"]
+    assert sorted(os.listdir(store)) == ["last_reserved_ip.0", "lock"]
     found = {r["ip"]: r for r in report["host_local"]}
+    orphan = found.pop("10.30.0.2")
+    assert (orphan["action"], orphan["outcome"], orphan["quarantined_to"]) == ("del", "done", None)
+    assert orphan["del"]["released"] == ["10.30.0.2"]
+    assert orphan["del"]["plugins_run"] == ["bridge"]
     assert set(found) == {"10.30.0.3", "10.30.0.4"}
     assert (found["10.30.0.3"]["content"], found["10.30.0.4"]["content"]) == ("empty", "zeroed")
     qdir = crashed.node.quarantine / "11111111-2222-3333-4444-555555555555/host-local" / NETWORK
@@ -52,7 +57,7 @@ def test_reservations_without_an_owner_from_an_earlier_boot_are_freed(
         assert (reservation["action"], reservation["outcome"]) == ("quarantine", "done")
         assert Path(reservation["quarantined_to"]) == qdir / ip
         assert json.loads((qdir / f"{ip}.json").read_text())["ip"] == ip
-    assert report["summary"]["host_local"] == {"quarantine/done": 2}
+    assert report["summary"]["host_local"] == {"del/done": 1, "quarantine/done": 2}
 
 
 def test_in_this_boot_they_are_only_reported_and_a_dry_run_changes_nothing(
@@ -65,6 +70,7 @@ def test_in_this_boot_they_are_only_reported_and_a_dry_run_changes_nothing(
     assert snapshot(crashed.node.root) == before  # not even this boot's record is written
     outcomes = {r["ip"]: (r["action"], r["outcome"]) for r in report["host_local"]}
     assert outcomes == {
+        "10.30.0.2": ("del", "planned"),
         "10.30.0.3": ("quarantine", "planned"),
         "10.30.0.4": ("quarantine", "planned"),
     }

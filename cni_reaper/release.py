@@ -1,0 +1,172 @@
+"""Releasing the addresses nobody else will: an orphan's DEL, then host-local's own lock and the
+quarantine for what no DEL released. Part of the repair stage: only real runs come here.
+
+An orphan's DEL runs through its network's config with its owner's container ID and ifname
+and no cached result, as every DEL of this reaper does; its effect is checked in the store.
+What a DEL leaves, or could not try, is moved to quarantine/<boot>/host-local/<network>/ with
+a sidecar, under host-local's lock so that no plugin reserves while it moves.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from cni_reaper.host_local import content_of, read_owner
+from cni_reaper.parallel import in_parallel
+from cni_reaper.quarantine import FileChanged, Move, Quarantine, QuarantineError, sidecar
+from cni_reaper.replay import Attachment, DelOutcome, DelTools
+from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled
+
+
+class StoreLock:
+    """host-local's own lock on the store, so no plugin reserves while a file is moved."""
+
+    def __init__(self, store: str) -> None:
+        self._fd = os.open(
+            os.path.join(store, "lock"),
+            os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self.dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        os.close(self.dir_fd)
+        os.close(self._fd)
+
+
+def _changed(p: PlannedReservation) -> str | None:
+    """Why the reservation may no longer be touched, if it changed since the inventory."""
+    try:
+        st = os.stat(p.reservation.path, follow_symlinks=False)
+    except FileNotFoundError:
+        return "gone since the scan"
+    except OSError as e:
+        return f"cannot look at it again: {e.strerror}"
+    return p.reservation.file.changes(st)
+
+
+def _still_owned(p: PlannedReservation) -> bool:
+    """Whether the store still holds this address for the same owner."""
+    r = p.reservation
+    try:
+        fd = os.open(r.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        _, owner = read_owner(f.read(4096))
+    return owner == r.owner
+
+
+def _del_doc(outcome: DelOutcome, released: Iterable[str]) -> dict[str, Any]:
+    return {
+        "plugins_run": list(outcome.plugins_run),
+        "plugin_errors": [e.to_json() for e in outcome.errors],
+        "released": sorted(released),
+        "ok": outcome.ok,
+    }
+
+
+_Key = tuple[str, str, str]  # network, container ID, ifname: one DEL each
+
+
+def settle(
+    planned: Iterable[PlannedReservation],
+    tools: DelTools,
+    quarantine_dir: str,
+    boot_id: str,
+    now: float,
+) -> Iterator[Settled]:
+    """Each reservation that changes things settled: orphans DEL'd (an attachment at a time,
+    networks in parallel), then whatever is still reserved moved to the quarantine."""
+    to_move: list[Settled] = []
+    attachments: dict[_Key, list[PlannedReservation]] = defaultdict(list)
+    for p in planned:
+        if p.action is ReservationAction.QUARANTINE:
+            to_move.append(Settled(p, "done"))
+        elif p.config_problem is not None:
+            to_move.append(Settled(p, "done", problem=f"no DEL: {p.config_problem}"))
+        else:
+            assert p.reservation.owner is not None and p.del_ifname is not None
+            key = (p.reservation.network, p.reservation.owner.container_id, p.del_ifname)
+            attachments[key].append(p)
+    by_network: dict[str, list[tuple[_Key, list[PlannedReservation]]]] = defaultdict(list)
+    for key, items in attachments.items():
+        by_network[key[0]].append((key, items))
+
+    def run_del(job: tuple[_Key, list[PlannedReservation]]) -> DelOutcome | str:
+        (_, container_id, ifname), items = job
+        for p in items:
+            changed = _changed(p)
+            if changed is not None:
+                return f"{p.reservation.path} {changed}; left for the next run"
+        netlist, chain = items[0].netlist, items[0].chain
+        assert netlist is not None
+        return tools.delete(netlist, Attachment(container_id, ifname), chain)
+
+    done = in_parallel(list(by_network.values()), run_del, tools.workers)
+    for item in done:
+        if item is None:
+            continue
+        (_, items), outcome = item
+        if isinstance(outcome, str):
+            yield from (Settled(p, "skipped", problem=outcome) for p in items)
+            continue
+        left = [p for p in items if _still_owned(p)]
+        released = [p.reservation.ip for p in items if p not in left]
+        doc = _del_doc(outcome, released)
+        for p in items:
+            if p not in left:
+                yield Settled(p, "done", del_doc=doc)
+            elif outcome.ok:
+                problem = "every plugin exited 0, but the address is still reserved"
+                to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
+            else:
+                problem = "; ".join(str(e) for e in outcome.errors)
+                to_move.append(Settled(p, "done", del_doc=doc, problem=f"DEL failed: {problem}"))
+    yield from _quarantine(to_move, quarantine_dir, boot_id, now)
+
+
+def _quarantine(
+    settled: list[Settled], quarantine_dir: str, boot_id: str, now: float
+) -> Iterator[Settled]:
+    by_store: dict[str, list[Settled]] = defaultdict(list)
+    for s in settled:
+        by_store[s.planned.reservation.store].append(s)
+    for store, items in by_store.items():
+        network = items[0].planned.reservation.network
+        place = Quarantine(os.path.join(quarantine_dir, boot_id, "host-local"), network)
+        try:
+            lock = StoreLock(store)
+        except OSError as e:
+            for s in items:
+                yield s._replace(outcome="failed", problem=f"cannot lock {store}: {e.strerror}")
+            continue
+        try:
+            for s in items:
+                r = s.planned.reservation
+
+                def record(dest: str, sha256: str, s: Settled = s) -> dict[str, Any]:
+                    return sidecar(s._replace(quarantined_to=dest).to_json(), sha256, now)
+
+                def vet(data: bytes, judged: str = r.content) -> str | None:
+                    found = content_of(data)
+                    return None if found == judged else f"now {found}, was {judged}"
+
+                try:
+                    dest = place.move(Move(lock.dir_fd, r.ip, r.file, record, vet))
+                except FileChanged as e:
+                    yield s._replace(
+                        outcome="skipped", problem=f"changed: {e}; left for the next run"
+                    )
+                except (QuarantineError, OSError) as e:
+                    yield s._replace(outcome="failed", problem=f"quarantine: {e.strerror or e}")
+                else:
+                    yield s._replace(quarantined_to=dest)
+        finally:
+            place.close()
+            lock.close()

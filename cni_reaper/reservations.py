@@ -1,0 +1,205 @@
+"""The policy for host-local's reservations: which addresses nobody will ever release.
+
+Decided after the results cache is done with, from what became of each attachment's entry:
+- an entry kept (whole, for a sandbox a runtime will know): the runtime's own DEL releases the
+  address; kept.
+- an entry left alone (written in this boot, may be alive, cannot be read): left too.
+- an entry DEL'd in this run whose address is still reserved: that DEL failed or left it; the
+  address goes to the quarantine under host-local's lock.
+- no entry at all, or one moved aside without a DEL (the node died between host-local's
+  reservation and libcni's cache write; a peer deleted the results dir; a cniVersion below
+  0.4.0): an orphan. DEL through its network's config with its owner's container ID and
+  ifname and no cached result; if no DEL can run, or it leaves the address, the quarantine.
+- damaged (empty, NUL-filled, garbage): no DEL can ever match it; the quarantine.
+Every one of these acts only on a reservation the pre-runtime record proves an earlier boot
+wrote (pre_runtime.py), whose owner nothing shows alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from enum import Enum
+from typing import Any, NamedTuple
+
+from cni_reaper.boot import Written, iso
+from cni_reaper.host_local import DEFAULT_IFNAME, Reservation
+from cni_reaper.netconf import NetworkList
+from cni_reaper.plugin import ChainResolution, PluginDirs, resolve_chain
+
+
+class EntryFate(str, Enum):
+    """What became of a results entry in this run, as the reservations' policy needs it."""
+
+    KEPT = "kept"  # whole; the runtime will DEL it
+    DELETED = "deleted"  # its DEL ran (or, in a dry run, would)
+    LEFT = "left"  # left alone or only reported
+    MOVED = "moved"  # moved aside with no DEL: as if there were none
+
+
+class ReservationAction(str, Enum):
+    KEEP = "keep"
+    LEAVE = "leave"
+    DEL = "del"  # an orphan: DEL, then the quarantine if it is still reserved
+    QUARANTINE = "quarantine"
+
+    @property
+    def changes_things(self) -> bool:
+        return self in (ReservationAction.DEL, ReservationAction.QUARANTINE)
+
+
+class PlannedReservation(NamedTuple):
+    reservation: Reservation
+    action: ReservationAction
+    reason: str
+    owner_state: str  # what holds the address if it stays: for pool health
+    netlist: NetworkList | None = None  # the config an orphan's DEL runs with
+    chain: ChainResolution | None = None
+    config_problem: str | None = None  # why no DEL can run: quarantined instead
+    del_ifname: str | None = None
+
+    def to_json(
+        self,
+        outcome: str,
+        quarantined_to: str | None = None,
+        del_doc: Mapping[str, Any] | None = None,
+        problem: str | None = None,
+    ) -> dict[str, Any]:
+        r = self.reservation
+        owner = r.owner
+        doc: dict[str, Any] = {
+            "network": r.network,
+            "path": r.path,
+            "ip": r.ip,
+            "size": r.file.size,
+            "mtime": iso(r.file.mtime),
+            "ctime": iso(r.file.ctime),
+            "content": r.content,
+            "owner": None
+            if owner is None
+            else {"container_id": owner.container_id, "ifname": owner.ifname},
+            "written": r.written.written.value,
+            "evidence": r.written.evidence,
+            "action": self.action.value,
+            "reason": self.reason,
+            "del": None,
+            "outcome": outcome,
+            "quarantined_to": quarantined_to,
+        }
+        if self.action is ReservationAction.DEL:
+            doc["del"] = {
+                "config": self.netlist.source if self.netlist is not None else None,
+                "config_problem": self.config_problem,
+                "ifname": self.del_ifname,
+                **(del_doc or {}),
+            }
+        if problem:
+            doc["problem"] = problem
+        return doc
+
+
+class Settled(NamedTuple):
+    planned: PlannedReservation
+    outcome: str  # done, failed, skipped, planned
+    quarantined_to: str | None = None
+    del_doc: dict[str, Any] | None = None
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.planned.to_json(self.outcome, self.quarantined_to, self.del_doc, self.problem)
+
+
+Fates = Mapping[tuple[str, str], Mapping[str, EntryFate]]  # (network, id) -> ifname -> fate
+
+
+def _fate(fates: Fates, r: Reservation) -> tuple[EntryFate | None, str | None]:
+    """What became of the owner's entry, and its ifname: for an ID-only reservation, that of
+    any entry of the container in the network, the one that keeps most winning."""
+    assert r.owner is not None
+    by_ifname = fates.get((r.network, r.owner.container_id), {})
+    if r.owner.ifname is not None:
+        return by_ifname.get(r.owner.ifname), r.owner.ifname
+    for fate in (EntryFate.KEPT, EntryFate.LEFT, EntryFate.DELETED, EntryFate.MOVED):
+        for ifname, found in sorted(by_ifname.items()):
+            if found is fate:
+                return fate, ifname
+    return None, None
+
+
+class ReservationPlanner:
+    def __init__(
+        self,
+        fates: Fates,
+        alive: Callable[[str], str | None],
+        config_for: Callable[[str], tuple[NetworkList | None, str | None]],
+        plugin_dirs: PluginDirs,
+        del_problems: Mapping[str, str],
+        dry_run: bool = False,
+    ) -> None:
+        self._fates = fates
+        self._alive = alive
+        self._config_for = config_for
+        self._plugin_dirs = plugin_dirs
+        self._del_problems = del_problems
+        self._dry_run = dry_run
+        self._chains: dict[str, ChainResolution] = {}
+
+    def __call__(self, r: Reservation) -> PlannedReservation:
+        plan = PlannedReservation
+        written = r.written.written
+        if r.owner is None:  # damaged: no DEL will ever match it
+            if written is Written.PREVIOUS_BOOT:
+                reason = "no owner to release it, and every sandbox of that boot is gone"
+                return plan(r, ReservationAction.QUARANTINE, reason, "damaged")
+            reason = f"written {written.value}: may be a reservation in flight"
+            return plan(r, ReservationAction.LEAVE, reason, "damaged")
+        if written is not Written.PREVIOUS_BOOT:
+            return plan(r, ReservationAction.KEEP, f"written {written.value}", "current-boot")
+        alive = self._alive(r.owner.container_id)
+        if alive is not None:
+            return plan(r, ReservationAction.LEAVE, f"may be alive: {alive}", "alive")
+        fate, ifname = _fate(self._fates, r)
+        if fate is EntryFate.KEPT:
+            reason = "its results entry is whole: the runtime's own DEL releases it"
+            return plan(r, ReservationAction.KEEP, reason, "runtime")
+        if fate is EntryFate.LEFT:
+            reason = "its results entry was left alone, so is it"
+            return plan(r, ReservationAction.LEAVE, reason, "left")
+        if fate is EntryFate.DELETED and self._dry_run:
+            reason = "the DEL planned for its results entry releases it (if not, the quarantine)"
+            return plan(r, ReservationAction.KEEP, reason, "entry-del")
+        if fate is EntryFate.DELETED:
+            reason = "still reserved after the DEL of its results entry"
+            return plan(r, ReservationAction.QUARANTINE, reason, "failed")
+        return self._orphan(r, ifname)
+
+    def _orphan(self, r: Reservation, ifname: str | None) -> PlannedReservation:
+        """No results entry tells a runtime to DEL it: its network's DEL, or the quarantine."""
+        assert r.owner is not None
+        netlist, problem = self._config_for(r.network)
+        chain = None
+        if netlist is not None:
+            problem = self._del_problems.get(r.network) or netlist.version_problem
+            if problem is None:
+                chain = self._chains.get(netlist.name)
+                if chain is None:
+                    chain = self._chains[netlist.name] = resolve_chain(netlist, self._plugin_dirs)
+                problem = chain.problem
+        reason = "an orphan: no results entry for it, so no runtime will ever DEL it"
+        if problem is not None:
+            reason += "; no DEL can run, so it is released into the quarantine"
+        return PlannedReservation(
+            r,
+            ReservationAction.DEL,
+            reason,
+            "failed",
+            netlist,
+            chain,
+            problem,
+            ifname or r.owner.ifname or DEFAULT_IFNAME,
+        )
+
+
+def plan(
+    reservations: Iterable[Reservation], planner: ReservationPlanner
+) -> Iterator[PlannedReservation]:
+    return map(planner, reservations)

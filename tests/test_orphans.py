@@ -1,0 +1,210 @@
+"""Addresses a crash or a reboot left reserved with no results entry to tell any runtime to DEL
+them: released by a DEL through their network's config, with the real host-local; what no DEL
+can release goes to the quarantine; what this boot reserved, or a runtime will release, stays."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_reaper import cli
+from cni_reaper.errors import ExitCode
+from cni_reaper.journal import EventLog
+from tests.crashed import Crashed
+from tests.nodetree import CONTAINER_IDS, snapshot
+
+QUARANTINE_BOOT = "11111111-2222-3333-4444-555555555555"
+
+
+def reservations_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["ip"]: r for r in report["host_local"]}
+
+
+def test_results_deleted_outright_leave_no_address_reserved(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the EKS AMI and Bottlerocket do at boot: every results file gone."""
+    for container_id in CONTAINER_IDS[:3]:
+        crashed.add(container_id)
+    held = crashed.ips()
+    assert len(held) == 3
+    shutil.rmtree(crashed.node.results)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--dry-run")
+    assert code == ExitCode.OK
+    assert {r["action"] for r in report["host_local"]} == {"del"}
+    assert crashed.ips() == held  # a dry run changes nothing
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.OK
+    assert crashed.ips() == {}
+    for ip, r in reservations_of(report).items():
+        assert (r["action"], r["outcome"], r["quarantined_to"]) == ("del", "done", None)
+        assert r["del"]["released"] == [ip]
+        assert r["del"]["plugins_run"] == ["host-local"]
+        assert r["owner"] == {"container_id": held[ip].split("\r\n")[0], "ifname": "eth0"}
+    (pool,) = report["pools"]
+    assert (pool["network"], pool["capacity"], pool["reserved_before"]) == ("hl", 253, 3)
+    assert (pool["released"], pool["left"], pool["free"]) == (3, 0, 253)
+
+
+def test_an_id_only_reservation_is_released_by_its_container_id(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stores written before plugins v0.8.0 hold the container ID alone; host-local's DEL
+    releases those by the ID whatever ifname comes."""
+    store = crashed.ipam / "hl"
+    store.mkdir(parents=True)
+    (store / "10.22.0.7").write_bytes(CONTAINER_IDS[1].encode())
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.OK
+    assert not (store / "10.22.0.7").exists()
+    r = reservations_of(report)["10.22.0.7"]
+    assert r["owner"] == {"container_id": CONTAINER_IDS[1], "ifname": None}
+    assert (r["del"]["ifname"], r["outcome"]) == ("eth0", "done")
+
+
+def test_an_address_reserved_in_this_boot_stays(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crashed.reboot()
+    assert crashed.run(capsys)[0] == ExitCode.OK  # the unit's run, before the runtime
+    crashed.node.runtime_starts()
+    crashed.add(CONTAINER_IDS[2])  # the runtime's ADD
+    os.unlink(crashed.node.results / f"hl-{CONTAINER_IDS[2]}-eth0")  # its cache not yet written
+    held = crashed.ips()
+    before = snapshot(crashed.node.root)
+
+    code, report = crashed.run(capsys, "--force")
+
+    assert crashed.ips() == held
+    assert report["host_local"] == []  # kept, and not listed without -v
+    assert code == ExitCode.OK
+    (pool,) = report["pools"]
+    assert pool["left_by_owner"] == {"current-boot": 1}
+    assert snapshot(crashed.node.root).keys() >= before.keys()
+
+
+def test_with_no_del_possible_it_goes_to_the_quarantine(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A network whose chain names a plugin that is nowhere: no DEL can run, the address is
+    released under host-local's lock into the quarantine, with its sidecar."""
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "gone",
+        "plugins": [
+            {"type": "no-such-plugin", "ipam": {"type": "host-local", "subnet": "10.40.0.0/24"}}
+        ],
+    }
+    crashed.node.write_conf("20-gone.conflist", json.dumps(conf).encode())
+    store = crashed.ipam / "gone"
+    store.mkdir(parents=True)
+    (store / "10.40.0.2").write_bytes(f"{CONTAINER_IDS[0]}\r\neth0".encode())
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.OK
+    r = reservations_of(report)["10.40.0.2"]
+    assert (r["action"], r["outcome"]) == ("del", "done")
+    assert "no-such-plugin" in r["del"]["config_problem"]
+    dest = crashed.node.quarantine / QUARANTINE_BOOT / "host-local/gone/10.40.0.2"
+    assert r["quarantined_to"] == str(dest)
+    assert dest.read_bytes() == f"{CONTAINER_IDS[0]}\r\neth0".encode()
+    assert json.loads(dest.with_name("10.40.0.2.json").read_text())["owner"]["ifname"] == "eth0"
+    assert not (store / "10.40.0.2").exists()
+
+
+def test_a_network_no_longer_configured_is_deleted_with_the_config_an_entry_cached(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crashed.add(CONTAINER_IDS[0])  # whole: the runtime's own DEL will use it
+    crashed.add(CONTAINER_IDS[1])
+    os.unlink(crashed.node.results / f"hl-{CONTAINER_IDS[1]}-eth0")  # the node died here
+    os.unlink(crashed.node.conf_dir / "10-hl.conflist")  # the network was removed since
+    kept_ip = next(ip for ip, owner in crashed.ips().items() if CONTAINER_IDS[0] in owner)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.OK
+    assert list(crashed.ips()) == [kept_ip]
+    (r,) = report["host_local"]
+    assert r["del"]["config"] == f"the config cached in hl-{CONTAINER_IDS[0]}-eth0"
+    assert r["del"]["plugins_run"] == ["host-local"]
+
+
+def test_one_del_releases_every_address_of_a_dual_stack_attachment(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ipam = {
+        "type": "host-local",
+        "ranges": [
+            [{"subnet": "10.50.0.0/24", "rangeStart": "10.50.0.10", "rangeEnd": "10.50.0.19"}],
+            [{"subnet": "fd00:50::/64"}],
+        ],
+    }
+    conf = {"cniVersion": "1.0.0", "name": "hl", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_conf("10-hl.conflist", json.dumps(conf).encode())
+    crashed.add(CONTAINER_IDS[3])
+    assert len(crashed.ips()) == 2
+    shutil.rmtree(crashed.node.results)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.OK
+    assert crashed.ips() == {}
+    released = {tuple(r["del"]["released"]) for r in report["host_local"]}
+    assert released == {("10.50.0.10", "fd00:50::2")}
+    pools = {p["range_set"]: p for p in report["pools"]}
+    assert (pools[0]["capacity"], pools[0]["released"]) == (10, 1)
+    assert (pools[1]["capacity"], pools[1]["released"]) == ((1 << 64) - 2, 1)
+
+
+def test_the_text_report_shows_the_pools(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    crashed.add(CONTAINER_IDS[0])
+    shutil.rmtree(crashed.node.results)
+    crashed.reboot()
+
+    code = cli.run(crashed.argv("--dry-run"), clock=lambda: crashed.t0 + 60, environ={})
+    out = capsys.readouterr().out
+    assert code == ExitCode.OK
+    assert "pool hl range set 0: 253 addresses, 1 reserved before, 1 released, 0 left" in out
+    assert f"host-local reservation valid of {CONTAINER_IDS[0]} eth0" in out
+
+
+def test_pool_health_reaches_the_metrics_file_and_the_journal_summary(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for container_id in CONTAINER_IDS[:2]:
+        crashed.add(container_id)
+    os.unlink(crashed.node.results / f"hl-{CONTAINER_IDS[0]}-eth0")
+    crashed.reboot()
+    metrics = tmp_path / "cni-reaper.prom"
+    logged: list[dict[str, str]] = []
+    events = EventLog(lambda **fields: logged.append(fields))
+
+    code, _ = crashed.run(capsys, "--metrics-file", str(metrics), events=events)
+
+    assert code == ExitCode.OK
+    text = metrics.read_text()
+    assert 'cni_reaper_pool_capacity{network="hl",range_set="0"} 253' in text
+    assert 'cni_reaper_pool_released{network="hl",range_set="0"} 1' in text
+    assert 'cni_reaper_pool_left{network="hl",range_set="0",owner="runtime"} 1' in text
+    (summary,) = [f for f in logged if f.get("CNI_REAPER_EVENT") == "summary"]
+    assert summary["CNI_REAPER_POOLS"] == "hl/0=1/253"
+    assert summary["CNI_REAPER_ADDRESSES_RELEASED"] == "1"

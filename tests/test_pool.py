@@ -1,0 +1,79 @@
+"""Pool health: each host-local range set's size as its allocator counts it, and what a run
+leaves reserved in it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from cni_reaper.pool import health, range_sets
+
+
+def capacities(ipam: Mapping[str, Any]) -> list[int]:
+    sets, problem = range_sets(ipam)
+    assert problem is None
+    return [s.capacity for s in sets]
+
+
+def test_a_default_ipv4_range_leaves_out_network_gateway_and_broadcast() -> None:
+    assert capacities({"ranges": [[{"subnet": "10.22.0.0/24"}]]}) == [253]
+
+
+def test_the_older_top_level_subnet_is_one_range_set() -> None:
+    assert capacities({"subnet": "10.22.0.0/24", "gateway": "10.22.0.254"}) == [253]
+
+
+def test_start_end_and_a_gateway_outside_them() -> None:
+    ipam = {
+        "ranges": [[{"subnet": "10.0.0.0/16", "rangeStart": "10.0.1.0", "rangeEnd": "10.0.1.9"}]]
+    }
+    assert capacities(ipam) == [10]
+
+
+def test_several_ranges_in_a_set_add_up_and_ipv6_keeps_its_last_address() -> None:
+    ipam = {
+        "ranges": [
+            [{"subnet": "10.1.0.0/30"}, {"subnet": "10.2.0.0/29"}],
+            [{"subnet": "fd00::/120"}],
+        ]
+    }
+    assert capacities(ipam) == [1 + 5, 254]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"subnet": "10.0.0.0/31"},
+        {"subnet": "10.0.0.1/24"},
+        {"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.1"},
+        {"subnet": "nonsense"},
+    ],
+)
+def test_a_range_host_local_refuses_is_a_problem_not_a_crash(spec: dict[str, str]) -> None:
+    sets, problem = range_sets({"ranges": [[spec]]})
+    assert sets == () and problem is not None
+
+
+def test_health_counts_before_released_and_left_by_owner() -> None:
+    sets, _ = range_sets({"ranges": [[{"subnet": "10.0.0.0/24"}]]})
+    before = ["10.0.0.2", "10.0.0.3", "10.0.0.4", "192.168.9.9"]
+    after = {"10.0.0.4": "runtime", "192.168.9.9": "current-boot"}
+    inside, outside = health("net", sets, before, after)
+    assert inside.to_json() == {
+        "network": "net",
+        "range_set": 0,
+        "ranges": ["10.0.0.1-10.0.0.254"],
+        "capacity": 253,
+        "reserved_before": 3,
+        "released": 2,
+        "left": 1,
+        "left_by_owner": {"runtime": 1},
+        "free": 252,
+    }
+    assert (outside.range_set.number, outside.reserved_before, outside.left) == (
+        -1,
+        1,
+        {"current-boot": 1},
+    )

@@ -44,6 +44,15 @@ Facts this follows, from the runtimes' sources:
   for runc before crun became the default). CNI: `[crio.network] network_dir` (default
   /etc/cni/net.d/) and `plugin_dirs` (default ["/opt/cni/bin/"]), the deprecated `plugin_dir`
   appended to them (pkg/config/config.go, config_unix.go).
+- Debian's containerd (1.6 in bookworm, 1.7 in trixie) keeps upstream's compiled-in
+  /opt/cni/bin (`containerd config default` prints it) and ships a config.toml that sets
+  `bin_dir = "/usr/lib/cni"`, where its containernetworking-plugins installs. So the reaper
+  takes a runtime's plugin dirs as its config gives them and adds no distribution dir of its
+  own: a stock Debian node gets /usr/lib/cni from its config; one whose config was replaced
+  (`containerd config default > config.toml`, as the Kubernetes docs suggest) runs plugins
+  from /opt/cni/bin alone, so no pod there was set up by a plugin in /usr/lib/cni, and a DEL
+  run from there would be a binary (Debian's older plugins, beside the cluster's own) that
+  never did the ADD. --bin-dir names more dirs where an operator wants them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The runtimes' own configs, read from real files in a node tree: containerd with imports in
-config versions 2 and 3, k3s and RKE2, CRI-O with drop-ins and storage.conf, and every way a
-config can be unusable, which must give a warning naming the file and the defaults."""
+config versions 2 and 3, k3s and RKE2, CRI-O with drop-ins and storage.conf, for their sockets,
+state and the CNI conf and plugin dirs they use, and every way a config can be unusable, which
+must give a warning naming the file and the defaults."""
 
 from __future__ import annotations
 

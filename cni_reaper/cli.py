@@ -121,14 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         dest="conf_dirs",
         metavar="DIR",
-        help="CNI config dir; repeatable (default: ROOT/etc/cni/net.d)",
+        help="CNI config dir; repeatable (default: those the container runtimes' configs name, "
+        "inside ROOT; with no runtime found, ROOT/etc/cni/net.d)",
     )
     p.add_argument(
         "--bin-dir",
         action="append",
         dest="bin_dirs",
         metavar="DIR",
-        help="CNI plugin dir; repeatable (default: ROOT/opt/cni/bin, ROOT/usr/lib/cni, "
+        help="CNI plugin dir; repeatable (default: those the container runtimes' configs name, "
+        "inside ROOT; with no runtime found, ROOT/opt/cni/bin, ROOT/usr/lib/cni, "
         "ROOT/usr/libexec/cni)",
     )
     p.add_argument(
@@ -202,6 +204,9 @@ def run(
         raise
     writer: ReportWriter | None = None
     json_writer = JsonWriter(sys.stdout) if args.json else None
+    # The runtimes' configs say which CNI dirs are the node's; a config that cannot be used is
+    # a warning, never an exception. The ExecStop at shutdown needs none of it.
+    runtimes = None if args.mark_clean_shutdown else runtime_config.load(args.root)
     try:
         paths = NodePaths.build(
             root=args.root,
@@ -210,6 +215,7 @@ def run(
             bin_dirs=args.bin_dirs,
             wtmp=args.wtmp,
             state_dir=args.state_dir,
+            runtime_dirs=runtimes.cni_dirs if runtimes is not None else None,
         )
     except (LeavesRoot, OSError) as e:
         error = UnsafeInputError(f"cannot take the node's paths under {args.root}: {e}")
@@ -243,10 +249,13 @@ def run(
                 shown = printable(why_not)
                 print(f"cni-reaper: no clean-shutdown marker written: {shown}", file=sys.stderr)
             return ExitCode.OK
-        return _run(args, paths, clock, runner, events, env, started, writer, made)
+        assert runtimes is not None  # read for every run but the ExecStop's
+        return _run(args, paths, runtimes, clock, runner, events, env, started, writer, made)
     except (ReaperError, KeyboardInterrupt, Exception) as e:
         if json_writer is not None:
-            header = bare_header(args.dry_run, paths.results_dir)
+            header = bare_header(
+                args.dry_run, paths.results_dir, paths.sourced_conf_dirs, paths.sourced_bin_dirs
+            )
             _json_failure(json_writer, made[0] if made else None, header, e)
         raise
     finally:
@@ -308,6 +317,7 @@ class _Run(NamedTuple):
 def _run(
     args: argparse.Namespace,
     paths: NodePaths,
+    runtimes: runtime_config.RuntimeConfigs,
     clock: boot.Clock,
     runner: PluginRunner | None,
     events: EventLog,
@@ -324,7 +334,6 @@ def _run(
     notifier = Notifier(env)
     notifier.status(f"scanning {paths.results_dir}")
     warnings: list[str] = []
-    runtimes = runtime_config.load(paths.root)
     warnings.extend(runtimes.warnings)
     first_scan: list[list[liveness.RuntimeProcess]] = []
     running = _runtime_running(paths.root, runtimes, first_scan)
@@ -469,7 +478,15 @@ def _pipeline(run: _Run) -> Report:
     warnings.extend(boot_ctx.warnings)
     warnings.extend(f"config skipped: {p}" for p in run.configs.problems)
     report = Report(
-        boot_ctx, args.dry_run, paths.results_dir, warnings, run.writer, proof, run.sources
+        boot_ctx,
+        args.dry_run,
+        paths.results_dir,
+        warnings,
+        run.writer,
+        proof,
+        run.sources,
+        conf_dirs=paths.sourced_conf_dirs,
+        bin_dirs=paths.sourced_bin_dirs,
     )
     run.made.append(report)
     stores = list(host_local.stores(run.configs, paths.root))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cni_reaper.node_root import resolve_inside
+
+if TYPE_CHECKING:
+    from cni_reaper.runtime.config import CniDir, CniDirs
 
 DEFAULT_CACHE_DIR = "var/lib/cni"
 DEFAULT_CONF_DIRS = ("etc/cni/net.d",)
@@ -15,16 +18,39 @@ DEFAULT_WTMP = "var/log/wtmp"
 DEFAULT_STATE_DIR = "var/lib/cni-reaper"
 
 
+class SourcedDir(NamedTuple):
+    """A CNI config or plugin dir the reaper uses, and what named it."""
+
+    path: str  # from here
+    # "flag --conf-dir", "default", or what named it on the node: "<runtime>: default",
+    # "<runtime>: <config file>: <key>"; several when several runtimes use it
+    sources: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.path} ({'; '.join(self.sources)})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sources": list(self.sources)}
+
+
 class NodePaths(NamedTuple):
     root: str
     cache_dir: str
-    conf_dirs: tuple[str, ...]
-    bin_dirs: tuple[str, ...]
+    sourced_conf_dirs: tuple[SourcedDir, ...]
+    sourced_bin_dirs: tuple[SourcedDir, ...]
     wtmp_files: tuple[str, ...]  # oldest first: the rotated file, then the live one
     state_dir: str
     proc_stat: str
     boot_id: str
     run_dir: str
+
+    @property
+    def conf_dirs(self) -> tuple[str, ...]:
+        return tuple(d.path for d in self.sourced_conf_dirs)
+
+    @property
+    def bin_dirs(self) -> tuple[str, ...]:
+        return tuple(d.path for d in self.sourced_bin_dirs)
 
     @property
     def results_dir(self) -> str:
@@ -48,10 +74,16 @@ class NodePaths(NamedTuple):
         bin_dirs: Sequence[str] | None = None,
         wtmp: str | None = None,
         state_dir: str | None = None,
+        runtime_dirs: CniDirs | None = None,
     ) -> NodePaths:
         """Defaults are joined to root; an explicit path is taken as given, like tmpfiles --root.
         Every path is made absolute: a repair runs from / (see spawn.py), and CNI_PATH is
         handed to plugins as it is.
+
+        The CNI conf and plugin dirs: those given (--conf-dir, --bin-dir) win; else those of
+        the runtimes found on the node (runtime_dirs, from runtime/config.py), each dir once,
+        in their order; else, with no runtime found, the defaults: every place the
+        distributions and upstream install to.
 
         Under a root other than /, a default is resolved as the node resolves it: a node's
         /var/lib/cni may be an absolute symlink to its data disk, which, followed from here,
@@ -78,11 +110,45 @@ class NodePaths(NamedTuple):
         return cls(
             root=root,
             cache_dir=absolute(cache_dir) if cache_dir is not None else under(DEFAULT_CACHE_DIR),
-            conf_dirs=tuple(map(absolute, conf_dirs or ())) or tuple(map(under, DEFAULT_CONF_DIRS)),
-            bin_dirs=tuple(map(absolute, bin_dirs or ())) or tuple(map(under, DEFAULT_BIN_DIRS)),
+            sourced_conf_dirs=_chosen(
+                conf_dirs,
+                "--conf-dir",
+                runtime_dirs.conf_dirs if runtime_dirs is not None else (),
+                lambda: tuple(map(under, DEFAULT_CONF_DIRS)),
+            ),
+            sourced_bin_dirs=_chosen(
+                bin_dirs,
+                "--bin-dir",
+                runtime_dirs.bin_dirs if runtime_dirs is not None else (),
+                lambda: tuple(map(under, DEFAULT_BIN_DIRS)),
+            ),
             wtmp_files=wtmp_files,
             state_dir=absolute(state_dir) if state_dir is not None else under(DEFAULT_STATE_DIR),
             proc_stat=os.path.join(proc, "stat"),
             boot_id=os.path.join(proc, "sys/kernel/random/boot_id"),
             run_dir=under("run"),
         )
+
+
+def _chosen(
+    given: Sequence[str] | None,
+    flag: str,
+    found: Sequence[CniDir],
+    defaults: Callable[[], Sequence[str]],
+) -> tuple[SourcedDir, ...]:
+    """The dirs given by flag, else those found, else the defaults; each dir once, in its
+    first place, with every source that named it. The defaults are resolved only when taken:
+    one that the node's symlinks lead out of the root (LeavesRoot) stops no run given others."""
+    named: list[tuple[str, str]]
+    if given:
+        named = [(os.path.abspath(d), f"flag {flag}") for d in given]
+    elif found:
+        named = [(d.path, d.describe()) for d in found]
+    else:
+        named = [(d, "default") for d in defaults()]
+    sources: dict[str, list[str]] = {}
+    for path, source in named:
+        known = sources.setdefault(path, [])
+        if source not in known:
+            known.append(source)
+    return tuple(SourcedDir(path, tuple(known)) for path, known in sources.items())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Protocol, TextIO
 
 from cni_reaper import __version__
@@ -12,6 +13,7 @@ from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable_lines
 from cni_reaper.outcome import EntryResult, Outcome
+from cni_reaper.paths import SourcedDir
 from cni_reaper.plan import Action
 from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import Proof
@@ -38,11 +40,16 @@ class Report:
         writer: ReportWriter | None = None,
         proof: Proof | None = None,
         runtime_records: list[str] | None = None,
+        *,
+        conf_dirs: Sequence[SourcedDir] = (),
+        bin_dirs: Sequence[SourcedDir] = (),
     ) -> None:
         self.boot = boot
         self.proof = proof
         self.dry_run = dry_run
         self.results_dir = results_dir
+        self.conf_dirs = conf_dirs  # each with what named it: a flag, a runtime's config, ...
+        self.bin_dirs = bin_dirs
         self.warnings = warnings
         self.writer = writer
         self.entries = 0
@@ -138,6 +145,8 @@ class Report:
             "version": __version__,
             "dry_run": self.dry_run,
             "results_dir": self.results_dir,
+            "conf_dirs": [d.to_json() for d in self.conf_dirs],
+            "bin_dirs": [d.to_json() for d in self.bin_dirs],
             "boot": boot,
             "warnings": list(self.warnings),
             "runtime_records": list(self.runtime_records),
@@ -154,13 +163,21 @@ _NOTHING_FOUND = {
 }
 
 
-def bare_header(dry_run: bool, results_dir: str) -> dict[str, Any]:
-    """The header of a run that ended before it knew anything of the boot."""
+def bare_header(
+    dry_run: bool,
+    results_dir: str,
+    conf_dirs: Sequence[SourcedDir] | None = None,
+    bin_dirs: Sequence[SourcedDir] | None = None,
+) -> dict[str, Any]:
+    """The header of a run that ended before it knew anything of the boot: the dirs are null
+    where it ended before it knew them too."""
     return {
         "schema": SCHEMA_VERSION,
         "version": __version__,
         "dry_run": dry_run,
         "results_dir": results_dir,
+        "conf_dirs": None if conf_dirs is None else [d.to_json() for d in conf_dirs],
+        "bin_dirs": None if bin_dirs is None else [d.to_json() for d in bin_dirs],
         "boot": None,
         "warnings": [],
     }
@@ -257,6 +274,8 @@ class TextWriter:
                     f"cni-reaper {__version__} ({mode}): {report.results_dir}",
                     f"  {boot_line(report.boot)}",
                     *proof,
+                    *(f"  conf dir {d.describe()}" for d in report.conf_dirs),
+                    *(f"  plugin dir {d.describe()}" for d in report.bin_dirs),
                     *(f"  runtime records: {line}" for line in report.runtime_records),
                     *(f"  warning: {warning}" for warning in report.warnings),
                 ]

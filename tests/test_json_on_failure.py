@@ -17,7 +17,17 @@ from cni_reaper.lock import RunLock
 from cni_reaper.paths import NodePaths
 from tests.crashed import Crashed
 
-SCHEMA_KEYS = {"schema", "version", "dry_run", "results_dir", "boot", "warnings", "entries"}
+SCHEMA_KEYS = {
+    "schema",
+    "version",
+    "dry_run",
+    "results_dir",
+    "conf_dirs",
+    "bin_dirs",
+    "boot",
+    "warnings",
+    "entries",
+}
 
 
 def one_document(out: str) -> dict[str, Any]:

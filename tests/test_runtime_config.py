@@ -1,6 +1,7 @@
 """The runtimes' own configs, read from real files in a node tree: containerd with imports in
-config versions 2 and 3, k3s and RKE2, CRI-O with drop-ins and storage.conf, and every way a
-config can be unusable, which must give a warning naming the file and the defaults."""
+config versions 2 and 3, k3s and RKE2, CRI-O with drop-ins and storage.conf, for their sockets,
+state and the CNI conf and plugin dirs they use, and every way a config can be unusable, which
+must give a warning naming the file and the defaults."""
 
 from __future__ import annotations
 
@@ -379,3 +380,374 @@ def test_crio_takes_the_listen_of_the_drop_in_last_in_name_order(drop_ins: dict[
     ordered = [drop_ins[name] for name in by_file_name if drop_ins[name]]
     expected = f"/run/{ordered[-1]}.sock" if ordered else "/run/crio/crio.sock"
     assert in_effect(configs, PathKind.SOCKET, Runtime.CRIO) == [expected]
+
+
+# The CNI conf and plugin dirs the runtimes use.
+
+CRI_V2 = 'plugins."io.containerd.grpc.v1.cri"'
+CRI_V3 = 'plugins."io.containerd.cri.v1.runtime"'
+
+
+def cni_dirs(configs: RuntimeConfigs) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The conf dirs and the plugin dirs, each (node path, runtime: source)."""
+    dirs = configs.cni_dirs
+    return (
+        [(d.node_path, d.describe()) for d in dirs.conf_dirs],
+        [(d.node_path, d.describe()) for d in dirs.bin_dirs],
+    )
+
+
+def test_no_runtime_on_the_node_names_no_cni_dir(tmp_path: Path) -> None:
+    # Its storage root is podman's as much as CRI-O's: no evidence of CRI-O.
+    (tmp_path / "var/lib/containers/storage").mkdir(parents=True)
+    configs = config.load(str(tmp_path))
+    assert configs.cni_dirs == config.CniDirs()
+
+
+def test_a_runtime_without_config_counts_by_its_root_with_its_own_defaults(tmp_path: Path) -> None:
+    (tmp_path / "var/lib/containerd").mkdir(parents=True)
+    (tmp_path / "var/lib/crio").mkdir(parents=True)
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    assert configs.cni_dirs.found == (
+        (Runtime.CONTAINERD, f"{tmp_path / 'var/lib/containerd'} exists"),
+        (Runtime.CRIO, f"{tmp_path / 'var/lib/crio'} exists"),
+    )
+    assert cni_dirs(configs) == (
+        [("/etc/cni/net.d", "containerd: default"), ("/etc/cni/net.d", "cri-o: default")],
+        [("/opt/cni/bin", "containerd: default"), ("/opt/cni/bin", "cri-o: default")],
+    )
+    assert configs.cni_dirs.bin_dirs[0].path == str(tmp_path / "opt/cni/bin")
+
+
+def test_containerd_v2_cni_table_replaced_by_an_import(tmp_path: Path) -> None:
+    """Debian's shipped config, and an import that sets the whole cni table again: 1.6/1.7
+    and 2.x read it alike."""
+    write(
+        tmp_path,
+        "/etc/containerd/config.toml",
+        f'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n[{CRI_V2}.cni]\n'
+        'bin_dir = "/usr/lib/cni"\nconf_dir = "/etc/cni/net.d"\n',
+    )
+    write(
+        tmp_path,
+        "/etc/containerd/conf.d/50-cni.toml",
+        f'version = 2\n[{CRI_V2}.cni]\nbin_dir = "/opt/site/bin"\nconf_dir = "/etc/site/net.d"\n'
+        f'[{CRI_V2}.containerd.runtimes.kata]\ncni_conf_dir = "/etc/kata/net.d"\n',
+    )
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    imported = tmp_path / "etc/containerd/conf.d/50-cni.toml"
+    assert cni_dirs(configs) == (
+        [
+            ("/etc/site/net.d", f"containerd: {imported}: [{CRI_V2}.cni] conf_dir"),
+            (
+                "/etc/kata/net.d",
+                f"containerd: {imported}: [{CRI_V2}.containerd.runtimes.kata] cni_conf_dir",
+            ),
+        ],
+        [("/opt/site/bin", f"containerd: {imported}: [{CRI_V2}.cni] bin_dir")],
+    )
+
+
+def test_containerd_v2_import_with_another_cri_table_is_read_both_ways(tmp_path: Path) -> None:
+    """An import that sets only the registry: 1.6/1.7 take its CRI table whole, which has no
+    cni table, so containerd's defaults; 2.x merges the tables key by key."""
+    main = write(
+        tmp_path,
+        "/etc/containerd/config.toml",
+        f'version = 2\nimports = ["registry.toml"]\n[{CRI_V2}.cni]\nbin_dir = "/usr/lib/cni"\n',
+    )
+    write(
+        tmp_path,
+        "/etc/containerd/registry.toml",
+        f'version = 2\n[{CRI_V2}.registry]\nconfig_path = "/etc/containerd/certs.d"\n',
+    )
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    old, new = "(as containerd 1.6/1.7 reads it)", "(as containerd 2.x reads it)"
+    assert cni_dirs(configs) == (
+        [
+            ("/etc/cni/net.d", f"containerd: default {old}"),
+            ("/etc/cni/net.d", f"containerd: default {new}"),
+        ],
+        [
+            ("/opt/cni/bin", f"containerd: default {old}"),
+            ("/usr/lib/cni", f"containerd: {main}: [{CRI_V2}.cni] bin_dir {new}"),
+        ],
+    )
+
+
+def test_containerd_v3_bin_dirs_and_an_import_overriding_them(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "/etc/containerd/config.toml",
+        f'version = 3\nimports = ["conf.d/*.toml"]\n[{CRI_V3}.cni]\n'
+        'bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]\nconf_dir = "/etc/cni/net.d"\n',
+    )
+    # A version 2 import: 2.x migrates its table, and the v3 keys it sets itself win.
+    write(
+        tmp_path,
+        "/etc/containerd/conf.d/10-v2.toml",
+        f'version = 2\n[{CRI_V2}.cni]\nbin_dir = "/opt/v2/bin"\nconf_dir = "/etc/v2/net.d"\n'
+        f'[{CRI_V3}.cni]\nconf_dir = "/etc/v3/net.d"\n',
+    )
+    write(tmp_path, "/etc/containerd/conf.d/20-v3.toml", f"version = 3\n[{CRI_V3}.cni]\n")
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    v2 = tmp_path / "etc/containerd/conf.d/10-v2.toml"
+    assert cni_dirs(configs) == (
+        [("/etc/v3/net.d", f"containerd: {v2}: [{CRI_V3}.cni] conf_dir")],
+        [("/opt/v2/bin", f"containerd: {v2}: [{CRI_V2}.cni] bin_dir")],
+    )
+
+
+@pytest.mark.parametrize(
+    ("cni_table", "bin_dirs", "warned"),
+    [
+        ('bin_dir = "/opt/old"\n', ["/opt/old"], False),
+        ('bin_dir = "/opt/old"\nbin_dirs = ["/opt/cni/bin"]\n', ["/opt/old"], False),
+        ('bin_dir = "/opt/old"\nbin_dirs = ["/opt/a", "", "/opt/b"]\n', ["/opt/a", "/opt/b"], True),
+        ("bin_dirs = []\n", ["/opt/cni/bin"], False),
+    ],
+    ids=["bin_dir", "bin_dir-over-default", "both", "empty"],
+)
+def test_containerd_2_takes_the_deprecated_bin_dir_as_it_validates_it(
+    tmp_path: Path, cni_table: str, bin_dirs: list[str], warned: bool
+) -> None:
+    path = write(
+        tmp_path, "/etc/containerd/config.toml", f"version = 3\n[{CRI_V3}.cni]\n{cni_table}"
+    )
+    configs = config.load(str(tmp_path))
+    assert [d.node_path for d in configs.cni_dirs.bin_dirs] == bin_dirs + (
+        ["/opt/cni/bin", "/usr/lib/cni", "/usr/libexec/cni"] if warned else []
+    )
+    if warned:
+        assert configs.warnings == (
+            f"{path}: [{CRI_V3}.cni] bin_dirs and {path}: [{CRI_V3}.cni] bin_dir are both set: "
+            "containerd 2.x refuses to start with both; bin_dirs taken",
+        )
+
+
+@pytest.mark.parametrize(
+    "disabled", ['["cri"]', '["io.containerd.grpc.v1.cri"]', '["io.containerd.cri.v1.runtime"]']
+)
+def test_a_containerd_without_its_cri_plugin_names_no_cni_dir(
+    tmp_path: Path, disabled: str
+) -> None:
+    """Docker's containerd.io ships a config that disables CRI: it sets up no pod network."""
+    write(tmp_path, "/etc/containerd/config.toml", f"disabled_plugins = {disabled}\n")
+    (tmp_path / "var/lib/containerd").mkdir(parents=True)
+    configs = config.load(str(tmp_path))
+    assert configs.cni_dirs == config.CniDirs()
+
+
+K3S_CONFIG = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+RKE2_CONFIG = "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"
+K3S_HASH_BIN = "/var/lib/rancher/k3s/data/0123abcd/bin"
+
+
+def k3s_generated_config(version: int) -> str:
+    """What k3s's template writes with its own flannel (pkg/agent/templates)."""
+    cri = CRI_V2 if version == 2 else "plugins.'io.containerd.cri.v1.runtime'"
+    return (
+        f"# File generated by k3s. DO NOT EDIT. Use config.toml.tmpl instead.\n"
+        f"version = {version}\n"
+        '[plugins."io.containerd.internal.v1.opt"]\n'
+        '  path = "/var/lib/rancher/k3s/agent/containerd"\n'
+        f"[{cri}.cni]\n"
+        f'  bin_dir = "{K3S_HASH_BIN}"\n'
+        '  conf_dir = "/var/lib/rancher/k3s/agent/etc/cni/net.d"\n'
+        f"[{cri}.containerd.runtimes.runc]\n"
+        '  runtime_type = "io.containerd.runc.v2"\n'
+    )
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_k3s_generated_config_names_its_own_cni_dirs(tmp_path: Path, version: int) -> None:
+    path = write(tmp_path, K3S_CONFIG, k3s_generated_config(version))
+    # RKE2 never runs k3s's flannel: its generated config has no cni table.
+    write(tmp_path, RKE2_CONFIG, f"version = 2\n[{CRI_V2}]\n  enable_selinux = false\n")
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    assert [r for r, _ in configs.cni_dirs.found] == [Runtime.K3S, Runtime.RKE2]
+    cri = CRI_V2 if version == 2 else f'plugins."{config.CRI_RUNTIME_PLUGIN}"'
+    assert cni_dirs(configs) == (
+        [
+            ("/var/lib/rancher/k3s/agent/etc/cni/net.d", f"k3s: {path}: [{cri}.cni] conf_dir"),
+            ("/etc/cni/net.d", "rke2: default"),
+        ],
+        [(K3S_HASH_BIN, f"k3s: {path}: [{cri}.cni] bin_dir"), ("/opt/cni/bin", "rke2: default")],
+    )
+
+
+def test_k3s_and_rke2_without_a_generated_config_get_their_defaults(tmp_path: Path) -> None:
+    for runtime in ("k3s", "rke2"):
+        (tmp_path / f"var/lib/rancher/{runtime}/agent/containerd").mkdir(parents=True)
+    # k3s points data/current at the data dir it runs from; an absolute target is the node's.
+    (tmp_path / "var/lib/rancher/k3s/data/0123abcd/bin").mkdir(parents=True)
+    (tmp_path / "var/lib/rancher/k3s/data/current").symlink_to("/var/lib/rancher/k3s/data/0123abcd")
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    k3s = "k3s: default (k3s with its own flannel)"
+    rke2 = "rke2: default (RKE2 leaves them to containerd)"
+    assert cni_dirs(configs) == (
+        [("/var/lib/rancher/k3s/agent/etc/cni/net.d", k3s), ("/etc/cni/net.d", rke2)],
+        [("/var/lib/rancher/k3s/data/current/bin", k3s), ("/opt/cni/bin", rke2)],
+    )
+    # Where it is from here: through the node's own link, inside the root.
+    assert configs.cni_dirs.bin_dirs[0].path == str(tmp_path / K3S_HASH_BIN.lstrip("/"))
+
+
+def test_crio_network_dirs_from_its_drop_ins_in_order(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "/etc/crio/crio.conf",
+        '[crio.network]\nnetwork_dir = "/etc/cni/net.d/"\nplugin_dirs = ["/opt/cni/bin/"]\n',
+    )
+    write(
+        tmp_path,
+        "/etc/crio/crio.conf.d/10-crio.conf",
+        '[crio.network]\nplugin_dirs = ["/usr/libexec/cni", "/opt/cni/bin"]\n',
+    )
+    write(
+        tmp_path,
+        "/etc/crio/crio.conf.d/20-site.conf",
+        '[crio.network]\nnetwork_dir = "/etc/site/net.d"\nplugin_dir = "/opt/site/bin"\n',
+    )
+    write(tmp_path, "/etc/crio/crio.conf.d/30-other.conf", '[crio.api]\nlisten = "/run/c.sock"\n')
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    drop_ins = tmp_path / "etc/crio/crio.conf.d"
+    ten, twenty = drop_ins / "10-crio.conf", drop_ins / "20-site.conf"
+    assert cni_dirs(configs) == (
+        [("/etc/site/net.d", f"cri-o: {twenty}: [crio.network] network_dir")],
+        [
+            ("/usr/libexec/cni", f"cri-o: {ten}: [crio.network] plugin_dirs"),
+            ("/opt/cni/bin", f"cri-o: {ten}: [crio.network] plugin_dirs"),
+            ("/opt/site/bin", f"cri-o: {twenty}: [crio.network] plugin_dir"),
+        ],
+    )
+    assert configs.cni_dirs.found == ((Runtime.CRIO, f"{tmp_path / 'etc/crio/crio.conf'} exists"),)
+
+
+FALLBACK = (
+    [("/etc/cni/net.d", "{r}: default (its config could not all be read)")],
+    [
+        (d, "{r}: default (its config could not all be read)")
+        for d in ("/opt/cni/bin", "/usr/lib/cni", "/usr/libexec/cni")
+    ],
+)
+
+
+@pytest.mark.parametrize(
+    ("node_path", "text", "reason", "read"),
+    [
+        (
+            "/etc/containerd/config.toml",
+            f'version = 3\n[{CRI_V3}.cni]\nbin_dirs = "/opt/x"\nconf_dir = "/etc/x"\n',
+            f"[{CRI_V3}.cni] bin_dirs is not a list of strings; ignored",
+            (["/etc/x"], ["/opt/cni/bin"]),
+        ),
+        (
+            "/etc/containerd/config.toml",
+            f'version = 2\n[{CRI_V2}.cni]\nbin_dir = ["/opt/x"]\nconf_dir = 5\n',
+            f"[{CRI_V2}.cni] conf_dir is not a string; ignored",
+            (["/etc/cni/net.d"], ["/opt/cni/bin"]),
+        ),
+        (
+            "/etc/containerd/config.toml",
+            f'version = "2"\n[{CRI_V2}.cni]\nbin_dir = "/opt/x"\n',
+            "version is not an integer; ignored",
+            (["/etc/cni/net.d"], ["/opt/cni/bin"]),  # version 1 reads only [plugins.cri]
+        ),
+        (
+            "/etc/containerd/config.toml",
+            "[plugins\n",
+            "not valid TOML",
+            (["/etc/cni/net.d"], ["/opt/cni/bin"]),  # containerd's own, as with no config
+        ),
+        (
+            "/etc/crio/crio.conf.d/10-x.conf",
+            '[crio.network]\nplugin_dirs = ["/opt/x", 7]\nnetwork_dir = "/etc/x"\n',
+            "[crio.network] plugin_dirs is not a list of strings; ignored",
+            (["/etc/x"], ["/opt/cni/bin"]),
+        ),
+        (
+            K3S_CONFIG,
+            b"version = 2\n# \xff\n",
+            "not UTF-8, so not TOML; not read",
+            (
+                ["/var/lib/rancher/k3s/agent/etc/cni/net.d"],
+                ["/var/lib/rancher/k3s/data/current/bin"],
+            ),
+        ),
+    ],
+    ids=[
+        "v3-bin_dirs-a-string",
+        "v2-conf_dir-a-number",
+        "version-a-string",
+        "containerd-invalid",
+        "crio-plugin_dirs-mixed",
+        "k3s-not-utf8",
+    ],
+)
+def test_a_cni_setting_that_cannot_be_read_is_a_warning_and_the_defaults_too(
+    tmp_path: Path,
+    node_path: str,
+    text: str | bytes,
+    reason: str,
+    read: tuple[list[str], list[str]],
+) -> None:
+    """What the runtime reads there is unknown: the dirs read are kept, then the defaults the
+    reaper would use with no runtime at all."""
+    path = tmp_path / node_path.lstrip("/")
+    path.parent.mkdir(parents=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    configs = config.load(str(tmp_path))
+    (warning,) = [w for w in configs.warnings if reason in w]
+    assert warning.startswith(f"{path}: ")
+    ((runtime, _),) = configs.cni_dirs.found
+    conf_dirs, bin_dirs = cni_dirs(configs)
+    fallback_conf, fallback_bin = (
+        [(d, s.format(r=runtime.value)) for d, s in dirs] for dirs in FALLBACK
+    )
+    assert conf_dirs[len(read[0]) :] == fallback_conf
+    assert bin_dirs[len(read[1]) :] == fallback_bin
+    assert [d for d, _ in conf_dirs[: len(read[0])]] == read[0]
+    assert [d for d, _ in bin_dirs[: len(read[1])]] == read[1]
+
+
+def test_cni_dirs_a_config_names_stay_inside_the_root(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    # The config itself is a symlink, absolute as the node names it: read inside the root.
+    write(
+        node,
+        "/srv/containerd.toml",
+        f'version = 2\n[{CRI_V2}.cni]\nbin_dir = "/opt/cni/bin"\nconf_dir = "/var/cni/net.d"\n'
+        f'[{CRI_V2}.containerd.runtimes.kata]\ncni_conf_dir = "/etc/kata/../../../../outside"\n',
+    )
+    (node / "etc/containerd").mkdir(parents=True)
+    (node / "etc/containerd/config.toml").symlink_to("/srv/containerd.toml")
+    # /opt is an absolute symlink on the node: followed from here it would be this machine's.
+    (node / "data/opt/cni/bin").mkdir(parents=True)
+    (node / "opt").symlink_to("/data/opt")
+    # A dir that a relative symlink takes out of the root is not used at all.
+    (tmp_path / "outside-net.d").mkdir()
+    (node / "var").mkdir()
+    (node / "var/cni").symlink_to("../../outside-net.d")
+    configs = config.load(str(node))
+    source = f"{node / 'etc/containerd/config.toml'}: [{CRI_V2}.cni]"
+    assert configs.warnings == (
+        f"{source} conf_dir names /var/cni/net.d: "
+        f"{node / 'var/cni/net.d'} leads out of {node}; not used",
+    )
+    conf_dirs, bin_dirs = configs.cni_dirs.conf_dirs, configs.cni_dirs.bin_dirs
+    # ".." of a path named by a config stops at the node's own root, as the kernel's does.
+    assert [(d.node_path, d.path) for d in conf_dirs] == [("/outside", str(node / "outside"))]
+    assert [(d.node_path, d.path) for d in bin_dirs] == [
+        ("/opt/cni/bin", str(node / "data/opt/cni/bin"))
+    ]

@@ -18,9 +18,22 @@ Facts this follows, from the runtimes' sources:
   versions 1 to 3; version 4 (2.3 and later) moves the address to
   `[plugins."io.containerd.server.v1.grpc"] address`. The runc shim keeps runc's state in
   /run/containerd/runc unless the runtime's options set `Root`.
+- containerd's CNI dirs (pkg/cri/config in 1.6 and 1.7, internal/cri/config and
+  plugins/cri/runtime in 2.x): the CRI plugin's `cni` table, `conf_dir` (default
+  /etc/cni/net.d) and `bin_dir`; 2.x reads `bin_dirs` (a list, default ["/opt/cni/bin"]) from
+  `[plugins."io.containerd.cri.v1.runtime".cni]`, still takes `bin_dir` there (when `bin_dirs`
+  is unset or the default; both set, it refuses to start) and migrates a version 1 or 2 file's
+  `[plugins."io.containerd.grpc.v1.cri".cni]` into it, filling only the keys the file leaves
+  unset. A runtime handler's `cni_conf_dir` is one more conf dir (for its pods). 1.6 and 1.7
+  replace a plugin's whole table with a later file's; 2.0 and later merge the tables key by key
+  (containerd PR #9982). `disabled_plugins` naming the CRI plugin means no pod networking.
 - k3s and RKE2 start their containerd with `-a /run/k3s/containerd/containerd.sock --state
   /run/k3s/containerd --root <data-dir>/agent/containerd`; flags win over the generated config
-  (k3s pkg/agent/containerd, rke2 pkg/agent config: both use /run/k3s/containerd).
+  (k3s pkg/agent/containerd, rke2 pkg/agent config: both use /run/k3s/containerd). k3s writes
+  the cni table only when it runs its own flannel (pkg/agent/templates): `conf_dir`
+  <data-dir>/agent/etc/cni/net.d and `bin_dir` the dir it found host-local in,
+  /var/lib/rancher/k3s/data/<hash>/bin (`data/current` links to the running one). RKE2 never
+  runs k3s's flannel (its defaults set NoFlannel): its containerd keeps containerd's CNI dirs.
 - CRI-O (docs/crio.conf.5.md, crio.conf.d.5.md, pkg/config): /etc/crio/crio.conf, then every
   file below /etc/crio/crio.conf.d (a filepath.Walk: lexical order, recursive, whatever the
   name), a later value winning. `[crio] runroot` and `root` default to containers/storage's
@@ -28,7 +41,18 @@ Facts this follows, from the runtimes' sources:
   `[storage] runroot` and `graphroot`, built-in /run/containers/storage). Network namespaces
   are pinned in `[crio.runtime] namespaces_dir`/netns (default /var/run). The OCI runtime's
   state is in each `[crio.runtime.runtimes.<name>] runtime_root` (default /run/crun; /run/runc
-  for runc before crun became the default).
+  for runc before crun became the default). CNI: `[crio.network] network_dir` (default
+  /etc/cni/net.d/) and `plugin_dirs` (default ["/opt/cni/bin/"]), the deprecated `plugin_dir`
+  appended to them (pkg/config/config.go, config_unix.go).
+- Debian's containerd (1.6 in bookworm, 1.7 in trixie) keeps upstream's compiled-in
+  /opt/cni/bin (`containerd config default` prints it) and ships a config.toml that sets
+  `bin_dir = "/usr/lib/cni"`, where its containernetworking-plugins installs. So the reaper
+  takes a runtime's plugin dirs as its config gives them and adds no distribution dir of its
+  own: a stock Debian node gets /usr/lib/cni from its config; one whose config was replaced
+  (`containerd config default > config.toml`, as the Kubernetes docs suggest) runs plugins
+  from /opt/cni/bin alone, so no pod there was set up by a plugin in /usr/lib/cni, and a DEL
+  run from there would be a binary (Debian's older plugins, beside the cluster's own) that
+  never did the ADD. --bin-dir names more dirs where an operator wants them.
 """
 
 from __future__ import annotations
@@ -51,7 +75,9 @@ from cni_reaper.node_root import (
     host_path,
     listed,
     open_inside,
+    resolve_inside,
 )
+from cni_reaper.paths import DEFAULT_BIN_DIRS, DEFAULT_CONF_DIRS
 
 MAX_CONFIG_BYTES = 1 << 20
 # Per runtime, imports and drop-ins together; real nodes have a few.
@@ -64,9 +90,24 @@ CRIO_DROP_IN_DIR = "/etc/crio/crio.conf.d"
 STORAGE_CONFIGS = ("/etc/containers/storage.conf", "/usr/share/containers/storage.conf")
 RANCHER_DIR = "/var/lib/rancher"
 
-# The CRI plugin's name in config versions 1, 2 and 3.
-CRI_PLUGINS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+# The CRI plugin's name in config versions 1 and 2, and in 2.x the plugin that holds its
+# runtime side, the cni table among it.
+CRI_V1_PLUGIN = "cri"
+CRI_V2_PLUGIN = "io.containerd.grpc.v1.cri"
+CRI_RUNTIME_PLUGIN = "io.containerd.cri.v1.runtime"
+CRI_PLUGINS = (CRI_V1_PLUGIN, CRI_V2_PLUGIN, CRI_RUNTIME_PLUGIN)
 GRPC_PLUGIN = "io.containerd.server.v1.grpc"
+
+CONTAINERD_ROOT = "/var/lib/containerd"
+CONTAINERD_CONF_DIR = "/etc/cni/net.d"
+CONTAINERD_BIN_DIRS = ("/opt/cni/bin",)
+CRIO_STATE_DIR = "/var/lib/crio"  # CRI-O's own (clean.shutdown, version), not the storage's
+CRIO_NETWORK_DIR = "/etc/cni/net.d"
+CRIO_PLUGIN_DIRS = ("/opt/cni/bin",)
+# Where the reaper looks when a runtime's config cannot be read: the dirs the distributions'
+# packages and upstream's tarballs install to.
+FALLBACK_CONF_DIRS = tuple("/" + d for d in DEFAULT_CONF_DIRS)
+FALLBACK_BIN_DIRS = tuple("/" + d for d in DEFAULT_BIN_DIRS)
 
 
 class Runtime(str, Enum):
@@ -130,6 +171,31 @@ class LocatedPath(NamedTuple):
         return f"{self.runtime.value} {self.kind.value} {self.path} ({self.source}{watched})"
 
 
+class CniDir(NamedTuple):
+    """A CNI config or plugin dir a runtime of the node uses, and where that was read."""
+
+    runtime: Runtime
+    node_path: str  # as the node names it
+    path: str  # where it is from here: resolved inside the root, as the node resolves it
+    source: str  # "default", "<config file>: <key>", ...
+
+    def describe(self) -> str:
+        return f"{self.runtime.value}: {self.source}"
+
+
+class CniDirs(NamedTuple):
+    """The CNI config and plugin dirs of the runtimes found on the node (see _runtime_found),
+    each runtime's in the order it searches them, the runtimes in a fixed order: containerd,
+    k3s, RKE2, CRI-O, as load reads them. The order only matters where two runtimes are found
+    and name different dirs holding a network or a plugin of the same name: the first wins, as
+    within one runtime's own list. Empty when no runtime is found: the reaper's defaults then
+    stand (paths.py)."""
+
+    conf_dirs: tuple[CniDir, ...] = ()
+    bin_dirs: tuple[CniDir, ...] = ()
+    found: tuple[tuple[Runtime, str], ...] = ()  # the runtimes counted, and why
+
+
 class RuntimeConfigs(NamedTuple):
     sockets: tuple[LocatedPath, ...]
     activation_sockets: tuple[LocatedPath, ...]  # neither probe them nor count their existence
@@ -139,6 +205,7 @@ class RuntimeConfigs(NamedTuple):
     persistent_roots: tuple[LocatedPath, ...]
     files_read: tuple[str, ...]
     warnings: tuple[str, ...]
+    cni_dirs: CniDirs = CniDirs()
 
     @property
     def all_paths(self) -> tuple[LocatedPath, ...]:
@@ -250,6 +317,42 @@ class _ConfigFiles:
             return None
         return value, f"{self.path(node_path)}: {label}"
 
+    def strings(
+        self, doc: dict[str, Any], node_path: str, *keys: str
+    ) -> tuple[tuple[str, ...], str] | None:
+        """A list of strings at keys, its empty ones left out, with its source; None when
+        nothing is left. A value of another type is a warning."""
+        value: Any = doc
+        for key in keys:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(key)
+        if value is None:
+            return None
+        label = _key_label(keys)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.warnings.append(
+                f"{self.path(node_path)}: {label} is not a list of strings; ignored"
+            )
+            return None
+        given = tuple(v for v in value if v)
+        return (given, f"{self.path(node_path)}: {label}") if given else None
+
+    def version(self, doc: dict[str, Any], node_path: str) -> int:
+        """containerd's config version; 0 where the file sets none."""
+        value = doc.get("version", 0)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        self.warnings.append(f"{self.path(node_path)}: version is not an integer; ignored")
+        return 0
+
+    def exists(self, node_path: str) -> bool:
+        """Whether node_path exists on the node; one that cannot be looked at does not."""
+        try:
+            return exists_inside(self.root, node_path)
+        except (OSError, LeavesRoot):
+            return False
+
 
 class _Unusable(Exception):
     """A config file that exists but is not one the reaper reads."""
@@ -347,11 +450,25 @@ def _imports(files: _ConfigFiles, node_path: str, doc: dict[str, Any]) -> list[s
     return resolved
 
 
+class _RuntimeCni(NamedTuple):
+    """One runtime's CNI dirs, each as its config names it, with its source, in the order the
+    runtime searches them."""
+
+    conf_dirs: tuple[tuple[str, str], ...]
+    bin_dirs: tuple[tuple[str, str], ...]
+
+
 class _ContainerdSettings(NamedTuple):
     state: tuple[str, str] | None
     root: tuple[str, str] | None
     address: tuple[str, str] | None
     runc_roots: tuple[tuple[str, str], ...]
+    files_read: int  # the main config and its imports that could be read
+    # None when a file's disabled_plugins turns the CRI plugin off: no pod networking at all
+    cni: _RuntimeCni | None
+    # A file that could not be read, or a CNI key that could not be read as containerd reads
+    # it (each a warning): what containerd takes from there is unknown.
+    cni_unread: bool
 
 
 def _table(doc: Any, *keys: str) -> dict[str, Any]:
@@ -364,7 +481,10 @@ def _table(doc: Any, *keys: str) -> dict[str, Any]:
 def _containerd_settings(files: _ConfigFiles, main: str) -> _ContainerdSettings:
     state = root = address = None
     cri_plugins: dict[str, tuple[str, dict[str, Any]]] = {}  # the last file's table wins whole
-    for node_path, doc in _containerd_files(files, main):
+    warned = len(files.warnings)
+    docs = _containerd_files(files, main)
+    unread = len(files.warnings) > warned
+    for node_path, doc in docs:
         state = files.string(doc, node_path, "state") or state
         root = files.string(doc, node_path, "root") or root
         address = (
@@ -382,32 +502,225 @@ def _containerd_settings(files: _ConfigFiles, main: str) -> _ContainerdSettings:
             found = files.string(doc, node_path, *keys)
             if found is not None:
                 runc_roots.append(found)
-    return _ContainerdSettings(state, root, address, tuple(runc_roots))
+    warned = len(files.warnings)
+    cni = _containerd_cni(files, docs)
+    unread = unread or len(files.warnings) > warned
+    return _ContainerdSettings(state, root, address, tuple(runc_roots), len(docs), cni, unread)
 
 
-def _containerd(paths: _Collector, files: _ConfigFiles) -> None:
+class _CriCni(NamedTuple):
+    """The CNI keys of one CRI plugin table, or of several merged, each (value, source)."""
+
+    conf_dir: tuple[str, str] | None = None
+    bin_dir: tuple[str, str] | None = None
+    bin_dirs: tuple[tuple[str, ...], str] | None = None
+    # (runtime handler, (its cni_conf_dir, source)), in the order the tables give them
+    handler_conf_dirs: tuple[tuple[str, tuple[str, str]], ...] = ()
+
+    def over(self, earlier: _CriCni) -> _CriCni:
+        """Key by key, what is set here winning: containerd 2.x's merge of a later file, and
+        its migration of a file's version 1 or 2 table into the runtime plugin's."""
+        handlers = dict(earlier.handler_conf_dirs)
+        handlers.update(self.handler_conf_dirs)
+        return _CriCni(
+            self.conf_dir or earlier.conf_dir,
+            self.bin_dir or earlier.bin_dir,
+            self.bin_dirs or earlier.bin_dirs,
+            tuple(handlers.items()),
+        )
+
+    def migrated(self) -> _CriCni:
+        """A version 1 or 2 table as containerd 2.x moves it: bin_dir becomes bin_dirs."""
+        if self.bin_dir is None or self.bin_dirs is not None:
+            return self._replace(bin_dir=None)
+        value, source = self.bin_dir
+        return self._replace(bin_dir=None, bin_dirs=((value,), source))
+
+
+def _cri_cni(files: _ConfigFiles, node_path: str, doc: dict[str, Any], plugin: str) -> _CriCni:
+    cni = ("plugins", plugin, "cni")
+    handlers = []
+    for handler in _table(doc, "plugins", plugin, "containerd", "runtimes"):
+        keys = ("plugins", plugin, "containerd", "runtimes", handler, "cni_conf_dir")
+        found = files.string(doc, node_path, *keys)
+        if found is not None:
+            handlers.append((handler, found))
+    return _CriCni(
+        files.string(doc, node_path, *cni, "conf_dir"),
+        files.string(doc, node_path, *cni, "bin_dir"),
+        files.strings(doc, node_path, *cni, "bin_dirs"),
+        tuple(handlers),
+    )
+
+
+def _containerd_cni(
+    files: _ConfigFiles, docs: list[tuple[str, dict[str, Any]]]
+) -> _RuntimeCni | None:
+    """The CNI dirs of a containerd that loads docs, as it reads them.
+
+    The config does not say which containerd reads it, and 1.6/1.7 and 2.x read some configs
+    differently: they merge files differently, and only 2.x knows the runtime plugin's table.
+    A config of version 3 or later is read by 2.x alone; an earlier one may be read by either,
+    and where the two readings differ, both are used, 1.6/1.7's first (their configs are the
+    version 2 ones; 2.x warns at every start that it migrates them)."""
+    version = 0
+    tables: list[tuple[int, dict[str, _CriCni]]] = []  # per file: its version, its CRI tables
+    for node_path, doc in docs:
+        disabled = files.strings(doc, node_path, "disabled_plugins")
+        if disabled is not None and set(disabled[0]) & set(CRI_PLUGINS):
+            return None
+        file_version = files.version(doc, node_path)
+        version = file_version or version  # as the merge takes it: a later non-zero one wins
+        present = {
+            name: _cri_cni(files, node_path, doc, name)
+            for name in CRI_PLUGINS
+            if _table(doc, "plugins", name)
+        }
+        tables.append((file_version, present))
+
+    readings = []
+    if version <= 2:
+        legacy = CRI_V2_PLUGIN if version == 2 else CRI_V1_PLUGIN
+        last = next((t[legacy] for _, t in reversed(tables) if legacy in t), _CriCni())
+        bin_dirs = None if last.bin_dir is None else ((last.bin_dir[0],), last.bin_dir[1])
+        readings.append(("containerd 1.6/1.7", _containerd_dirs(last.conf_dir, bin_dirs, last)))
+    merged = _CriCni()
+    for file_version, present in tables:
+        in_file = present.get(CRI_RUNTIME_PLUGIN, _CriCni())
+        if file_version <= 2:
+            legacy = CRI_V2_PLUGIN if file_version == 2 else CRI_V1_PLUGIN
+            in_file = in_file.over(present.get(legacy, _CriCni()).migrated())
+        merged = in_file.over(merged)
+    readings.append(
+        ("containerd 2.x", _containerd_dirs(merged.conf_dir, _bin_dirs(files, merged), merged))
+    )
+
+    if len(readings) == 1 or readings[0][1] == readings[1][1]:
+        return readings[0][1]
+    return _RuntimeCni(
+        tuple((d, f"{s} (as {reader} reads it)") for reader, r in readings for d, s in r.conf_dirs),
+        tuple((d, f"{s} (as {reader} reads it)") for reader, r in readings for d, s in r.bin_dirs),
+    )
+
+
+def _bin_dirs(files: _ConfigFiles, cni: _CriCni) -> tuple[tuple[str, ...], str] | None:
+    """bin_dirs as containerd 2.x validates them: a bin_dir replaces bin_dirs left at their
+    default; the two set otherwise stop it from starting."""
+    if cni.bin_dir is None:
+        return cni.bin_dirs
+    if cni.bin_dirs is None or cni.bin_dirs[0] == CONTAINERD_BIN_DIRS:
+        return (cni.bin_dir[0],), cni.bin_dir[1]
+    files.warnings.append(
+        f"{cni.bin_dirs[1]} and {cni.bin_dir[1]} are both set: containerd 2.x refuses to start "
+        "with both; bin_dirs taken"
+    )
+    return cni.bin_dirs
+
+
+def _containerd_dirs(
+    conf_dir: tuple[str, str] | None,
+    bin_dirs: tuple[tuple[str, ...], str] | None,
+    cni: _CriCni,
+) -> _RuntimeCni:
+    conf_dirs = [conf_dir or (CONTAINERD_CONF_DIR, "default")]
+    conf_dirs.extend(found for _, found in cni.handler_conf_dirs)
+    if bin_dirs is None:
+        bins = tuple((d, "default") for d in CONTAINERD_BIN_DIRS)
+    else:
+        bins = tuple((d, bin_dirs[1]) for d in bin_dirs[0])
+    return _RuntimeCni(tuple(conf_dirs), bins)
+
+
+class _CniCollector:
+    """The CNI dirs of the runtimes found, taken inside the root, in the order added."""
+
+    def __init__(self, files: _ConfigFiles) -> None:
+        self.files = files
+        self.conf_dirs: list[CniDir] = []
+        self.bin_dirs: list[CniDir] = []
+        self.found: list[tuple[Runtime, str]] = []
+
+    def add(self, runtime: Runtime, why: str, dirs: _RuntimeCni, unread: bool) -> None:
+        """A runtime found, and its dirs. unread: a file of its config, or one of its CNI
+        keys, could not be read (a warning names it), so where the runtime really looks is
+        unknown: the fallback dirs are added after the ones read."""
+        self.found.append((runtime, why))
+        conf_dirs, bin_dirs = list(dirs.conf_dirs), list(dirs.bin_dirs)
+        if unread:
+            source = "default (its config could not all be read)"
+            conf_dirs.extend((d, source) for d in FALLBACK_CONF_DIRS)
+            bin_dirs.extend((d, source) for d in FALLBACK_BIN_DIRS)
+        self.conf_dirs.extend(self._taken(runtime, conf_dirs))
+        self.bin_dirs.extend(self._taken(runtime, bin_dirs))
+
+    def _taken(self, runtime: Runtime, dirs: list[tuple[str, str]]) -> list[CniDir]:
+        root = self.files.root
+        taken = []
+        for value, source in dirs:
+            node_path = canonical(value)
+            try:
+                # As paths.py takes its defaults: a symlink on the way is followed as the node
+                # follows it, an absolute target starting again at the root.
+                path = node_path if root == "/" else resolve_inside(root, node_path)
+            except LeavesRoot as e:
+                self.files.warnings.append(f"{source} names {value}: {e}; not used")
+                continue
+            except OSError as e:
+                self.files.warnings.append(f"{source} names {value}: {e.strerror}; not used")
+                continue
+            taken.append(CniDir(runtime, node_path, path, source))
+        return taken
+
+    def result(self) -> CniDirs:
+        return CniDirs(tuple(self.conf_dirs), tuple(self.bin_dirs), tuple(self.found))
+
+
+def _runtime_found(files: _ConfigFiles, *evidence: str) -> str | None:
+    """Why a runtime counts on this node: the first of evidence (its config files, then its
+    persistent root) that exists, or None.
+
+    Both are what a runtime needs before it can have set up a single pod: its root is made at
+    its first start and holds its sandboxes for good, and its config is what the operator set
+    up for it. Both are a few lstat calls, and both are there while the runtime is stopped, as
+    it is when the reaper runs at boot. Binaries are no evidence (k3s carries its own
+    containerd, Docker installs one whose CRI plugin is off), nor are units (enabled says
+    nothing of the pods it ran), nor processes (none runs yet at boot). CRI-O's storage root
+    is shared with podman, so CRI-O's own /var/lib/crio stands for it."""
+    for node_path in evidence:
+        if files.exists(node_path):
+            return f"{files.path(node_path)} exists"
+    return None
+
+
+def _containerd(paths: _Collector, files: _ConfigFiles, cni: _CniCollector) -> None:
     found = _containerd_settings(files, CONTAINERD_CONFIG)
     runtime = Runtime.CONTAINERD
     paths.setting(runtime, PathKind.SOCKET, "/run/containerd/containerd.sock", found.address)
     paths.setting(runtime, PathKind.TASK_STATE, "/run/containerd", found.state)
-    paths.setting(runtime, PathKind.PERSISTENT_ROOT, "/var/lib/containerd", found.root)
+    paths.setting(runtime, PathKind.PERSISTENT_ROOT, CONTAINERD_ROOT, found.root)
     paths.add(runtime, PathKind.NAMESPACED_OCI_ROOT, "/run/containerd/runc", "default")
     # go-cni pins each sandbox's netns in /var/run/netns.
     paths.add(runtime, PathKind.NETNS_DIR, "/run/netns", "default")
     for value, source in found.runc_roots:
         paths.add(runtime, PathKind.NAMESPACED_OCI_ROOT, value, source)
+    why = _runtime_found(files, CONTAINERD_CONFIG, CONTAINERD_ROOT)
+    if why is not None and found.cni is not None:
+        cni.add(runtime, why, found.cni, found.cni_unread)
 
 
-def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime) -> None:
+def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime, cni: _CniCollector) -> None:
     """k3s or RKE2: the command line they start containerd with wins over their config, whose
-    values are kept as watched only."""
-    data_dir = f"{RANCHER_DIR}/{runtime.value}/agent"
-    found = _containerd_settings(files, f"{data_dir}/etc/containerd/config.toml")
+    values are kept as watched only. Their CNI dirs are their generated config's; without one
+    (never generated, or unreadable), those k3s's flannel uses, and containerd's for RKE2."""
+    data_dir = f"{RANCHER_DIR}/{runtime.value}"
+    agent_dir = f"{data_dir}/agent"
+    config = f"{agent_dir}/etc/containerd/config.toml"
+    found = _containerd_settings(files, config)
     shared = "default (k3s and RKE2)"
     paths.add(runtime, PathKind.SOCKET, "/run/k3s/containerd/containerd.sock", shared)
     paths.add(runtime, PathKind.TASK_STATE, "/run/k3s/containerd", shared)
     paths.add(runtime, PathKind.SOCKET, "/run/k3s/cri-dockerd/cri-dockerd.sock", shared)
-    paths.add(runtime, PathKind.PERSISTENT_ROOT, f"{data_dir}/containerd", "default")
+    paths.add(runtime, PathKind.PERSISTENT_ROOT, f"{agent_dir}/containerd", "default")
     overridden = (
         (PathKind.SOCKET, found.address, "-a"),
         (PathKind.TASK_STATE, found.state, "--state"),
@@ -420,6 +733,19 @@ def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime) -> None:
             paths.add(runtime, kind, value, note, in_effect=False)
     for value, source in found.runc_roots:
         paths.add(runtime, PathKind.NAMESPACED_OCI_ROOT, value, source)
+    why = _runtime_found(files, config, f"{agent_dir}/containerd")
+    if why is not None and found.cni is not None:
+        dirs = found.cni
+        if not found.files_read:
+            if runtime is Runtime.K3S:
+                source = "default (k3s with its own flannel)"
+                conf = f"{agent_dir}/etc/cni/net.d"
+                dirs = _RuntimeCni(((conf, source),), ((f"{data_dir}/data/current/bin", source),))
+            else:
+                source = "default (RKE2 leaves them to containerd)"
+                conf_dirs = ((CONTAINERD_CONF_DIR, source),)
+                dirs = _RuntimeCni(conf_dirs, tuple((d, source) for d in CONTAINERD_BIN_DIRS))
+        cni.add(runtime, why, dirs, found.cni_unread)
 
 
 def _storage_defaults(files: _ConfigFiles) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -475,10 +801,13 @@ def _crio(
     files: _ConfigFiles,
     storage_runroot: tuple[str, str],
     storage_graphroot: tuple[str, str],
+    cni: _CniCollector,
 ) -> None:
     runtime = Runtime.CRIO
     listen = runroot = root = version_file = namespaces_dir = None
+    network_dir = plugin_dir = plugin_dirs = None
     oci_roots: dict[str, tuple[str, str]] = {}
+    warned = len(files.warnings)
     config_files = [CRIO_CONFIG, *_crio_drop_ins(files, CRIO_DROP_IN_DIR)]
     if len(config_files) > MAX_CONFIG_FILES:
         files.warnings.append(
@@ -486,10 +815,9 @@ def _crio(
             f"only the first {MAX_CONFIG_FILES - 1} read"
         )
         del config_files[MAX_CONFIG_FILES:]
-    for node_path in config_files:
-        doc = files.read(node_path)
-        if doc is None:
-            continue
+    docs = [(p, doc) for p in config_files if (doc := files.read(p)) is not None]
+    unread = len(files.warnings) > warned
+    for node_path, doc in docs:
         listen = files.string(doc, node_path, "crio", "api", "listen") or listen
         runroot = files.string(doc, node_path, "crio", "runroot") or runroot
         root = files.string(doc, node_path, "crio", "root") or root
@@ -502,6 +830,22 @@ def _crio(
             found = files.string(doc, node_path, *keys)
             if found is not None:
                 oci_roots[handler] = found
+    warned = len(files.warnings)
+    network = ("crio", "network")
+    for node_path, doc in docs:
+        network_dir = files.string(doc, node_path, *network, "network_dir") or network_dir
+        plugin_dirs = files.strings(doc, node_path, *network, "plugin_dirs") or plugin_dirs
+        plugin_dir = files.string(doc, node_path, *network, "plugin_dir") or plugin_dir
+    unread = unread or len(files.warnings) > warned
+    why = _runtime_found(files, CRIO_CONFIG, *config_files[1:2], CRIO_STATE_DIR)
+    if why is not None:
+        bin_dirs = [(d, "default") for d in CRIO_PLUGIN_DIRS]
+        if plugin_dirs is not None:
+            bin_dirs = [(d, plugin_dirs[1]) for d in plugin_dirs[0]]
+        if plugin_dir is not None:  # deprecated, and appended by CRI-O to plugin_dirs
+            bin_dirs.append(plugin_dir)
+        conf_dirs = (network_dir or (CRIO_NETWORK_DIR, "default"),)
+        cni.add(runtime, why, _RuntimeCni(conf_dirs, tuple(bin_dirs)), unread)
     paths.setting(runtime, PathKind.SOCKET, "/run/crio/crio.sock", listen)
     paths.add(runtime, PathKind.RUNTIME_DIR, "/run/crio", "default")
     paths.setting(
@@ -536,16 +880,19 @@ def _without_config(paths: _Collector, storage_runroot: tuple[str, str]) -> None
 
 
 def load(root: str) -> RuntimeConfigs:
-    """Where the runtimes of the node at root keep their sockets and state."""
+    """Where the runtimes of the node at root keep their sockets and state, and which CNI
+    config and plugin dirs they use."""
     root = os.path.abspath(root)
     files = _ConfigFiles(root)
     paths = _Collector(root)
-    _containerd(paths, files)
-    _rancher(paths, files, Runtime.K3S)
-    _rancher(paths, files, Runtime.RKE2)
+    cni = _CniCollector(files)
+    _containerd(paths, files, cni)
+    _rancher(paths, files, Runtime.K3S, cni)
+    _rancher(paths, files, Runtime.RKE2, cni)
     storage_runroot, storage_graphroot = _storage_defaults(files)
-    _crio(paths, files, storage_runroot, storage_graphroot)
+    _crio(paths, files, storage_runroot, storage_graphroot, cni)
     _without_config(paths, storage_runroot)
+    cni_dirs = cni.result()
     return RuntimeConfigs(
         sockets=paths.of_kind(PathKind.SOCKET),
         activation_sockets=paths.of_kind(PathKind.ACTIVATION_SOCKET),
@@ -555,4 +902,5 @@ def load(root: str) -> RuntimeConfigs:
         persistent_roots=paths.of_kind(PathKind.PERSISTENT_ROOT),
         files_read=tuple(files.files_read),
         warnings=tuple(files.warnings),
+        cni_dirs=cni_dirs,
     )

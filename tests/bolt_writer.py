@@ -120,10 +120,13 @@ def containerd_sandbox(
     kind: str = "sandbox",
     *,
     metadata: dict[str, Any] | None = None,
+    extension: bytes | None = None,
+    with_extension: bool = True,
     spec_bytes: int = 2000,
 ) -> list[Operation]:
     """A container record laid out as containerd's metadata/containers.go writes it, with the
-    CRI's kind label and (for a sandbox) its metadata extension."""
+    CRI's kind label and (for a sandbox, unless with_extension is False) its metadata
+    extension: the given bytes, or an Any of metadata's JSON."""
     base = ["v1", namespace, "containers", container_id]
     ops = [
         put(base, "createdat", b"\x01" * 15),
@@ -135,13 +138,12 @@ def containerd_sandbox(
         put([*base, "labels"], "io.cri-containerd.kind", kind),
         put([*base, "labels"], "io.kubernetes.pod.name", f"pod-{container_id[:8]}"),
     ]
-    if kind == "sandbox":
-        if metadata is None:
-            metadata = sandbox_metadata(container_id)
-        extension = protobuf_any(
-            "github.com/containerd/cri/pkg/store/sandbox/Metadata",
-            json.dumps(metadata).encode(),
-        )
+    if kind == "sandbox" and with_extension:
+        if extension is None:
+            extension = protobuf_any(
+                "github.com/containerd/cri/pkg/store/sandbox/Metadata",
+                json.dumps(metadata or sandbox_metadata(container_id)).encode(),
+            )
         ops.append(put([*base, "extensions"], "io.cri-containerd.sandbox.metadata", extension))
     return ops
 

@@ -1,6 +1,7 @@
 """Real bbolt databases for the tests: tests/bolt_writer/main.go, built once with Debian's
-golang-go and golang-github-coreos-bbolt-dev (bbolt 1.3.6) offline in GOPATH mode, and cached
-under .test-cache/ by the hash of its source."""
+golang-go and golang-github-coreos-bbolt-dev (bbolt 1.3.6) offline in GOPATH mode (no module, no
+proxy, no download), and kept under .test-cache/ by the hash of its source, Go's version and
+bbolt's source."""
 
 from __future__ import annotations
 
@@ -11,17 +12,18 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.private_node import cannot_run
+from tests.real_libcni import SYSTEM_GOPATH, offline_build_env
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "tests/bolt_writer/main.go"
 CACHE = REPO / ".test-cache"
-GOCODE = Path("/usr/share/gocode")
-BBOLT_SOURCE = GOCODE / "src/go.etcd.io/bbolt"
+BBOLT_SOURCE = SYSTEM_GOPATH / "src/go.etcd.io/bbolt"
 
 Operation = dict[str, Any]
 
@@ -50,43 +52,46 @@ def delete_bucket(path: Sequence[bytes | str], key: bytes | str) -> Operation:
     return {"op": "delete_bucket", "path": _path(path), "key": _b64(key)}
 
 
+def build_key(go_version: str) -> str:
+    """What the writer is made of: its source, the Go toolchain, bbolt's source."""
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest.update(b"\0" + go_version.encode() + b"\0")
+    for path in sorted(BBOLT_SOURCE.glob("*.go")):
+        if not path.name.endswith("_test.go"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
 @functools.cache
 def writer() -> Path:
     """The built writer; the test cannot run (skip, or fail in CI) without the Go toolchain."""
     go = shutil.which("go")
-    if go is None or not BBOLT_SOURCE.is_dir():
+    if go is None or not (BBOLT_SOURCE / "db.go").is_file():
         cannot_run(
             "needs Debian's golang-go and golang-github-coreos-bbolt-dev to write real bbolt files"
         )
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    built = CACHE / f"bolt-writer-{digest}"
+    version = subprocess.run([go, "version"], capture_output=True, text=True, check=True)
+    built = CACHE / f"bolt-writer-{build_key(version.stdout.strip())}"
     if built.is_file():
         return built
     CACHE.mkdir(exist_ok=True)
-    scratch = CACHE / f"bolt-writer-build-{os.getpid()}"
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "GO111MODULE": "off",
-        "GOPATH": f"{GOCODE}:{scratch / 'gopath'}",
-        "GOCACHE": str(CACHE / "go-build"),
-        "GOFLAGS": "",
-        "HOME": str(scratch),
-        "CGO_ENABLED": "0",
-    }
-    try:
-        scratch.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bolt-writer-build-") as tmp:
+        work = Path(tmp)
+        argv = [go, "build", "-trimpath", "-buildvcs=false", "-o", str(work / "bolt_writer")]
         proc = subprocess.run(
-            [go, "build", "-o", str(scratch / "bolt_writer"), str(SOURCE)],
-            env=env,
+            [*argv, str(SOURCE)],
+            cwd=SOURCE.parent,
+            env=offline_build_env(work / "gopath", work / "gocache"),
             capture_output=True,
             text=True,
             timeout=300,
         )
         if proc.returncode != 0:
-            raise RuntimeError(f"building {SOURCE} failed:\n{proc.stderr}")
-        os.replace(scratch / "bolt_writer", built)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+            raise RuntimeError(f"building {SOURCE} failed:\n{proc.stdout}{proc.stderr}")
+        # The temp dir may be on another file system: copied beside the target, then renamed.
+        partial = CACHE / f".bolt-writer.{os.getpid()}.partial"
+        shutil.copy2(work / "bolt_writer", partial)
+        os.replace(partial, built)
     return built
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from cni_reaper import wtmp
+from cni_reaper.runtime import config, inventory
+from cni_reaper.runtime.config import LocatedPath, PathKind, Runtime
 from tests import pause_image
 from tests.cri import CriError, RuntimeClient
 from tests.libcni import reserved_ips
@@ -223,6 +225,26 @@ def run_reaper(node_root: Path, *extra: str) -> dict[str, Any]:
     return {"exit": proc.returncode, "stderr": proc.stderr, "report": report}
 
 
+def read_inventory(state: Path) -> dict[str, Any]:
+    """What cni-reaper's runtime inventory reads from this containerd's root (its meta.db as
+    containerd left it), taken as the node's root for the default containerd."""
+    containerd_root = LocatedPath(
+        Runtime.CONTAINERD,
+        PathKind.PERSISTENT_ROOT,
+        "/containerd/root",
+        str(state / "containerd/root"),
+        "the scenario's containerd.toml",
+    )
+    configs = config.load(str(state))._replace(persistent_roots=(containerd_root,))
+    found = inventory.load(str(state), configs)
+    return {
+        "known": sorted(found.known),
+        "undecided": sorted(found.undecided),
+        "unreadable": list(found.unreadable),
+        "sources": list(found.sources),
+    }
+
+
 def teardown(client: RuntimeClient, sandbox_id: str) -> dict[str, str | None]:
     outcome: dict[str, str | None] = {"stop": None, "remove": None}
     for step, call in (("stop", client.stop_pod_sandbox), ("remove", client.remove_pod_sandbox)):
@@ -315,6 +337,7 @@ def scenario(work: Path, dry_run_first: bool, result: dict[str, Any]) -> None:
         result["reaper_while_runtime_up"]["tree_unchanged"] = tree_digest(*watched) == before
         client.close()
         result["containerd_stop_exit"] = containerd.stop()
+        result["inventory_stopped"] = read_inventory(state)
         # By hand, the runtime stopped, in the boot it started in before the reaper: nothing
         # proves which files an earlier boot wrote, so nothing is touched.
         before = tree_digest(CACHE_DIR)  # the CNI state; the run keeps notes of its own
@@ -345,6 +368,7 @@ def scenario(work: Path, dry_run_first: bool, result: dict[str, Any]) -> None:
         client.close()
         result["final"] = snapshot_cni()
         result["containerd_final_stop_exit"] = containerd.stop()
+        result["inventory_final"] = read_inventory(state)
     finally:
         kill_all()
         result["cgroups_left"] = remove_cgroups(cgroup_parent)

@@ -1,5 +1,6 @@
 """Fuzz targets for every parser that reads what a node left on disk, driven by hypothesis from
-real seeds (a libcni cache entry, a conflist, wtmp records) cut, spliced and flipped. Bounded:
+real seeds (a libcni cache entry, a conflist, wtmp records, a bbolt file in containerd's layout)
+cut, spliced and flipped. Bounded:
 CNI_REAPER_FUZZ_EXAMPLES examples per target (default 300; CI runs the default)."""
 
 from __future__ import annotations
@@ -7,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +21,10 @@ from cni_reaper.content import Content, classify
 from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable
 from cni_reaper.netconf import ConfigError, parse_conf_bytes
+from cni_reaper.runtime.bbolt import BoltError, Bucket, Database
+from cni_reaper.runtime.inventory import _containerd_sandboxes
 from cni_reaper.shutdown_marker import ShutdownEvidence
+from tests.bolt_writer import containerd_sandbox, put, sandbox_metadata, write_db
 from tests.nodetree import CONTAINER_IDS, NodeTree, cache_entry_bytes
 
 EXAMPLES = int(os.environ.get("CNI_REAPER_FUZZ_EXAMPLES", "300"))
@@ -141,3 +147,72 @@ def test_a_dry_run_over_any_tree(files: list[tuple[str, bytes]], conflist: bytes
             environ={},
         )
     assert code in EXIT_CODES - {ExitCode.INTERNAL}
+
+
+@pytest.fixture(scope="module")
+def containerd_db(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A small real meta.db: containerd's layout on 1 KiB pages (so that most bytes are in
+    pages in use), sandboxes and containers, overflow specs, a sandbox store, a second commit."""
+    records = []
+    for i, sandbox_id in enumerate(CONTAINER_IDS[:4]):
+        kind = "sandbox" if i % 2 == 0 else "container"
+        metadata = sandbox_metadata(sandbox_id, cni_result=i != 2)
+        records += containerd_sandbox("k8s.io", sandbox_id, kind, metadata=metadata)
+    store = ["v1", "k8s.io", "sandboxes", CONTAINER_IDS[5], "extensions"]
+    later = [put(store, "metadata", b"\x0a\x01x\x12\x02{}"), put(["v1", "moby"], "k", "v")]
+    path = tmp_path_factory.mktemp("bbolt-seed") / "meta.db"
+    return write_db(path, [records, later], page_size=1024, no_freelist_sync=True).read_bytes()
+
+
+@st.composite
+def pages_damaged(draw: st.DrawFn, seed: bytes, page_size: int = 1024) -> bytes:
+    """seed with whole pages overwritten by other pages or by noise: structure, not bytes."""
+    data = bytearray(seed)
+    pages = len(data) // page_size
+    for _ in range(draw(st.integers(1, 3))):
+        target = draw(st.integers(0, pages - 1)) * page_size
+        if draw(st.booleans()):
+            source = draw(st.integers(0, pages - 1)) * page_size
+            data[target : target + page_size] = seed[source : source + page_size]
+        else:
+            noise = draw(st.binary(min_size=1, max_size=64))
+            at = target + draw(st.integers(0, page_size - len(noise)))
+            data[at : at + len(noise)] = noise
+    return bytes(data)
+
+
+def walk(bucket: Bucket) -> int:
+    """Every key of bucket and its nested buckets, read both ways (a damaged tree may order
+    its keys so that a lookup misses one the walk finds); how many."""
+    count = 0
+    for key, value in bucket.items():
+        count += 1
+        bucket.get(key)
+        if isinstance(value, Bucket):
+            count += walk(value)
+    return count
+
+
+@FUZZ
+@given(data=st.data())
+def test_bbolt_reader(containerd_db: bytes, data: st.DataObject) -> None:
+    """A damaged, cut or random meta.db ends in a BoltError or a walk, and quickly: the
+    reader's bounds hold whatever the pages say."""
+    damaged = data.draw(
+        st.one_of(mutated(containerd_db), pages_damaged(containerd_db), st.binary(max_size=8192))
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "meta.db"
+        path.write_bytes(damaged)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        started = time.monotonic()
+        try:
+            db = Database(fd, str(path))
+            walk(db.root())
+            for _ in _containerd_sandboxes(db, "containerd"):
+                pass
+        except BoltError:
+            pass
+        finally:
+            os.close(fd)
+        assert time.monotonic() - started < 10

@@ -140,6 +140,17 @@ def test_without_reaper_the_runtime_is_stuck_on_the_seed_error(scenario: dict[st
         assert scenario["still_reserved"]["ips"][pod["ip"]] == f"{pod['id']}\r\neth0"
 
 
+def test_the_inventory_reads_the_sandboxes_containerd_lists(scenario: dict[str, Any]) -> None:
+    """From containerd 1.6's own meta.db, containerd stopped: exactly the sandboxes it listed,
+    each with its CNI result saved; none once they are removed."""
+    stopped = scenario["inventory_stopped"]
+    assert stopped["known"] == sorted(scenario["listed_after_reboot"])
+    assert (stopped["undecided"], stopped["unreadable"]) == ([], [])
+    assert stopped["sources"][0].endswith(": 6 sandboxes (namespace k8s.io: 6)")
+    final = scenario["inventory_final"]
+    assert (final["known"], final["undecided"], final["unreadable"]) == ([], [], [])
+
+
 def test_reaper_refuses_while_the_runtime_answers(scenario: dict[str, Any]) -> None:
     early = scenario["reaper_while_runtime_up"]
     assert early["exit"] == 75

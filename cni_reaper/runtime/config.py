@@ -904,3 +904,15 @@ def load(root: str) -> RuntimeConfigs:
         warnings=tuple(files.warnings),
         cni_dirs=cni_dirs,
     )
+
+
+def crio_settings(root: str) -> dict[str, tuple[Any, str]]:
+    """The keys of CRI-O's [crio] table as its config files leave them (crio.conf, then the
+    drop-ins, a later file winning), each with the file that set it. Files that cannot be used
+    are skipped: load() warns about them."""
+    files = _ConfigFiles(os.path.abspath(root))
+    settings: dict[str, tuple[Any, str]] = {}
+    for node_path in [CRIO_CONFIG, *_crio_drop_ins(files, CRIO_DROP_IN_DIR)][:MAX_CONFIG_FILES]:
+        for key, value in _table(files.read(node_path), "crio").items():
+            settings[key] = (value, files.path(node_path))
+    return settings

@@ -1,0 +1,655 @@
+"""Which pod sandboxes each container runtime will still know after this boot, and tear down
+itself, read from what it keeps on disk. Nothing is started, locked or written; every file is
+read inside --root (node_root.py: a symlink is resolved as the node resolves it, never out of
+the root, and the last component is opened with O_NOFOLLOW).
+
+After a reboot every sandbox of the earlier boot is dead. A runtime that still has a sandbox's
+record tears its network down when kubelet stops it (or, CRI-O, when it starts), with the cached
+result; a sandbox no runtime will tear down is one the reaper must DEL itself. So each sandbox
+ID found in a runtime's records is one of: known (its runtime will DEL it), dropped (a record,
+but its runtime will never DEL it) or undecided (which one cannot be told from disk). An ID in
+no record is dropped too: no runtime will ever DEL it.
+
+containerd (1.6, 1.7 and 2.x alike; k3s and RKE2 run the same containerd with their own root):
+- At start, the CRI plugin's recover() (pkg/cri/server/restart.go in 1.6 and 1.7,
+  internal/cri/server/restart.go in 2.x) lists the containers of its namespace (k8s.io,
+  pkg/cri/constants) labelled io.cri-containerd.kind=sandbox, and in 1.7's sbserver and 2.x also
+  the sandbox store. Each is loaded from its metadata extension (loadSandbox); one without it is
+  skipped ("Failed to load sandbox") and never torn down. Then cleanupOrphanedIDDirs removes
+  every <root>/io.containerd.grpc.v1.cri/sandboxes/<id> dir without a container record: the
+  record in the metadata database is the truth, not the dir. A record marked as a CRI sandbox
+  in another namespace is read too, but no CRI loads it: undecided.
+- The database is <root>/io.containerd.metadata.v1.bolt/meta.db, bbolt (bbolt.py), laid out as
+  metadata/buckets.go says: v1/<namespace>/containers/<id>/{labels/<key>,
+  extensions/<name>, ...}, and v1/<namespace>/sandboxes/<id>/extensions/metadata since 1.7.
+  An extension is a protobuf Any whose value, for the CRI's sandbox metadata
+  (io.cri-containerd.sandbox.metadata on the container, "metadata" in the sandbox store), is
+  JSON: {"Version": "v1", "Metadata": {"ID", "NetNSPath", "CNIResult", ...}}.
+- RunPodSandbox (pkg/cri/server/sandbox_run.go, 1.6 and 1.7) creates the container record
+  (NewContainer, with its labels and metadata) first, then the sandboxes/<id> dir, then the
+  netns (saved into the record), then the CNI ADD (setupPodNetwork), and only then saves the
+  CNI result into the record. In 1.7's sbserver and in 2.x the sandbox store record is created
+  before the ADD too. bbolt syncs every commit (containerd sets only NoFreelistSync; 2.x has an
+  opt-in no_sync), so no sandbox reaches its CNI ADD without a durable record: a crash during or
+  right after the ADD leaves a record without a CNI result, not a missing record.
+- StopPodSandbox (sandbox_stop.go) skips the CNI DEL when the record holds no CNI result in
+  1.6.37 and later 1.6 releases, 1.7.23 to 1.7.30, 2.0.0 to 2.0.7, 2.1.0 to 2.1.6 and 2.2.0 to
+  2.2.1; earlier and later releases run it (containerd PR #12923 restored it). Which release
+  will start is not on disk, so such a sandbox is undecided.
+
+CRI-O (read in 1.20 to 1.36; internal/lib/container_server.go, server/server.go,
+internal/criocli/wipe.go, which was cmd/crio/wipe.go before 1.28):
+- Its sandboxes are containers/storage containers of the graph root whose metadata says
+  "pod": true (with pod-name and pod-id: storage.IsCrioContainer); the sandbox ID is the
+  container ID. They are listed in <graph root>/<driver>-containers/containers.json and, since
+  containers/storage 1.45 (CRI-O 1.27.0; later 1.26 patch releases too),
+  volatile-containers.json beside it: CRI-O makes its containers volatile, and that file is
+  written without fsync.
+- runPodSandbox (server/sandbox_run_linux.go) creates the storage container, runs the CNI ADD
+  (networkStart), and only then writes userdata/config.json, the spec LoadSandbox reads back.
+- At start, restore() (server.go) loads every sandbox (LoadSandbox). After a reboot that fails
+  (the state in the run root is gone), and a sandbox that failed after it was built goes to
+  networkStop: CNI DEL, retried 20 times with backoff, in one cleanup that stops at the first
+  sandbox whose DEL keeps failing (resourcestore). A sandbox whose config.json is missing or
+  unreadable fails before it is built: it gets no DEL at all. With internal_wipe (the default
+  since 1.22) a sandbox that did load is removed by wipeIfAppropriate through removePodSandbox,
+  which runs networkStop too. networkStop does nothing for a sandbox whose userdata has a
+  network-stopped file: its DEL already ran.
+- So after a reboot CRI-O DELs, at its own start, every sandbox it can read back (restore()
+  has done so since 1.15, in a background cleanup with retries since mid-2021: 1.20.x, 1.21.x,
+  1.22), with libcni (1.1.2
+  up to CRI-O 1.30: a damaged cache file fails that DEL, an intact one works). node-state.md's
+  "before 1.32 it never DELs wiped ones" holds only for the wipes below; peers.md's restore()
+  DEL is the path a reboot takes. What 1.32 added is a CNI GC after restore().
+- Wipes without DEL: `crio wipe` (crio-wipe.service, when enabled) after an unclean shutdown
+  (clean_shutdown_file missing while its .supported file exists) removes the whole graph root
+  (HandleUncleanShutdown), and with internal_wipe = false deletes CRI-O's containers after a
+  reboot (wipeCrio; internal_wipe defaults to false before 1.22, taken here as set). With
+  internal_repair (1.28 to 1.31: default false; 1.32 and later: default true; which release
+  runs is not on disk, version_file_persist being empty by default since 1.25), CRI-O itself
+  checks its storage after an unclean shutdown and removes what it cannot repair, or all of
+  it: unless the config turns internal_repair off, all are undecided.
+- A version file (version_file, under /run) that exists means CRI-O has started in this boot
+  already: no wipe happens at its next start.
+
+No runtime installed (no containerd database, no CRI-O storage): no ID is known, and knows()
+answers False, not None. That is safe because the reaper only ever acts on files proven to be
+an earlier boot's: with no runtime records, no runtime can DEL them, and a runtime installed
+later starts with empty records and will never know those sandboxes either.
+
+Records that cannot be read (a damaged meta.db, an unparsable containers.json, a symlink out of
+the root) make the inventory unreadable: then no ID is said to be dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import posixpath
+import stat
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from cni_reaper.node_root import (
+    LeavesRoot,
+    canonical,
+    exists_inside,
+    host_path,
+    listed,
+    open_inside,
+)
+from cni_reaper.runtime.bbolt import BoltError, Bucket, Database
+from cni_reaper.runtime.config import LocatedPath, Runtime, RuntimeConfigs, crio_settings
+
+CONTAINERD_RUNTIMES = frozenset({Runtime.CONTAINERD, Runtime.K3S, Runtime.RKE2})
+META_DB = "io.containerd.metadata.v1.bolt/meta.db"
+CRI_NAMESPACE = "k8s.io"
+KIND_LABEL = b"io.cri-containerd.kind"
+SANDBOX_KIND = b"sandbox"
+CONTAINER_METADATA_EXTENSION = b"io.cri-containerd.sandbox.metadata"
+SANDBOX_STORE_METADATA_EXTENSION = b"metadata"
+DEL_SKIPPED_RELEASES = (
+    "containerd 1.6.37 and later 1.6, 1.7.23 to 1.7.30, 2.0.0 to 2.0.7, 2.1.0 to 2.1.6 and "
+    "2.2.0 to 2.2.1"
+)
+
+STORAGE_FILES = ("containers.json", "volatile-containers.json")
+CRIO_VERSION_FILE = "/run/crio/version"
+CRIO_CLEAN_SHUTDOWN_FILE = "/var/lib/crio/clean.shutdown"
+CRIO_WIPE_UNIT = "crio-wipe.service"
+SYSTEMD_UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+# containers.json holds about 1 KiB per container; a sandbox's config.json tens of KiB.
+MAX_STORAGE_FILE_BYTES = 64 << 20
+MAX_SANDBOX_CONFIG_BYTES = 4 << 20
+MAX_STORAGE_DIRS = 64
+
+
+class Fate(str, Enum):
+    """What a runtime will do with the network of a sandbox it has a record of."""
+
+    KNOWN = "known"  # it will know the sandbox and DEL its network itself
+    UNDECIDED = "undecided"  # which it will do cannot be told from disk
+    DROPPED = "dropped"  # it has a record but will never DEL it
+
+
+# Where records of one ID disagree (2.x keeps a sandbox both as a container and in its sandbox
+# store), a record its runtime DELs from wins over doubt, and doubt over a record it drops.
+_FATE_RANK = {Fate.DROPPED: 0, Fate.UNDECIDED: 1, Fate.KNOWN: 2}
+
+
+class SandboxInventory(NamedTuple):
+    # sandbox IDs some runtime will still know after this boot, and DEL itself
+    known: frozenset[str]
+    # why some runtime's records could not be read; non-empty: no ID may be called forgotten
+    unreadable: tuple[str, ...]
+    # one line per runtime root consulted: what was read, how many sandboxes
+    sources: tuple[str, ...]
+    # IDs a runtime has records of whose fate cannot be told (knows() answers None)
+    undecided: frozenset[str] = frozenset()
+    # for every ID in some runtime's records: which runtime, and what it will do
+    notes: Mapping[str, str] = MappingProxyType({})
+
+    def knows(self, sandbox_id: str) -> bool | None:
+        """True: a runtime will know the sandbox after this boot and DEL it itself. False:
+        proven that none will (no record, or a record its runtime drops without DEL). None:
+        cannot tell."""
+        if sandbox_id in self.known:
+            return True
+        if self.unreadable or sandbox_id in self.undecided:
+            return None
+        return False
+
+    def describe(self, sandbox_id: str) -> str:
+        return self.notes.get(sandbox_id, "no runtime has a record of it")
+
+
+class _Unreadable(Exception):
+    """A runtime record that exists but cannot be read."""
+
+
+class _Found:
+    def __init__(self) -> None:
+        self.fates: dict[str, tuple[Fate, str]] = {}
+        self.unreadable: list[str] = []
+        self.sources: list[str] = []
+
+    def add(self, sandbox_id: str, fate: Fate, note: str) -> None:
+        held = self.fates.get(sandbox_id)
+        if held is None or _FATE_RANK[fate] > _FATE_RANK[held[0]]:
+            self.fates[sandbox_id] = (fate, note)
+
+    def inventory(self) -> SandboxInventory:
+        def with_fate(fate: Fate) -> frozenset[str]:
+            return frozenset(i for i, (f, _) in self.fates.items() if f is fate)
+
+        return SandboxInventory(
+            known=with_fate(Fate.KNOWN),
+            unreadable=tuple(self.unreadable),
+            sources=tuple(self.sources),
+            undecided=with_fate(Fate.UNDECIDED),
+            notes=MappingProxyType({i: note for i, (_, note) in self.fates.items()}),
+        )
+
+
+def _open_file(root: str, node_path: str) -> int | None:
+    """A descriptor of the regular file at node_path; None where nothing is there."""
+    try:
+        fd, _ = open_inside(root, node_path)
+    except (FileNotFoundError, NotADirectoryError):
+        try:
+            dangling = exists_inside(root, node_path)
+        except (OSError, LeavesRoot):
+            dangling = False
+        if dangling:
+            raise _Unreadable(
+                f"a symlink whose target does not exist inside {root} (an absolute target is "
+                "the node's own path)"
+            ) from None
+        return None
+    except LeavesRoot:
+        raise _Unreadable(f"a symlink that leads out of {root}") from None
+    except OSError as e:
+        raise _Unreadable(e.strerror or str(e)) from e
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as e:
+        os.close(fd)
+        raise _Unreadable(e.strerror or str(e)) from e
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _Unreadable("not a regular file")
+    return fd
+
+
+def _read_file(root: str, node_path: str, limit: int) -> bytes | None:
+    fd = _open_file(root, node_path)
+    if fd is None:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise _Unreadable(e.strerror or str(e)) from e
+    if len(data) > limit:
+        raise _Unreadable(f"larger than {limit} bytes")
+    return data
+
+
+def _exists(root: str, node_path: str) -> bool:
+    """Whether node_path exists on the node; something that cannot be looked at counts."""
+    try:
+        return exists_inside(root, node_path)
+    except (OSError, LeavesRoot):
+        return True
+
+
+def _in_effect(configs: RuntimeConfigs, runtimes: Iterable[Runtime]) -> list[LocatedPath]:
+    """The persistent roots the runtimes use at their next start: a default their config
+    overrides is not one (they read the config when they start)."""
+    wanted = frozenset(runtimes)
+    seen: set[str] = set()
+    found = []
+    for located in configs.persistent_roots:
+        if located.runtime in wanted and located.in_effect and located.node_path not in seen:
+            seen.add(located.node_path)
+            found.append(located)
+    return found
+
+
+# containerd
+
+
+def _protobuf_any_value(data: bytes) -> bytes:
+    """The value field (2) of a serialized google.protobuf.Any; ValueError when it is not one."""
+    at = 0
+    value = b""
+
+    def varint() -> int:
+        nonlocal at
+        result = shift = 0
+        while True:
+            if at >= len(data) or shift > 63:
+                raise ValueError("a varint runs past the end")
+            byte = data[at]
+            at += 1
+            result |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return result
+
+    while at < len(data):
+        tag = varint()
+        field, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            varint()
+        elif wire_type == 2:
+            length = varint()
+            if at + length > len(data):
+                raise ValueError("a field runs past the end")
+            if field == 2:
+                value = data[at : at + length]
+            at += length
+        else:
+            raise ValueError(f"wire type {wire_type} in an Any")
+    return value
+
+
+def _cri_metadata_fate(extension: bytes | None, where: str) -> tuple[Fate, str]:
+    if extension is None:
+        return Fate.DROPPED, (
+            f"{where}, without the CRI's sandbox metadata: containerd cannot load it at start "
+            "(loadSandbox) and never DELs it"
+        )
+    try:
+        document = json.loads(_protobuf_any_value(extension))
+        metadata = document["Metadata"]
+        netns = metadata.get("NetNSPath")
+        result = metadata.get("CNIResult")
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return Fate.UNDECIDED, f"{where}; its CRI sandbox metadata could not be read here"
+    if netns and result is None:
+        return Fate.UNDECIDED, (
+            f"{where}, whose CNI ADD never saved its result: {DEL_SKIPPED_RELEASES} never DEL "
+            "such a sandbox, other releases do"
+        )
+    return Fate.KNOWN, f"{where}: containerd loads it at start and DELs it when kubelet stops it"
+
+
+def _buckets(bucket: Bucket | None) -> Iterator[tuple[bytes, Bucket]]:
+    if bucket is not None:
+        for key, value in bucket.items():
+            if isinstance(value, Bucket):
+                yield key, value
+
+
+def _sub_buckets(bucket: Bucket, *names: bytes) -> dict[bytes, Bucket]:
+    """The nested buckets of bucket among names, from one walk of its keys."""
+    return {key: value for key, value in _buckets(bucket) if key in names}
+
+
+def _value(bucket: Bucket | None, key: bytes) -> bytes | None:
+    if bucket is None:
+        return None
+    value = bucket.get(key)
+    return value if isinstance(value, bytes) else None
+
+
+def _containerd_sandboxes(db: Database, runtime: str) -> Iterator[tuple[str, str, Fate, str]]:
+    """(namespace, sandbox ID, fate, note) for each CRI sandbox record of the database, in
+    every namespace. The CRI loads only its own (k8s.io): a record elsewhere that says it is a
+    CRI sandbox is undecided, since no one can say who made it or who will tear it down."""
+    for raw_namespace, namespace_bucket in _buckets(db.bucket(b"v1")):
+        namespace = raw_namespace.decode("utf-8", "replace")
+        objects = _sub_buckets(namespace_bucket, b"containers", b"sandboxes")
+        records = []
+        for raw_id, container in _buckets(objects.get(b"containers")):
+            fields = _sub_buckets(container, b"labels", b"extensions")
+            if _value(fields.get(b"labels"), KIND_LABEL) != SANDBOX_KIND:
+                continue
+            extension = _value(fields.get(b"extensions"), CONTAINER_METADATA_EXTENSION)
+            records.append((raw_id, "a sandbox container", extension))
+        for raw_id, sandbox in _buckets(objects.get(b"sandboxes")):
+            extensions = _sub_buckets(sandbox, b"extensions").get(b"extensions")
+            extension = _value(extensions, SANDBOX_STORE_METADATA_EXTENSION)
+            records.append((raw_id, "a sandbox store record", extension))
+        for raw_id, what, extension in records:
+            where = f"{runtime}: {what} in namespace {namespace}"
+            if namespace == CRI_NAMESPACE:
+                fate, note = _cri_metadata_fate(extension, where)
+            else:
+                fate = Fate.UNDECIDED
+                note = f"{where}, which containerd's CRI (namespace {CRI_NAMESPACE}) never loads"
+            yield namespace, os.fsdecode(raw_id), fate, note
+
+
+def _containerd(root: str, located: LocatedPath, found: _Found) -> None:
+    runtime = located.runtime.value
+    node_path = posixpath.join(located.node_path, META_DB)
+    where = host_path(root, node_path)
+    try:
+        fd = _open_file(root, node_path)
+    except _Unreadable as e:
+        found.unreadable.append(f"{runtime}: {where}: {e}")
+        return
+    if fd is None:
+        found.sources.append(f"{runtime}: {where}: not present: no sandbox records")
+        return
+    per_namespace: dict[str, int] = {}
+    records = []
+    try:
+        db = Database(fd, where)
+        for namespace, sandbox_id, fate, note in _containerd_sandboxes(db, runtime):
+            per_namespace[namespace] = per_namespace.get(namespace, 0) + 1
+            records.append((sandbox_id, fate, note))
+    except BoltError as e:
+        found.unreadable.append(f"{runtime}: {e}")
+        return
+    finally:
+        os.close(fd)
+    for sandbox_id, fate, note in records:
+        found.add(sandbox_id, fate, note)
+    ids = {sandbox_id for sandbox_id, _, _ in records}
+    namespaces = ", ".join(f"{name}: {n}" for name, n in sorted(per_namespace.items()))
+    counted = f" (namespace {namespaces})" if namespaces else ""
+    undecided = sum(1 for _, fate, _ in records if fate is Fate.UNDECIDED)
+    dropped = sum(1 for _, fate, _ in records if fate is Fate.DROPPED)
+    extra = "".join(
+        f", {n} {what}"
+        for n, what in ((undecided, "undecided"), (dropped, "it will never DEL"))
+        if n
+    )
+    found.sources.append(f"{runtime}: {where}: {_sandboxes(len(ids))}{counted}{extra}")
+
+
+def _sandboxes(n: int) -> str:
+    return f"{n} sandbox" if n == 1 else f"{n} sandboxes"
+
+
+# CRI-O
+
+
+class _CrioStart(NamedTuple):
+    """What CRI-O's next start does to the sandboxes in its storage as a whole."""
+
+    fate: Fate | None  # for every sandbox; None: each is judged by its own files
+    why: str
+    rebooted: bool
+
+
+def _setting(settings: Mapping[str, tuple[Any, str]], key: str, kind: type) -> Any:
+    """A [crio] value of the right type; None where unset or of another type (CRI-O would not
+    start with such a config, and then it DELs nothing: doubt either way)."""
+    value = settings.get(key, (None, ""))[0]
+    return value if isinstance(value, kind) else None
+
+
+def _crio_wipe_enabled(root: str) -> str | None:
+    """The enablement link of crio-wipe.service, which runs `crio wipe` before CRI-O starts;
+    None where there is none, or the unit is masked."""
+    if _masked(root, f"/etc/systemd/system/{CRIO_WIPE_UNIT}"):
+        return None
+    for unit_dir in SYSTEMD_UNIT_DIRS:
+        try:
+            fd, _ = open_inside(root, unit_dir, directory=True)
+        except (OSError, LeavesRoot):
+            continue
+        try:
+            names = sorted(entry.name for entry in listed(fd))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        for name in names:
+            if name.endswith((".wants", ".requires")):
+                link = f"{unit_dir}/{name}/{CRIO_WIPE_UNIT}"
+                if _exists(root, link):
+                    return link
+    return None
+
+
+def _masked(root: str, node_path: str) -> bool:
+    """Whether the unit file at node_path is masked: a symlink to /dev/null, which under --root
+    need not exist."""
+    parent, name = posixpath.split(node_path)
+    try:
+        fd, _ = open_inside(root, parent, directory=True)
+    except (OSError, LeavesRoot):
+        return False
+    try:
+        return os.readlink(name, dir_fd=fd) == "/dev/null"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _crio_start(root: str) -> _CrioStart:
+    settings = crio_settings(root)
+    version_file = _setting(settings, "version_file", str)
+    version_file = CRIO_VERSION_FILE if version_file is None else version_file
+    if version_file == "":
+        return _CrioStart(None, "version_file is empty: CRI-O never wipes", rebooted=False)
+    if _exists(root, canonical(version_file)):
+        why = f"{host_path(root, canonical(version_file))} exists: CRI-O has started in this boot"
+        return _CrioStart(None, why, rebooted=False)
+    clean_file = _setting(settings, "clean_shutdown_file", str)
+    clean_file = CRIO_CLEAN_SHUTDOWN_FILE if clean_file is None else clean_file
+    unclean = (
+        clean_file != ""
+        and _exists(root, canonical(clean_file + ".supported"))
+        and not _exists(root, canonical(clean_file))
+    )
+    wipe_unit = _crio_wipe_enabled(root)
+    internal_wipe = _setting(settings, "internal_wipe", bool)
+    internal_repair = _setting(settings, "internal_repair", bool)
+    rebooted = f"rebooted ({host_path(root, canonical(version_file))} missing)"
+    shutdown = (
+        f"an unclean shutdown ({host_path(root, canonical(clean_file))} missing)"
+        if unclean
+        else "a clean shutdown"
+    )
+    if unclean and wipe_unit:
+        return _CrioStart(
+            Fate.DROPPED,
+            f"{rebooted} after {shutdown}: {host_path(root, wipe_unit)} runs `crio wipe`, "
+            "which removes CRI-O's storage without CNI DEL",
+            rebooted=True,
+        )
+    if unclean and internal_repair is not False:
+        return _CrioStart(
+            Fate.UNDECIDED,
+            f"{rebooted} after {shutdown}: CRI-O checks its storage (internal_repair, the "
+            "default since 1.32) and removes without CNI DEL what it cannot repair",
+            rebooted=True,
+        )
+    if wipe_unit and internal_wipe is False:
+        return _CrioStart(
+            Fate.DROPPED,
+            f"{rebooted}: internal_wipe = false and {host_path(root, wipe_unit)} runs "
+            "`crio wipe`, which deletes CRI-O's containers without CNI DEL",
+            rebooted=True,
+        )
+    return _CrioStart(
+        None, f"{rebooted} after {shutdown}: CRI-O DELs its sandboxes at start", rebooted=True
+    )
+
+
+def _storage_dirs(root: str, graph_root: str) -> list[str]:
+    """The <driver>-containers dirs of a graph root, as node paths."""
+    try:
+        fd, _ = open_inside(root, graph_root, directory=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except LeavesRoot:
+        raise _Unreadable(f"a symlink that leads out of {root}") from None
+    except OSError as e:
+        raise _Unreadable(e.strerror or str(e)) from e
+    try:
+        entries = listed(fd)
+    except OSError as e:
+        raise _Unreadable(e.strerror or str(e)) from e
+    finally:
+        os.close(fd)
+    dirs = sorted(
+        entry.name
+        for entry in entries
+        if entry.name.endswith("-containers") and entry.is_dir(follow_symlinks=False)
+    )
+    if len(dirs) > MAX_STORAGE_DIRS:
+        raise _Unreadable(f"more than {MAX_STORAGE_DIRS} storage drivers' dirs")
+    return [posixpath.join(graph_root, name) for name in dirs]
+
+
+def _crio_sandbox_ids(data: bytes) -> list[str]:
+    """The CRI-O pod sandboxes of a containers.json, as containers/storage reads it (an empty
+    file is an empty store)."""
+    if not data.strip():
+        return []
+    try:
+        containers = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise _Unreadable(f"not JSON ({e})") from None
+    if not isinstance(containers, list):
+        raise _Unreadable("not a JSON list")
+    ids = []
+    for container in containers:
+        if not isinstance(container, dict) or not isinstance(container.get("id"), str):
+            raise _Unreadable("a container without an id")
+        try:
+            metadata = json.loads(container.get("metadata") or "{}")
+        except (TypeError, ValueError, RecursionError):
+            continue  # CRI-O ignores a container whose metadata it cannot parse
+        if (
+            isinstance(metadata, dict)
+            and metadata.get("pod") is True
+            and metadata.get("pod-name")
+            and metadata.get("pod-id")
+        ):
+            ids.append(container["id"])
+    return ids
+
+
+def _crio_sandbox_fate(root: str, userdata: str, start: _CrioStart) -> tuple[Fate, str]:
+    if start.fate is not None:
+        return start.fate, f"cri-o: {start.why}"
+    config_path = f"{userdata}/config.json"
+    try:
+        config = _read_file(root, config_path, MAX_SANDBOX_CONFIG_BYTES)
+    except _Unreadable as e:
+        return Fate.UNDECIDED, f"cri-o: {host_path(root, config_path)}: {e}"
+    try:
+        spec = json.loads(config) if config is not None else None
+    except (ValueError, RecursionError):
+        spec = None
+    if not isinstance(spec, dict):
+        how = "missing" if config is None else "not a JSON object"
+        return Fate.DROPPED, (
+            f"cri-o: its config.json is {how} (it is written after the CNI ADD): CRI-O cannot "
+            "load the sandbox at start and never DELs it"
+        )
+    if _exists(root, f"{userdata}/network-stopped"):
+        return Fate.DROPPED, (
+            "cri-o: its network-stopped file says CRI-O ran its DEL already; it will not again"
+        )
+    if start.rebooted:
+        return Fate.KNOWN, f"cri-o: {start.why}, this one included"
+    return Fate.KNOWN, f"cri-o: {start.why}; it knows this sandbox, and DELs it when stopped"
+
+
+def _crio(root: str, located: LocatedPath, start: Callable[[], _CrioStart], found: _Found) -> None:
+    where = host_path(root, located.node_path)
+    try:
+        storage_dirs = _storage_dirs(root, located.node_path)
+    except _Unreadable as e:
+        found.unreadable.append(f"cri-o: {where}: {e}")
+        return
+    sandboxes = []  # (ID, its userdata dir)
+    read = []
+    for storage_dir in storage_dirs:
+        for file_name in STORAGE_FILES:
+            node_path = f"{storage_dir}/{file_name}"
+            try:
+                data = _read_file(root, node_path, MAX_STORAGE_FILE_BYTES)
+                ids = [] if data is None else _crio_sandbox_ids(data)
+            except _Unreadable as e:
+                found.unreadable.append(f"cri-o: {host_path(root, node_path)}: {e}")
+                return
+            if data is not None:
+                read.append(node_path[len(located.node_path) :].lstrip("/"))
+            for sandbox_id in ids:
+                if "/" in sandbox_id or sandbox_id in ("", ".", ".."):
+                    found.unreadable.append(
+                        f"cri-o: {host_path(root, node_path)}: a container ID that is no file name"
+                    )
+                    return
+                sandboxes.append((sandbox_id, f"{storage_dir}/{sandbox_id}/userdata"))
+    if not read:
+        found.sources.append(f"cri-o: {where}: no containers.json: no sandbox records")
+        return
+    if not sandboxes:
+        found.sources.append(f"cri-o: {where}: {', '.join(read)}: 0 sandboxes")
+        return
+    records = [(i, *_crio_sandbox_fate(root, userdata, start())) for i, userdata in sandboxes]
+    for sandbox_id, fate, note in records:
+        found.add(sandbox_id, fate, note)
+    by_fate = {fate: sum(1 for _, f, _ in records if f is fate) for fate in Fate}
+    fates = ", ".join(f"{n} {fate.value}" for fate, n in by_fate.items() if n)
+    found.sources.append(
+        f"cri-o: {where}: {', '.join(read)}: {_sandboxes(len(records))} ({fates}); {start().why}"
+    )
+
+
+def load(root: str, configs: RuntimeConfigs) -> SandboxInventory:
+    """The sandboxes the runtimes of the node at root will still know after this boot."""
+    root = os.path.abspath(root)
+    found = _Found()
+    for located in _in_effect(configs, CONTAINERD_RUNTIMES):
+        _containerd(root, located, found)
+    # What CRI-O's next start does is worked out only for a node that has CRI-O sandboxes.
+    start = functools.cache(functools.partial(_crio_start, root))
+    for located in _in_effect(configs, (Runtime.CRIO,)):
+        _crio(root, located, start, found)
+    return found.inventory()

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from cni_reaper.budget import Budget
     from cni_reaper.plugin import PluginRunner
     from cni_reaper.replay import DelTools
+    from cni_reaper.runtime.inventory import SandboxInventory
 
 DEFAULT_PLUGIN_TIMEOUT = 30.0
 # Well inside the unit's TimeoutStartSec (5 min): time is left to move files and report.
@@ -530,6 +531,7 @@ def _pipeline(run: _Run) -> Report:
             run.plugin_dirs,
             _live_containers(run),
             del_problems,
+            sandboxes=_sandbox_records(run),
             read_cached=lambda entry: cache.read_cached(results_fd, entry),
         )
         pins = _pinned_netns(run)
@@ -637,6 +639,16 @@ def _note_fate(
     fates.setdefault((split.network, split.container_id), {})[split.ifname] = fate
     if planned.entry.content is Content.VALID and split.network not in whole:
         whole[split.network] = planned.entry
+
+
+def _sandbox_records(run: _Run) -> SandboxInventory:
+    """What the runtimes' records on disk say of the sandboxes they will still know."""
+    from cni_reaper.runtime import inventory  # noqa: PLC0415 (only with a results dir)
+
+    sandboxes = inventory.load(run.paths.root, run.runtimes)
+    run.warnings.extend(sandboxes.unreadable)
+    run.sources.extend(sandboxes.sources)
+    return sandboxes
 
 
 def _reservations(

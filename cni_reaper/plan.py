@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.cache import CachedAttachment, CacheEntry
@@ -32,9 +32,15 @@ FORGOTTEN = (
     "ever DEL it"
 )
 
-# Whether a runtime will still know a sandbox after this boot: True, False, or None when its
-# records cannot tell (runtime/inventory.py).
-SandboxKnown = Callable[[str], "bool | None"]
+
+class SandboxRecords(Protocol):
+    """What the runtimes' own records say of a sandbox (runtime/inventory.py)."""
+
+    def knows(self, sandbox_id: str) -> bool | None:
+        """True: a runtime will know it after this boot and run its DEL; False: none will;
+        None: the records cannot tell."""
+
+    def describe(self, sandbox_id: str) -> str: ...
 
 
 class Action(str, Enum):
@@ -79,7 +85,7 @@ class Planner:
         plugin_dirs: PluginDirs,
         live_containers: frozenset[str] | str,  # or why they cannot be known
         del_problems: Mapping[str, str] | None = None,  # network -> why no DEL of it may run
-        sandbox_known: SandboxKnown | None = None,  # None: whole entries are all kept
+        sandboxes: SandboxRecords | None = None,  # None: whole entries are all kept
         read_cached: Callable[[CacheEntry], CachedAttachment | str] | None = None,
     ) -> None:
         self._boot = boot
@@ -89,7 +95,7 @@ class Planner:
         self._plugin_dirs = plugin_dirs
         self._live = live_containers
         self._del_problems = del_problems or {}
-        self._sandbox_known = sandbox_known
+        self._sandboxes = sandboxes
         self._read_cached = read_cached
         self._chains: dict[str, ChainResolution] = {}  # by network
 
@@ -114,7 +120,7 @@ class Planner:
         )
         content = entry.verdict.content
         if content is Content.VALID or content is Content.LEGACY:  # what libcni can read
-            if written.written is Written.PREVIOUS_BOOT and self._sandbox_known is not None:
+            if written.written is Written.PREVIOUS_BOOT and self._sandboxes is not None:
                 return self._whole(entry, written)
             return PlannedEntry(entry, written, Action.KEEP, READABLE)
         if not content.is_corrupt:
@@ -171,18 +177,13 @@ class Planner:
         result as prevResult, its cached args, the network's config from the conf dirs or
         else the one cached in the entry."""
         split = entry.split
-        assert self._sandbox_known is not None
+        assert self._sandboxes is not None
         if split is None:
             return PlannedEntry(entry, written, Action.KEEP, READABLE)
-        known = self._sandbox_known(split.container_id)
-        if known is None:
-            return PlannedEntry(
-                entry, written, Action.KEEP, f"{READABLE}; the runtimes' records cannot tell"
-            )
-        if known:
-            return PlannedEntry(
-                entry, written, Action.KEEP, f"{READABLE}: a runtime will know the sandbox"
-            )
+        known = self._sandboxes.knows(split.container_id)
+        if known is not False:
+            said = self._sandboxes.describe(split.container_id)
+            return PlannedEntry(entry, written, Action.KEEP, f"{READABLE} ({said})")
         alive = self.alive(split.container_id)
         if alive is not None:
             return PlannedEntry(entry, written, Action.LEAVE, f"may be alive: {alive}")
@@ -205,7 +206,7 @@ class Planner:
                 if netlist.name != network:
                     problem = f"its cached config names network {netlist.name!r}"
                     netlist = None
-        reason = FORGOTTEN
+        reason = f"{FORGOTTEN} ({self._sandboxes.describe(split.container_id)})"
         chain = None
         prev_result = None
         if netlist is None:
@@ -219,7 +220,7 @@ class Planner:
                 try:
                     prev_result = convert(cached.result, netlist.cni_version)
                 except Unconvertible as e:
-                    reason = f"{FORGOTTEN}; its cached result is not sent: {e}"
+                    reason = f"{reason}; its cached result is not sent: {e}"
         return PlannedEntry(
             entry,
             written,

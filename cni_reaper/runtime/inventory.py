@@ -72,10 +72,11 @@ internal/criocli/wipe.go, which was cmd/crio/wipe.go before 1.28):
 - A version file (version_file, under /run) that exists means CRI-O has started in this boot
   already: no wipe happens at its next start.
 
-No runtime installed (no containerd database, no CRI-O storage): no ID is known, and knows()
-answers False, not None. That is safe because the reaper only ever acts on files proven to be
-an earlier boot's: with no runtime records, no runtime can DEL them, and a runtime installed
-later starts with empty records and will never know those sandboxes either.
+No runtime records at all (no containerd database, no CRI-O containers.json, wherever the
+configs put them): knows() answers None, not False. No runtime would DEL those sandboxes, but
+whatever made the entries keeps its records where this reaper did not look (a runtime started
+with flags that move its root, one it does not read): a whole entry is left for it, as before
+the inventory existed. An ID missing from records that were read is dropped.
 
 Records that cannot be read (a damaged meta.db, an unparsable containers.json, a symlink out of
 the root) make the inventory unreadable: then no ID is said to be dropped.
@@ -151,6 +152,8 @@ class SandboxInventory(NamedTuple):
     undecided: frozenset[str] = frozenset()
     # for every ID in some runtime's records: which runtime, and what it will do
     notes: Mapping[str, str] = MappingProxyType({})
+    # whether any runtime's records were found at all
+    records_found: bool = True
 
     def knows(self, sandbox_id: str) -> bool | None:
         """True: a runtime will know the sandbox after this boot and DEL it itself. False:
@@ -158,11 +161,13 @@ class SandboxInventory(NamedTuple):
         cannot tell."""
         if sandbox_id in self.known:
             return True
-        if self.unreadable or sandbox_id in self.undecided:
+        if self.unreadable or sandbox_id in self.undecided or not self.records_found:
             return None
         return False
 
     def describe(self, sandbox_id: str) -> str:
+        if not self.records_found:
+            return "no runtime's sandbox records found on this node"
         return self.notes.get(sandbox_id, "no runtime has a record of it")
 
 
@@ -175,6 +180,7 @@ class _Found:
         self.fates: dict[str, tuple[Fate, str]] = {}
         self.unreadable: list[str] = []
         self.sources: list[str] = []
+        self.records_found = False
 
     def add(self, sandbox_id: str, fate: Fate, note: str) -> None:
         held = self.fates.get(sandbox_id)
@@ -191,6 +197,7 @@ class _Found:
             sources=tuple(self.sources),
             undecided=with_fate(Fate.UNDECIDED),
             notes=MappingProxyType({i: note for i, (_, note) in self.fates.items()}),
+            records_found=self.records_found or bool(self.unreadable),
         )
 
 
@@ -377,6 +384,7 @@ def _containerd(root: str, located: LocatedPath, found: _Found) -> None:
     if fd is None:
         found.sources.append(f"{runtime}: {where}: not present: no sandbox records")
         return
+    found.records_found = True
     per_namespace: dict[str, int] = {}
     records = []
     try:
@@ -629,6 +637,7 @@ def _crio(root: str, located: LocatedPath, start: Callable[[], _CrioStart], foun
     if not read:
         found.sources.append(f"cri-o: {where}: no containers.json: no sandbox records")
         return
+    found.records_found = True
     if not sandboxes:
         found.sources.append(f"cri-o: {where}: {', '.join(read)}: 0 sandboxes")
         return

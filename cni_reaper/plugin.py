@@ -166,7 +166,11 @@ def find_plugin(kind: str, bin_dirs: Sequence[str]) -> str:
     kernel resolves it (trust.resolve_trusted), and refused if anything on the way, or the
     file, is not trusted. A symlink is accepted only when it resolves to a regular file inside
     one of the plugin dirs (distros link /opt/cni/bin to /usr/lib/cni); it is run by its
-    resolved path.
+    resolved path, never through a link the kernel would resolve from / (under --root, the
+    wrong machine's). Except one link to a file of its own dir: that is how a multi-call binary
+    is laid out (k3s's `cni`, every plugin a link to it, which acts as the plugin its argv[0]
+    names), and it is run by the link's path, as libcni runs it: the kernel's resolution of a
+    bare name stays in the dir, which only root can write.
     """
     if not kind or "/" in kind or "\0" in kind or kind in (".", ".."):
         raise PluginRefused(f"invalid plugin name: {kind!r}")
@@ -185,8 +189,25 @@ def find_plugin(kind: str, bin_dirs: Sequence[str]) -> str:
         if os.path.dirname(found.resolved) not in resolved_dirs:
             raise PluginRefused(f"{candidate} links outside the plugin dirs, to {found.resolved}")
         if stat.S_ISREG(found.st.st_mode):
-            return found.resolved
+            return candidate if _links_within_its_dir(candidate, found.resolved) else found.resolved
     raise PluginNotFound(f"failed to find plugin {kind!r} in path {list(bin_dirs)}")
+
+
+def _links_within_its_dir(candidate: str, resolved: str) -> bool:
+    """Whether candidate is a link, by a bare name, to a regular file beside it."""
+    try:
+        target = os.readlink(candidate)
+    except OSError:
+        return False
+    if "/" in target or target in (".", ".."):
+        return False
+    beside = os.path.join(os.path.dirname(candidate), target)
+    try:
+        st = os.lstat(beside)
+    except OSError:
+        return False
+    same_dir = os.path.dirname(resolve_trusted(candidate).resolved) == os.path.dirname(resolved)
+    return stat.S_ISREG(st.st_mode) and same_dir and os.path.basename(resolved) == target
 
 
 class ChainPlugin(NamedTuple):

@@ -225,12 +225,6 @@ def test_a_k3s_node_is_repaired_under_root_without_flags(
     assert not [p.name for p in store.iterdir() if p.name.startswith("10.")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="find_plugin runs a plugin that is a symlink by its resolved path, so k3s's "
-    "multi-call cni binary (every plugin a link to it) is started as 'cni' and cannot tell "
-    "which plugin to be; libcni starts it by the path in CNI_PATH",
-)
 def test_k3s_multi_call_plugins_are_run_by_the_name_libcni_runs_them_by(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -522,6 +522,10 @@ def _pipeline(run: _Run) -> Report:
     try:
         proof.open_dir(paths.results_dir, os.fstat(results_fd))
         del_problems = host_local.store_problems(run.configs, paths.root)
+
+        def cached_problem(netlist: netconf.NetworkList) -> str | None:
+            return host_local.cached_config_problem(netlist, run.configs, paths.root)
+
         warnings.extend(del_problems.values())
         planner = Planner(
             boot_ctx,
@@ -533,6 +537,7 @@ def _pipeline(run: _Run) -> Report:
             del_problems,
             sandboxes=_sandbox_records(run),
             read_cached=lambda entry: cache.read_cached(results_fd, entry),
+            cached_config_problem=cached_problem,
         )
         pins = _pinned_netns(run)
         listed: list[str] = []  # the results dir's names, listed once, if a pin needs them
@@ -685,9 +690,12 @@ def _reservations(
         if cached is None or isinstance(cached, str) or cached.config is None:
             return None, f"no config for network {network!r}, in the conf dirs or cached"
         try:
-            return cached_config(cached.config, entry.name if entry else ""), None
+            netlist = cached_config(cached.config, entry.name if entry else "")
         except netconf.ConfigError as e:
             return None, f"no config for network {network!r} in the conf dirs; the cached one: {e}"
+        if netlist.name != network:
+            return None, f"the config cached for network {network!r} names {netlist.name!r}"
+        return netlist, host_local.cached_config_problem(netlist, run.configs, run.paths.root)
 
     planner = ReservationPlanner(
         fates, owner_alive, config_for, run.plugin_dirs, del_problems or {}, args.dry_run

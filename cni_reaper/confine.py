@@ -35,19 +35,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from cni_reaper.errors import RefusedError
+from cni_reaper.node_root import PLUGIN_STATE_DIRS
 
 if TYPE_CHECKING:
     import ctypes
 
 T = TypeVar("T")
-
-# Where plugins look for the node's CNI state when their config does not say otherwise.
-STANDARD_TARGETS = (
-    "/var/lib/cni",  # host-local's default dataDir (networks/), flannel's and multus's caches
-    "/etc/cni",  # net.d: multus and other delegating plugins read it
-    "/run/netns",  # named network namespaces
-    "/run/cni",  # the dhcp plugin's daemon socket
-)
 
 ADVICE = "run with --root / on the node itself, or as root on a writable rescue system"
 
@@ -95,7 +88,7 @@ def standard_binds(
     if real_root == "/":
         raise ValueError("root / is the host itself: there is nothing to confine to")
     wanted: list[tuple[str, str]] = []  # (resolved on the host, as given)
-    for given in (*STANDARD_TARGETS, *extra_targets):
+    for given in (*PLUGIN_STATE_DIRS, *extra_targets):
         if not os.path.isabs(given):
             raise ValueError(f"bind target {given!r} is not an absolute path")
         target = os.path.normpath(given)

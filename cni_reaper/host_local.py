@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 from cni_reaper.boot import BootContext, WrittenVerdict
 from cni_reaper.filestat import FileStat
-from cni_reaper.netconf import NetworkConfigs
-from cni_reaper.node_root import LeavesRoot, host_path, resolve_inside
+from cni_reaper.netconf import NetworkConfigs, NetworkList
+from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.trust import untrusted
 
@@ -123,6 +123,24 @@ def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
                 "would follow it to this machine's own files, so no DEL of this network runs"
             )
     return problems
+
+
+def cached_config_problem(netlist: NetworkList, configs: NetworkConfigs, root: str) -> str | None:
+    """Why a config cached in a results entry, not in the conf dirs, may not run a DEL under a
+    root other than /: plugins run confined to binds made from the standard dirs and the conf
+    dirs' dataDirs, so a dataDir only this config names is this machine's own there."""
+    if root == "/":
+        return None
+    bound = (*PLUGIN_STATE_DIRS, *data_dirs(configs))
+    alone = NetworkConfigs({netlist.name: netlist}, ())
+    for _, data_dir in _data_dirs(alone):
+        if not any(data_dir == b or data_dir.startswith(b.rstrip("/") + "/") for b in bound):
+            return (
+                f"its cached config's host-local dataDir {data_dir} is not one the plugins "
+                f"see under {root}: it would be this machine's own"
+            )
+    problems = store_problems(alone, root)
+    return next(iter(problems.values()), None)
 
 
 class Releases:

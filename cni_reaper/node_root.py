@@ -19,6 +19,14 @@ from collections import deque
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+# Where plugins look for the node's CNI state when their config does not say otherwise: under
+# a root other than /, confine.py binds the root's own there.
+PLUGIN_STATE_DIRS = (
+    "/var/lib/cni",  # host-local's default dataDir (networks/), flannel's and multus's caches
+    "/etc/cni",  # net.d: multus and other delegating plugins read it
+    "/run/netns",  # named network namespaces
+    "/run/cni",  # the dhcp plugin's daemon socket
+)
 # What Linux allows in one path walk (MAXSYMLINKS); beyond it a loop is assumed.
 MAX_SYMLINKS = 40
 # A directory listed to expand a glob; config dirs hold a handful of files.

@@ -87,6 +87,8 @@ class Planner:
         del_problems: Mapping[str, str] | None = None,  # network -> why no DEL of it may run
         sandboxes: SandboxRecords | None = None,  # None: whole entries are all kept
         read_cached: Callable[[CacheEntry], CachedAttachment | str] | None = None,
+        # why a config cached in an entry may not run a DEL here (host_local.py)
+        cached_config_problem: Callable[[NetworkList], str | None] | None = None,
     ) -> None:
         self._boot = boot
         self._configs = configs
@@ -97,6 +99,7 @@ class Planner:
         self._del_problems = del_problems or {}
         self._sandboxes = sandboxes
         self._read_cached = read_cached
+        self._cached_config_problem = cached_config_problem
         self._chains: dict[str, ChainResolution] = {}  # by network
 
     def _chain(self, netlist: NetworkList) -> ChainResolution:
@@ -206,6 +209,8 @@ class Planner:
                 if netlist.name != network:
                     problem = f"its cached config names network {netlist.name!r}"
                     netlist = None
+                elif self._cached_config_problem is not None:
+                    problem = self._cached_config_problem(netlist)
         reason = f"{FORGOTTEN} ({self._sandboxes.describe(split.container_id)})"
         chain = None
         prev_result = None
@@ -213,7 +218,7 @@ class Planner:
             problem = problem or f"no config for network {network!r}, in the conf dirs or cached"
         elif netlist.version_problem is not None:
             problem = netlist.version_problem
-        else:
+        elif problem is None:
             chain = self._chain(netlist)
             problem = self._del_problems.get(network) or chain.problem
             if netlist.reads_cached_result and cached.result is not None:

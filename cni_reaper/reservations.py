@@ -178,7 +178,7 @@ class ReservationPlanner:
         netlist, problem = self._config_for(r.network)
         chain = None
         if netlist is not None:
-            problem = self._del_problems.get(r.network) or netlist.version_problem
+            problem = problem or self._del_problems.get(r.network) or netlist.version_problem
             if problem is None:
                 chain = self._chains.get(netlist.name)
                 if chain is None:

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 from cni_reaper import cli
-from cni_reaper.confine import STANDARD_TARGETS
+from cni_reaper.node_root import PLUGIN_STATE_DIRS
 from tests.private_node import private_tmpfs
 
 if __name__ == "__main__":
-    for target in STANDARD_TARGETS:
+    for target in PLUGIN_STATE_DIRS:
         private_tmpfs(Path(target))
     split = sys.argv.index("--")
     now = float(sys.argv[1])

@@ -129,3 +129,26 @@ def test_a_whole_entry_of_this_boot_is_kept_whatever_the_records_say(
     assert (entry["written"], entry["action"]) == ("current-boot", "keep")
     assert crashed.ips() == held
     assert code == ExitCode.OK
+
+
+def test_under_root_a_cached_config_naming_a_data_dir_the_plugins_would_not_see_runs_no_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Plugins run confined to the root's standard CNI dirs and the conf dirs' dataDirs; a
+    dataDir only a cached config names would be this machine's own: no DEL through it."""
+    ipam = {"type": "host-local", "subnet": "10.61.0.0/24", "dataDir": "/srv/ipam-elsewhere"}
+    conf = {"cniVersion": "1.0.0", "name": "fx", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_result(
+        f"fx-{FORGOTTEN}-eth0",
+        cache_entry_bytes(json.dumps(conf).encode(), "fx", FORGOTTEN, "eth0"),
+    )
+    containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN))
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    entry = by_path(report)[f"fx-{FORGOTTEN}-eth0"]
+    assert entry["action"] == "del-and-quarantine"
+    assert "/srv/ipam-elsewhere is not one the plugins see" in entry["del"]["config_problem"]
+    assert entry["del"]["plugins_run"] == []
+    assert (entry["outcome"], code) == ("failed", ExitCode.ACTION_FAILED)

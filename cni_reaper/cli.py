@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -46,6 +47,7 @@ from cni_reaper.plugin import PluginDirs, vet_plugin_dirs
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
 from cni_reaper.reservations import (
     EntryFate,
+    EntryFates,
     PlannedReservation,
     ReservationAction,
     ReservationPlanner,
@@ -493,7 +495,7 @@ def _pipeline(run: _Run) -> Report:
     stores = list(host_local.stores(run.configs, paths.root))
     # Every address reserved before any DEL: the pools' "before" (pool.py).
     reserved_before = {network: host_local.addresses(store) for network, store in stores}
-    fates: dict[tuple[str, str], dict[str, EntryFate]] = {}  # what became of each entry
+    fates = EntryFates()  # what became of each entry; told of the results dir once it is open
     whole: dict[str, CacheEntry] = {}  # a whole entry of each network, for its cached config
 
     def ready() -> str | None:
@@ -521,6 +523,8 @@ def _pipeline(run: _Run) -> Report:
     quarantine = None
     try:
         proof.open_dir(paths.results_dir, os.fstat(results_fd))
+        fates.present = lambda name: _regular_in(results_fd, name)
+        fates.names = lambda: os.listdir(results_fd)
         del_problems = host_local.store_problems(run.configs, paths.root)
 
         def cached_problem(netlist: netconf.NetworkList) -> str | None:
@@ -628,9 +632,16 @@ _FATES = {
 }
 
 
+def _regular_in(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def _note_fate(
     result: EntryResult,
-    fates: dict[tuple[str, str], dict[str, EntryFate]],
+    fates: EntryFates,
     whole: dict[str, CacheEntry],
 ) -> None:
     """What became of an entry, for the reservations of its attachment."""
@@ -638,10 +649,14 @@ def _note_fate(
     split = planned.entry.split
     if split is None:
         return
+    if planned.action is Action.KEEP:  # most entries: kept ones are told by their presence
+        if split.network not in whole and planned.entry.content is Content.VALID:
+            whole[split.network] = planned.entry
+        return
     fate = _FATES[planned.action]
     if result.outcome is Outcome.SKIPPED and planned.action.changes_things:
         fate = EntryFate.LEFT  # changed since the scan: left where it is
-    fates.setdefault((split.network, split.container_id), {})[split.ifname] = fate
+    fates.note(split.network, split.container_id, split.ifname, fate)
     if planned.entry.content is Content.VALID and split.network not in whole:
         whole[split.network] = planned.entry
 
@@ -662,7 +677,7 @@ def _reservations(
     proof: pre_runtime.Proof,
     stores: list[tuple[str, str]],
     reserved_before: Mapping[str, list[str]],
-    fates: Mapping[tuple[str, str], Mapping[str, EntryFate]],
+    fates: EntryFates,
     whole: Mapping[str, CacheEntry],
     read_cached: Callable[[CacheEntry], cache.CachedAttachment | str] | None,
     report: Report,

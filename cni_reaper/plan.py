@@ -100,6 +100,7 @@ class Planner:
         self._sandboxes = sandboxes
         self._read_cached = read_cached
         self._cached_config_problem = cached_config_problem
+        self._keep_reasons: dict[str, str] = {}  # by what the records say: most say the same
         self._chains: dict[str, ChainResolution] = {}  # by network
 
     def _chain(self, netlist: NetworkList) -> ChainResolution:
@@ -186,7 +187,12 @@ class Planner:
         known = self._sandboxes.knows(split.container_id)
         if known is not False:
             said = self._sandboxes.describe(split.container_id)
-            return PlannedEntry(entry, written, Action.KEEP, f"{READABLE} ({said})")
+            reason = self._keep_reasons.get(said)
+            if reason is None:
+                if len(self._keep_reasons) >= 256:
+                    self._keep_reasons.clear()
+                reason = self._keep_reasons[said] = f"{READABLE} ({said})"
+            return PlannedEntry(entry, written, Action.KEEP, reason)
         alive = self.alive(split.container_id)
         if alive is not None:
             return PlannedEntry(entry, written, Action.LEAVE, f"may be alive: {alive}")

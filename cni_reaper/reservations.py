@@ -17,6 +17,7 @@ wrote (pre_runtime.py), whose owner nothing shows alive.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
 from typing import Any, NamedTuple
@@ -25,6 +26,8 @@ from cni_reaper.boot import Written, iso
 from cni_reaper.host_local import DEFAULT_IFNAME, Reservation
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import ChainResolution, PluginDirs, resolve_chain
+
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
 
 class EntryFate(str, Enum):
@@ -108,27 +111,64 @@ class Settled(NamedTuple):
         return self.planned.to_json(self.outcome, self.quarantined_to, self.del_doc, self.problem)
 
 
-Fates = Mapping[tuple[str, str], Mapping[str, EntryFate]]  # (network, id) -> ifname -> fate
+class EntryFates:
+    """What became of each results entry, as the reservations' policy asks it. Kept entries,
+    nearly all of a large cache, are not noted one by one: an entry still in the results dir
+    that was noted as nothing else was kept. Entries that appeared since the scan count as
+    kept too: their address is left for whoever wrote them."""
 
+    def __init__(
+        self,
+        present: Callable[[str], bool] = lambda _: False,
+        names: Callable[[], Iterable[str]] = tuple,
+    ) -> None:
+        self.present = present  # whether the results dir holds a file of this name
+        self.names = names  # the results dir's names, listed only for ID-only reservations
+        self._noted: dict[tuple[str, str], dict[str, EntryFate]] = {}
+        self._by_container: dict[str, list[str]] | None = None
 
-def _fate(fates: Fates, r: Reservation) -> tuple[EntryFate | None, str | None]:
-    """What became of the owner's entry, and its ifname: for an ID-only reservation, that of
-    any entry of the container in the network, the one that keeps most winning."""
-    assert r.owner is not None
-    by_ifname = fates.get((r.network, r.owner.container_id), {})
-    if r.owner.ifname is not None:
-        return by_ifname.get(r.owner.ifname), r.owner.ifname
-    for fate in (EntryFate.KEPT, EntryFate.LEFT, EntryFate.DELETED, EntryFate.MOVED):
-        for ifname, found in sorted(by_ifname.items()):
-            if found is fate:
-                return fate, ifname
-    return None, None
+    def note(self, network: str, container_id: str, ifname: str, fate: EntryFate) -> None:
+        if fate is not EntryFate.KEPT:
+            self._noted.setdefault((network, container_id), {})[ifname] = fate
+
+    def _fate(self, network: str, container_id: str, ifname: str) -> EntryFate | None:
+        noted = self._noted.get((network, container_id), {}).get(ifname)
+        if noted is not None:
+            return noted
+        return EntryFate.KEPT if self.present(f"{network}-{container_id}-{ifname}") else None
+
+    def _ifnames(self, network: str, container_id: str) -> set[str]:
+        """Every ifname an entry of the container in the network names."""
+        if self._by_container is None:
+            self._by_container = {}
+            for name in self.names():
+                for match in _CONTAINER_ID.finditer(name):
+                    self._by_container.setdefault(match.group(), []).append(name)
+        prefix = f"{network}-{container_id}-"
+        names = self._by_container.get(container_id, ())
+        found = {n[len(prefix) :] for n in names if n.startswith(prefix)}
+        return found | set(self._noted.get((network, container_id), {}))
+
+    def of(self, r: Reservation) -> tuple[EntryFate | None, str | None]:
+        """What became of the owner's entry, and its ifname: for an ID-only reservation, that
+        of any entry of the container in the network, the one that keeps most winning."""
+        assert r.owner is not None
+        network, container_id = r.network, r.owner.container_id
+        if r.owner.ifname is not None:
+            return self._fate(network, container_id, r.owner.ifname), r.owner.ifname
+        ifnames = sorted(self._ifnames(network, container_id))
+        fates = {i: self._fate(network, container_id, i) for i in ifnames}
+        for fate in (EntryFate.KEPT, EntryFate.LEFT, EntryFate.DELETED, EntryFate.MOVED):
+            for ifname in ifnames:
+                if fates[ifname] is fate:
+                    return fate, ifname
+        return None, None
 
 
 class ReservationPlanner:
     def __init__(
         self,
-        fates: Fates,
+        fates: EntryFates,
         alive: Callable[[str], str | None],
         config_for: Callable[[str], tuple[NetworkList | None, str | None]],
         plugin_dirs: PluginDirs,
@@ -157,7 +197,7 @@ class ReservationPlanner:
         alive = self._alive(r.owner.container_id)
         if alive is not None:
             return plan(r, ReservationAction.LEAVE, f"may be alive: {alive}", "alive")
-        fate, ifname = _fate(self._fates, r)
+        fate, ifname = self._fates.of(r)
         if fate is EntryFate.KEPT:
             reason = "its results entry is whole: the runtime's own DEL releases it"
             return plan(r, ReservationAction.KEEP, reason, "runtime")

@@ -208,3 +208,22 @@ def test_pool_health_reaches_the_metrics_file_and_the_journal_summary(
     (summary,) = [f for f in logged if f.get("CNI_REAPER_EVENT") == "summary"]
     assert summary["CNI_REAPER_POOLS"] == "hl/0=1/253"
     assert summary["CNI_REAPER_ADDRESSES_RELEASED"] == "1"
+
+
+def test_an_id_only_reservation_whose_container_has_a_kept_entry_is_kept(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The old format names no ifname: any whole entry of the container in the network that
+    the runtime will DEL keeps it."""
+    crashed.add(CONTAINER_IDS[4], "net1")
+    ((ip, _),) = crashed.ips().items()
+    (crashed.ipam / "hl" / ip).write_bytes(CONTAINER_IDS[4].encode())  # as plugins < 0.8 wrote
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.OK
+    assert crashed.ips() == {ip: CONTAINER_IDS[4]}
+    assert report["host_local"] == []
+    (pool,) = report["pools"]
+    assert pool["left_by_owner"] == {"runtime": 1}

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from cni_reaper.node_root import resolve_inside
-
-if TYPE_CHECKING:
-    from cni_reaper.runtime.config import CniDir, CniDirs
+from cni_reaper.runtime.config import FALLBACK_BIN_DIRS, FALLBACK_CONF_DIRS, CniDir, CniDirs
 
 DEFAULT_CACHE_DIR = "var/lib/cni"
-DEFAULT_CONF_DIRS = ("etc/cni/net.d",)
-DEFAULT_BIN_DIRS = ("opt/cni/bin", "usr/lib/cni", "usr/libexec/cni")
+# With no runtime found on the node: where distributions and upstream's tarballs install.
+DEFAULT_CONF_DIRS = tuple(d.lstrip("/") for d in FALLBACK_CONF_DIRS)
+DEFAULT_BIN_DIRS = tuple(d.lstrip("/") for d in FALLBACK_BIN_DIRS)
 DEFAULT_WTMP = "var/log/wtmp"
 DEFAULT_STATE_DIR = "var/lib/cni-reaper"
 

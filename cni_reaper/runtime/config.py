@@ -77,7 +77,6 @@ from cni_reaper.node_root import (
     open_inside,
     resolve_inside,
 )
-from cni_reaper.paths import DEFAULT_BIN_DIRS, DEFAULT_CONF_DIRS
 
 MAX_CONFIG_BYTES = 1 << 20
 # Per runtime, imports and drop-ins together; real nodes have a few.
@@ -106,8 +105,8 @@ CRIO_NETWORK_DIR = "/etc/cni/net.d"
 CRIO_PLUGIN_DIRS = ("/opt/cni/bin",)
 # Where the reaper looks when a runtime's config cannot be read: the dirs the distributions'
 # packages and upstream's tarballs install to.
-FALLBACK_CONF_DIRS = tuple("/" + d for d in DEFAULT_CONF_DIRS)
-FALLBACK_BIN_DIRS = tuple("/" + d for d in DEFAULT_BIN_DIRS)
+FALLBACK_CONF_DIRS = ("/etc/cni/net.d",)
+FALLBACK_BIN_DIRS = ("/opt/cni/bin", "/usr/lib/cni", "/usr/libexec/cni")
 
 
 class Runtime(str, Enum):

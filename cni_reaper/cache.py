@@ -188,19 +188,33 @@ def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
     names.sort()
     for name in names:
         inspected = _inspect(dir_fd, name, name not in irregular)
-        if inspected is None:
-            continue
-        file, found = inspected
-        if isinstance(found, Identity):
-            if all(found) and found.file_name == name:
-                # The common case: a whole entry whose fields name the file.
-                yield CacheEntry(name, file, _VALID, found, None)
-                continue
-            verdict = _mismatched(found)
-        else:
-            verdict = found
-        split, problem = _split(name, verdict, networks)
-        yield CacheEntry(name, file, verdict, split, problem)
+        if inspected is not None:
+            yield _entry(name, *inspected, networks)
+
+
+def whole_entries(dir_fd: int, network: str, networks: Collection[str]) -> Iterator[CacheEntry]:
+    """The whole entries of one network, in name order, read again: for the config one of them
+    cached, when no conf dir names the network any more."""
+    for name in sorted(n for n in os.listdir(dir_fd) if n.startswith(f"{network}-")):
+        inspected = _inspect(dir_fd, name, regular=True)  # opened without following links
+        if inspected is not None:
+            entry = _entry(name, *inspected, networks)
+            if entry.content is Content.VALID and entry.split and entry.split.network == network:
+                yield entry
+
+
+def _entry(
+    name: str, file: FileStat, found: ContentVerdict | Identity, networks: Collection[str]
+) -> CacheEntry:
+    if isinstance(found, Identity):
+        if all(found) and found.file_name == name:
+            # The common case: a whole entry whose fields name the file.
+            return CacheEntry(name, file, _VALID, found, None)
+        verdict = _mismatched(found)
+    else:
+        verdict = found
+    split, problem = _split(name, verdict, networks)
+    return CacheEntry(name, file, verdict, split, problem)
 
 
 def _mismatched(identity: Identity) -> ContentVerdict:

@@ -24,7 +24,6 @@ from cni_reaper import (
     shutdown_marker,
 )
 from cni_reaper.cache import CacheEntry
-from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
 from cni_reaper.escape import printable, printable_lines
 from cni_reaper.journal import (
@@ -496,13 +495,15 @@ def _pipeline(run: _Run) -> Report:
     # Every address reserved before any DEL: the pools' "before" (pool.py).
     reserved_before = {network: host_local.addresses(store) for network, store in stores}
     fates = EntryFates()  # what became of each entry; told of the results dir once it is open
-    whole: dict[str, CacheEntry] = {}  # a whole entry of each network, for its cached config
+    cached_configs = _CachedConfigs(run)
 
     def ready() -> str | None:
         """Once the whole plan is made, before anything changes: the pre-runtime record
-        completed (the host-local stores too), checked and kept for later runs."""
+        completed (the host-local stores too), checked and kept for later runs; the configs
+        cached for networks no conf dir names read before their entries may move."""
         for _, store in stores:
             pre_runtime.record_dir(proof, store)
+        cached_configs.read_all()
         veto = pre_runtime.confirm(proof, run.runtime_started)
         if veto is None and not args.dry_run:
             try:
@@ -518,9 +519,10 @@ def _pipeline(run: _Run) -> Report:
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}")
         ready()
-        _reservations(run, boot_ctx, proof, stores, reserved_before, fates, {}, None, report)
+        _reservations(run, boot_ctx, proof, stores, reserved_before, fates, cached_configs, report)
         return report
     quarantine = None
+    cached_configs.results_fd = results_fd
     try:
         proof.open_dir(paths.results_dir, os.fstat(results_fd))
         fates.present = lambda name: _regular_in(results_fd, name)
@@ -542,6 +544,7 @@ def _pipeline(run: _Run) -> Report:
             sandboxes=_sandbox_records(run),
             read_cached=lambda entry: cache.read_cached(results_fd, entry),
             cached_config_problem=cached_problem,
+            network_cached_config=cached_configs,
         )
         pins = _pinned_netns(run)
         listed: list[str] = []  # the results dir's names, listed once, if a pin needs them
@@ -561,7 +564,7 @@ def _pipeline(run: _Run) -> Report:
                     return f"its network namespace {netns} is still mounted"
             return None
 
-        entries = cache.inventory(results_fd, run.configs.networks.keys())
+        entries = cached_configs.noting(cache.inventory(results_fd, run.configs.networks.keys()))
         plan = held_until(map(planner, entries), ready, alive)
         if args.dry_run:
             results = outcome.dry_run(plan)
@@ -582,7 +585,7 @@ def _pipeline(run: _Run) -> Report:
         log_kept, dry_run, notify = args.verbose, args.dry_run, run.notifier.enabled
         for result in results:
             report.add(result)
-            _note_fate(result, fates, whole)
+            _note_fate(result, fates)
             if log_kept or event_of(result) is not Event.KEPT:
                 events.emit(entry_fields(result, dry_run))
             if notify and result.planned.action.changes_things:
@@ -594,8 +597,7 @@ def _pipeline(run: _Run) -> Report:
             stores,
             reserved_before,
             fates,
-            whole,
-            lambda entry: cache.read_cached(results_fd, entry),
+            cached_configs,
             report,
             planner.alive,
             pins,
@@ -639,26 +641,75 @@ def _regular_in(dir_fd: int, name: str) -> bool:
         return False
 
 
-def _note_fate(
-    result: EntryResult,
-    fates: EntryFates,
-    whole: dict[str, CacheEntry],
-) -> None:
+def _note_fate(result: EntryResult, fates: EntryFates) -> None:
     """What became of an entry, for the reservations of its attachment."""
     planned = result.planned
     split = planned.entry.split
     if split is None:
         return
     if planned.action is Action.KEEP:  # most entries: kept ones are told by their presence
-        if split.network not in whole and planned.entry.content is Content.VALID:
-            whole[split.network] = planned.entry
         return
     fate = _FATES[planned.action]
     if result.outcome is Outcome.SKIPPED and planned.action.changes_things:
         fate = EntryFate.LEFT  # changed since the scan: left where it is
     fates.note(split.network, split.container_id, split.ifname, fate)
-    if planned.entry.content is Content.VALID and split.network not in whole:
-        whole[split.network] = planned.entry
+
+
+class _CachedConfigs:
+    """For a network no conf dir names any more: the config a whole entry of it cached (the
+    first in name order, read again), or why none may be used; for its damaged entries and its
+    orphaned reservations. Read once per network, when first asked for and at the latest
+    before anything moves (read_all): a forgotten sandbox's entry goes to the quarantine."""
+
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+        self.results_fd: int | None = None
+        self._unconfigured: set[str] = set()  # networks of entries no conf dir names
+        self._found: dict[str, tuple[netconf.NetworkList | None, str | None]] = {}
+
+    def noting(self, entries: Iterable[CacheEntry]) -> Iterator[CacheEntry]:
+        configured = self._run.configs.networks
+        builtin = netconf.BUILTIN_LOOPBACK  # containerd's loopback needs no config
+        for entry in entries:
+            split = entry.split
+            if split is not None and split.network != builtin and split.network not in configured:
+                self._unconfigured.add(split.network)
+            yield entry
+
+    def read_all(self) -> None:
+        for network in sorted(self._unconfigured):
+            self(network)
+
+    def __call__(self, network: str) -> tuple[netconf.NetworkList | None, str | None]:
+        found = self._found.get(network)
+        if found is None:
+            found = self._found[network] = self._read(network)
+        return found
+
+    def _read(self, network: str) -> tuple[netconf.NetworkList | None, str | None]:
+        problem = f"no config for network {network!r}, in the conf dirs or cached"
+        if self.results_fd is None:
+            return None, problem
+        run = self._run
+        try:
+            for entry in cache.whole_entries(self.results_fd, network, run.configs.networks):
+                cached = cache.read_cached(self.results_fd, entry)
+                if isinstance(cached, str) or cached.config is None:
+                    continue
+                try:
+                    netlist = cached_config(cached.config, entry.name)
+                except netconf.ConfigError as e:
+                    problem = f"no config for network {network!r}; the one {entry.name} cached: {e}"
+                    continue
+                if netlist.name != network:
+                    problem = f"the config cached for network {network!r} names {netlist.name!r}"
+                    continue
+                return netlist, host_local.cached_config_problem(
+                    netlist, run.configs, run.paths.root
+                )
+        except OSError as e:
+            return None, f"{problem}: {e.strerror}"
+        return None, problem
 
 
 def _sandbox_records(run: _Run) -> SandboxInventory:
@@ -678,8 +729,7 @@ def _reservations(
     stores: list[tuple[str, str]],
     reserved_before: Mapping[str, list[str]],
     fates: EntryFates,
-    whole: Mapping[str, CacheEntry],
-    read_cached: Callable[[CacheEntry], cache.CachedAttachment | str] | None,
+    cached_configs: Callable[[str], tuple[netconf.NetworkList | None, str | None]],
     report: Report,
     alive: Callable[[str], str | None] | None = None,
     pins: frozenset[str] | str = frozenset(),
@@ -700,17 +750,7 @@ def _reservations(
         netlist = run.configs.get(network)
         if netlist is not None:
             return netlist, None
-        entry = whole.get(network)
-        cached = read_cached(entry) if entry is not None and read_cached else None
-        if cached is None or isinstance(cached, str) or cached.config is None:
-            return None, f"no config for network {network!r}, in the conf dirs or cached"
-        try:
-            netlist = cached_config(cached.config, entry.name if entry else "")
-        except netconf.ConfigError as e:
-            return None, f"no config for network {network!r} in the conf dirs; the cached one: {e}"
-        if netlist.name != network:
-            return None, f"the config cached for network {network!r} names {netlist.name!r}"
-        return netlist, host_local.cached_config_problem(netlist, run.configs, run.paths.root)
+        return cached_configs(network)
 
     planner = ReservationPlanner(
         fates, owner_alive, config_for, run.plugin_dirs, del_problems or {}, args.dry_run

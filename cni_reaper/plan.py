@@ -89,6 +89,8 @@ class Planner:
         read_cached: Callable[[CacheEntry], CachedAttachment | str] | None = None,
         # why a config cached in an entry may not run a DEL here (host_local.py)
         cached_config_problem: Callable[[NetworkList], str | None] | None = None,
+        # the config a whole entry of a network cached, or why none may be used (cli.py)
+        network_cached_config: Callable[[str], tuple[NetworkList | None, str | None]] | None = None,
     ) -> None:
         self._boot = boot
         self._configs = configs
@@ -101,6 +103,7 @@ class Planner:
         self._read_cached = read_cached
         self._cached_config_problem = cached_config_problem
         self._keep_reasons: dict[str, str] = {}  # by what the records say: most say the same
+        self._network_cached_config = network_cached_config
         self._chains: dict[str, ChainResolution] = {}  # by network
 
     def _chain(self, netlist: NetworkList) -> ChainResolution:
@@ -147,9 +150,15 @@ class Planner:
         netlist = self._configs.get(network)
         if netlist is None and network == BUILTIN_LOOPBACK:
             netlist = builtin_loopback()
+        cached_problem = None
+        if netlist is None and self._network_cached_config is not None:
+            # A network no conf dir names any more: the config a whole entry of it cached.
+            netlist, cached_problem = self._network_cached_config(network)
         chain = None
         if netlist is None:
-            problem: str | None = f"no config for network {network!r} in the conf dirs"
+            problem: str | None = (
+                cached_problem or f"no config for network {network!r} in the conf dirs"
+            )
         elif netlist.version_problem is not None:
             # libcni's DelNetworkList fails on it before it runs a plugin: so does the replay.
             problem = netlist.version_problem
@@ -162,6 +171,8 @@ class Planner:
                 "DEL, so the runtime's own DEL works; moved aside for the record",
                 netlist=netlist,
             )
+        elif cached_problem is not None:
+            problem = cached_problem
         else:
             chain = self._chain(netlist)
             problem = self._del_problems.get(network) or chain.problem

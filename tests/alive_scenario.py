@@ -37,7 +37,7 @@ def main(workdir: Path) -> dict[str, object]:
         add_network_list(conflist, cid, "eth0", f"/var/run/netns/{PIN}", node.root)
         node.write_result(f"hl-{cid}-eth0", b"")
     # A second attachment of the pinned container, whole, as libcni 1.2 on caches it.
-    add_network_list(conflist, PINNED, "eth1", f"/var/run/netns/{PIN}", node.root)
+    add_network_list(conflist, PINNED, "eth1", f"/var/run/netns/{PIN}", node.root, cache_netns=True)
     node.boot(now)
     node.write_boot_world(btime=now - 1)
     node.record_before_runtime(now, node.root / "var/lib/cni/networks/hl")

@@ -126,7 +126,7 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
         "done": Event.REPAIRED,
         "failed": Event.REPAIR_FAILED,
         "planned": Event.PLANNED,
-    }.get(str(doc["outcome"]), Event.LEFT)
+    }.get(str(doc["outcome"]), Event.KEPT if doc["action"] == "keep" else Event.LEFT)
     message = (
         f"{doc['path']}: host-local reservation {doc['content']}, "
         f"{doc['written']} -> {doc['action']} [{doc['outcome']}]: {doc['reason']}"

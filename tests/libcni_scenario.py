@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast, get_args
 
 from cni_reaper import wtmp
 from tests import bolt_writer
@@ -257,14 +257,15 @@ class StoreState(TypedDict):
 # repair; after the reaper's boot-time run; after the current-boot ADDs, then after the reaper's
 # second run (both the same as after_repair without current-boot attachments); after the
 # runtime's DELs.
-STAGES = (
+Stage = Literal[
     "before_crash",
     "at_repair",
     "after_repair",
     "before_second_run",
     "after_second_run",
     "after_runtime_del",
-)
+]
+STAGES: tuple[Stage, ...] = get_args(Stage)
 
 
 class StoreSeen(TypedDict):

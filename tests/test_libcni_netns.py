@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
@@ -33,6 +33,7 @@ from tests.libcni_scenario import (
     AttachmentSeen,
     Observed,
     Scenario,
+    Stage,
     bridge_network,
     ptp_network,
     start_in_namespace,
@@ -183,16 +184,6 @@ def played(
 @pytest.fixture(scope="module")
 def observed(played: dict[str, Observed]) -> Observed:
     return played["records"]
-
-
-Stage = Literal[
-    "before_crash",
-    "at_repair",
-    "after_repair",
-    "before_second_run",
-    "after_second_run",
-    "after_runtime_del",
-]
 
 
 def reserved(observed: Observed, stage: Stage) -> dict[str, dict[str, str]]:

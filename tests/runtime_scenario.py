@@ -155,6 +155,31 @@ def kill_all(deadline_s: float = 30) -> list[int]:
     return killed
 
 
+def wait_for_pause_processes(count: int, deadline_s: float = 30) -> list[str]:
+    """Wait until count processes of the namespace run the pause command; return the command
+    lines of every other process of the namespace then (or at the deadline).
+
+    RunPodSandbox can return while the sandbox's process is still runc's (`runc init`, comm
+    `runc:[2:INIT]`, running) on its way to exec the pause command: the shim has had its
+    `runc start` return, and containerd its Start. A crash in that moment kills a `runc`; the
+    crash here comes once every sandbox runs its pause command."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        lines = {pid: cmdline(pid) for pid in other_pids()}
+        pauses = [pid for pid, line in lines.items() if line == list(pause_image.ENTRYPOINT)]
+        if len(pauses) >= count or time.monotonic() > deadline:
+            return sorted(" ".join(line) for pid, line in lines.items() if pid not in pauses)
+        time.sleep(0.02)
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        data = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    return [arg.decode(errors="replace") for arg in data.split(b"\0")[:-1]]
+
+
 def process_names(pids: list[int]) -> dict[int, str]:
     names = {}
     for pid in pids:
@@ -306,7 +331,8 @@ def scenario(work: Path, dry_run_first: bool, result: dict[str, Any]) -> None:
         result["pods"] = pods
         result["boot1"] = snapshot_cni()
 
-        # The crash.
+        # The crash, once every sandbox runs its pause command.
+        result["others_before_crash"] = wait_for_pause_processes(len(pods))
         killed = process_names(other_pids())
         kill_all()
         result["killed"] = sorted(set(killed.values()))

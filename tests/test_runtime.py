@@ -126,6 +126,8 @@ def test_boot_1_ran_real_sandboxes_with_reserved_ips(scenario: dict[str, Any]) -
 
 
 def test_the_crash_killed_runtime_shims_and_sandboxes(scenario: dict[str, Any]) -> None:
+    """The crash comes once every sandbox's process runs the pause command: right after
+    RunPodSandbox returns it can still be runc's init, which then shows as `runc` here."""
     assert scenario["killed"] == ["/bin/busybox", "/usr/bin/containerd-shim-runc-v2", "containerd"]
     assert scenario["left_after_kill"] == {}
 

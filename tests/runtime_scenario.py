@@ -200,6 +200,11 @@ def lose_kernel_state() -> None:
     for pin in sorted(NETNS_DIR.iterdir()):
         subprocess.run(["umount", str(pin)], check=True)
         pin.unlink()
+    lose_links_and_rules()
+
+
+def lose_links_and_rules() -> None:
+    """The links and iptables rules of the namespace, gone with the old kernel."""
     links = json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True).stdout)
     for link in links:
         if link["ifname"] != "lo":

@@ -314,7 +314,13 @@ def test_k3s_sandbox_never_persisted_what_containerd_1_6_leaves(k3s: dict[str, A
 
 def test_k3s_the_held_sandboxs_address_is_released_as_an_orphan(k3s: dict[str, Any]) -> None:
     """No results entry owns the held sandbox's address: the reaper DELs it through the
-    network's config with the owner's ID and ifname; containerd's own teardown then works."""
+    network's config with the owner's ID and ifname, and it is gone before containerd starts;
+    containerd's own StopPodSandbox and RemovePodSandbox of the sandbox then succeed.
+
+    The 1.6.20 here would free it too when kubelet stops the sandbox: its StopPodSandbox runs
+    the DEL of a record without a CNI result (with no cached result, which host-local takes).
+    The releases that skip that DEL (1.6.37 and later 1.6, 1.7.23 to 1.7.30, ...) would leave
+    it reserved for good; which release starts next is not on disk, so the reaper frees it."""
     (held,) = pods_of(k3s, "held")
     doc = reservation_doc(k3s["reaper"], held["ip"])
     assert (doc["action"], doc["outcome"]) == ("del", "done")
@@ -329,8 +335,10 @@ def test_k3s_the_held_sandboxs_address_is_released_as_an_orphan(k3s: dict[str, A
 
 def test_k3s_deleted_results_files_leave_no_address_reserved(k3s: dict[str, Any]) -> None:
     """Results files deleted outright, as the rm -rf peers delete them all: their owners'
-    reservations are orphans, DEL'd by the reaper; containerd then stops and removes the
-    sandboxes (its DEL runs with no cached result) and no address is left."""
+    reservations are orphans, DEL'd by the reaper and gone before containerd starts;
+    containerd then stops and removes the sandboxes (its DEL runs with no cached result, which
+    works: containerd 1.6.20 would have freed these addresses at StopPodSandbox on its own, as
+    its records hold the CNI result) and no address is left."""
     for pod in pods_of(k3s, "deleted"):
         assert not [name for name in k3s["after_crash"]["results"] if pod["id"] in name]
         assert k3s["after_crash"]["ips"][pod["ip"]] == f"{pod['id']}\r\neth0"

@@ -17,6 +17,8 @@ from typing import Any
 
 BUSYBOX = Path("/bin/busybox")
 IMAGE_NAME = "localhost/cni-reaper/pause:test"
+# The sandbox's process, as /proc/<pid>/cmdline shows it once runc has exec'd it.
+ENTRYPOINT = ("/bin/busybox", "sleep", "2147483647")
 
 _ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
 
@@ -59,7 +61,7 @@ def build(out: Path, busybox: Path = BUSYBOX) -> str:
         config = {
             "architecture": architecture,
             "os": "linux",
-            "config": {"Entrypoint": ["/bin/busybox", "sleep", "2147483647"]},
+            "config": {"Entrypoint": list(ENTRYPOINT)},
             "rootfs": {"type": "layers", "diff_ids": [layer_desc["digest"]]},
         }
         config_desc = _blob(layout, _dumps(config), "application/vnd.oci.image.config.v1+json")

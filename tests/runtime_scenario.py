@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -55,22 +56,19 @@ DAMAGE = [
 STUCK = "decoding version from network config"
 
 
-class Containerd:
-    """One containerd daemon whose socket, root and state dirs are the scenario's own."""
-
-    def __init__(self, work: Path, node_root: Path, log: IO[bytes]) -> None:
-        self.socket = node_root / "run/containerd/containerd.sock"
-        self.config = work / "containerd.toml"
-        self._log = log
-        self.process: subprocess.Popen[bytes] | None = None
-        self.config.write_text(
-            f"""version = 2
-root = "{work / "containerd/root"}"
-state = "{work / "containerd/state"}"
+def scenario_config(state: Path, node_root: Path) -> str:
+    """containerd's config for this scenario: its socket in the node's /run, its root, state
+    and opt dirs the scenario's own, the node's conf dir and Debian's plugins."""
+    return f"""version = 2
+root = "{state / "containerd/root"}"
+state = "{state / "containerd/state"}"
 [grpc]
-  address = "{self.socket}"
+  address = "{node_root / "run/containerd/containerd.sock"}"
 [ttrpc]
-  address = "{self.socket}.ttrpc"
+  address = "{node_root / "run/containerd/containerd.sock.ttrpc"}"
+[plugins."io.containerd.internal.v1.opt"]
+  # Where containerd would otherwise make /opt/containerd on the machine.
+  path = "{state / "containerd/opt"}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{pause_image.IMAGE_NAME}"
   # The test sandbox may not lower its own oom_score_adj; containerd must not try.
@@ -81,14 +79,23 @@ state = "{work / "containerd/state"}"
     bin_dir = "{PLUGIN_DIR}"
     conf_dir = "{node_root / "etc/cni/net.d"}"
 """
-        )
+
+
+class Containerd:
+    """One containerd daemon, started with config and flags; it answers on socket."""
+
+    def __init__(
+        self, config: Path, socket: Path, log: IO[bytes], flags: Sequence[str] = ()
+    ) -> None:
+        self.socket = socket
+        self.argv = ["containerd", "--config", str(config), *flags]
+        self._log = log
+        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, label: str) -> RuntimeClient:
         self._log.write(f"\n===== containerd start: {label}\n".encode())
         self._log.flush()
-        self.process = subprocess.Popen(
-            ["containerd", "--config", str(self.config)], stdout=self._log, stderr=self._log
-        )
+        self.process = subprocess.Popen(self.argv, stdout=self._log, stderr=self._log)
         client = RuntimeClient(str(self.socket), timeout=60)
         deadline = time.monotonic() + 60
         while True:
@@ -155,6 +162,31 @@ def kill_all(deadline_s: float = 30) -> list[int]:
     return killed
 
 
+def wait_for_pause_processes(count: int, deadline_s: float = 30) -> list[str]:
+    """Wait until count processes of the namespace run the pause command; return the command
+    lines of every other process of the namespace then (or at the deadline).
+
+    RunPodSandbox can return while the sandbox's process is still runc's (`runc init`, comm
+    `runc:[2:INIT]`, running) on its way to exec the pause command: the shim has had its
+    `runc start` return, and containerd its Start. A crash in that moment kills a `runc`; the
+    crash here comes once every sandbox runs its pause command."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        lines = {pid: cmdline(pid) for pid in other_pids()}
+        pauses = [pid for pid, line in lines.items() if line == list(pause_image.ENTRYPOINT)]
+        if len(pauses) >= count or time.monotonic() > deadline:
+            return sorted(" ".join(line) for pid, line in lines.items() if pid not in pauses)
+        time.sleep(0.02)
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        data = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    return [arg.decode(errors="replace") for arg in data.split(b"\0")[:-1]]
+
+
 def process_names(pids: list[int]) -> dict[int, str]:
     names = {}
     for pid in pids:
@@ -168,6 +200,11 @@ def lose_kernel_state() -> None:
     for pin in sorted(NETNS_DIR.iterdir()):
         subprocess.run(["umount", str(pin)], check=True)
         pin.unlink()
+    lose_links_and_rules()
+
+
+def lose_links_and_rules() -> None:
+    """The links and iptables rules of the namespace, gone with the old kernel."""
     links = json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True).stdout)
     for link in links:
         if link["ifname"] != "lo":
@@ -275,7 +312,9 @@ def scenario(work: Path, dry_run_first: bool, result: dict[str, Any]) -> None:
     result["cgroup_parent"] = cgroup_parent
 
     log = (work / "containerd.log").open("ab")
-    containerd = Containerd(state, node.root, log)
+    config_file = state / "containerd.toml"
+    config_file.write_text(scenario_config(state, node.root))
+    containerd = Containerd(config_file, node.root / "run/containerd/containerd.sock", log)
     tar = state / "pause.tar"
     pause_image.build(tar)
     try:
@@ -306,7 +345,8 @@ def scenario(work: Path, dry_run_first: bool, result: dict[str, Any]) -> None:
         result["pods"] = pods
         result["boot1"] = snapshot_cni()
 
-        # The crash.
+        # The crash, once every sandbox runs its pause command.
+        result["others_before_crash"] = wait_for_pause_processes(len(pods))
         killed = process_names(other_pids())
         kill_all()
         result["killed"] = sorted(set(killed.values()))

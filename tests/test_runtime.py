@@ -1,8 +1,9 @@
 """The proof: Debian's containerd 1.6 cannot tear down sandboxes whose cache files a crash damaged,
-and can once cni-reaper has run before it.
+and can once cni-reaper has run before it; and with containerd run as k3s runs it, every address
+a crash left reserved is owned by a sandbox containerd tears down, or freed by the reaper.
 
-tests/runtime_scenario.py does the work as root in a private net, mount and PID namespace; these
-tests judge what it saw. Select them alone with `pytest -m runtime`.
+tests/runtime_scenario.py and tests/k3s_scenario.py do the work as root in a private net, mount
+and PID namespace; these tests judge what they saw. Select them alone with `pytest -m runtime`.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def run_scenario(work: Path, dry_run_first: bool) -> dict[str, Any]:
+def run_scenario(
+    work: Path, dry_run_first: bool, module: str = "runtime_scenario"
+) -> dict[str, Any]:
     reason = _why_not()
     if reason:
         cannot_run(reason)
@@ -74,7 +77,7 @@ def run_scenario(work: Path, dry_run_first: bool) -> dict[str, Any]:
         *unshare(net=True, pid=True),
         sys.executable,
         "-m",
-        "tests.runtime_scenario",
+        f"tests.{module}",
         str(work),
     ]
     if dry_run_first:
@@ -126,6 +129,8 @@ def test_boot_1_ran_real_sandboxes_with_reserved_ips(scenario: dict[str, Any]) -
 
 
 def test_the_crash_killed_runtime_shims_and_sandboxes(scenario: dict[str, Any]) -> None:
+    """The crash comes once every sandbox's process runs the pause command: right after
+    RunPodSandbox returns it can still be runc's init, which then shows as `runc` here."""
     assert scenario["killed"] == ["/bin/busybox", "/usr/bin/containerd-shim-runc-v2", "containerd"]
     assert scenario["left_after_kill"] == {}
 
@@ -220,3 +225,225 @@ def test_dry_run_first_changes_nothing(dry_run_first: dict[str, Any]) -> None:
 def test_every_process_and_cgroup_it_started_is_gone(scenario: dict[str, Any]) -> None:
     assert processes_mentioning(scenario["work"]) == []
     assert scenario["cgroups_left"] == []
+
+
+# containerd run as k3s runs it (tests/k3s_scenario.py): pods whose results files were deleted
+# outright, a pod held inside its CNI ADD by the crash, pods whose entries are whole, and a
+# node found by the reaper at k3s's paths without a flag.
+
+K3S_NETWORK = "cbr0"
+K3S_CONFIG = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+K3S_CONF_DIR = "/var/lib/rancher/k3s/agent/etc/cni/net.d"
+K3S_BIN_DIR_PARENT = "/var/lib/rancher/k3s/data/"
+K3S_SOCKET = "/run/k3s/containerd/containerd.sock"
+CRI_CNI_TABLE = '[plugins."io.containerd.grpc.v1.cri".cni]'
+
+
+@pytest.fixture(scope="module")
+def k3s(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_scenario(tmp_path_factory.mktemp("runtime-k3s"), False, "k3s_scenario")
+
+
+def pods_of(k3s: dict[str, Any], fate: str) -> list[dict[str, Any]]:
+    found = [p for p in k3s["pods"] if p["fate"] == fate]
+    assert found
+    return found
+
+
+def on_node(k3s: dict[str, Any], path: str) -> str:
+    """Where the reaper, given --root, sees the node's path."""
+    return str(Path(k3s["work"]) / "node" / path.lstrip("/"))
+
+
+def reservation_doc(run: dict[str, Any], ip: str) -> dict[str, Any]:
+    (doc,) = [r for r in run["report"]["host_local"] if r["ip"] == ip]
+    return dict(doc)
+
+
+def test_k3s_boot_1_ran_pods_and_the_crash_held_one_inside_its_add(k3s: dict[str, Any]) -> None:
+    assert k3s["runtime"][0] == "containerd"
+    assert k3s["runtime"][1].startswith("1.6.")
+    for pod in k3s["pods"]:
+        assert k3s["while_held"]["ips"][pod["ip"]] == f"{pod['id']}\r\neth0"
+    (held,) = pods_of(k3s, "held")
+    # The crash came while the ADD was held: RunPodSandbox never answered.
+    assert k3s["held_run_pod_sandbox"]["error"].startswith("StatusCode.UNAVAILABLE")
+    assert "id" not in k3s["held_run_pod_sandbox"]
+    assert f"{K3S_NETWORK}-{held['id']}-eth0" not in k3s["while_held"]["results"]
+    assert k3s["killed"] == [
+        "/bin/busybox",
+        "/usr/bin/containerd-shim-runc-v2",
+        "containerd",
+        "sleep",  # the hold plugin, inside the held ADD
+    ]
+    assert k3s["left_after_kill"] == {}
+    # The reboot lost every mount the old boot made (netns pins, rootfs, shm).
+    assert k3s["mounts_left"] == []
+
+
+def test_k3s_sandbox_never_persisted_what_containerd_1_6_leaves(k3s: dict[str, Any]) -> None:
+    """What containerd 1.6 (Debian's 1.6.20) leaves of a sandbox whose CNI ADD a crash cut
+    short, as seen here: RunPodSandbox writes the sandbox's container record before it sets up
+    the network, so containerd has not forgotten the sandbox: the record is in meta.db
+    (io.cri-containerd.kind=sandbox), its CRI metadata naming the netns and holding no CNI
+    result (null). The sandbox dir holds hostname, hosts and resolv.conf; no shim was started
+    (the task comes after the network). libcni wrote no results file for the pod network (it
+    writes one when the whole chain has returned), but the loopback network's ADD had finished:
+    its cni-loopback file is whole. host-local, inside bridge, had reserved the pod's address.
+    cni-reaper's inventory calls the sandbox undecided: containerd 1.6.37 and later skip the
+    DEL of a record without a CNI result, the 1.6.20 here runs it."""
+    (held,) = pods_of(k3s, "held")
+    record = k3s["held_record"]
+    assert record["labels"]["io.cri-containerd.kind"] == "sandbox"
+    assert record["has_metadata"] is True
+    assert record["net_ns_path"].startswith("/var/run/netns/cni-")
+    assert record["cni_result"] is None
+    assert k3s["held_sandbox_dir"] == ["hostname", "hosts", "resolv.conf"]
+    shims = [line for line in k3s["others_before_crash"] if "containerd-shim" in line]
+    assert len(shims) == len(k3s["pods"]) - 1
+    assert not [line for line in shims if held["id"] in line]
+    crashed = k3s["after_crash"]
+    assert f"{K3S_NETWORK}-{held['id']}-eth0" not in crashed["results"]
+    assert f"cni-loopback-{held['id']}-lo" in crashed["results"]
+    assert crashed["ips"][held["ip"]] == f"{held['id']}\r\neth0"
+    inventory = k3s["inventory_after_crash"]
+    assert inventory["undecided"] == [held["id"]]
+    assert inventory["known"] == sorted(p["id"] for p in k3s["pods"] if p["fate"] != "held")
+    assert inventory["unreadable"] == []
+
+
+def test_k3s_the_held_sandboxs_address_is_released_as_an_orphan(k3s: dict[str, Any]) -> None:
+    """No results entry owns the held sandbox's address: the reaper DELs it through the
+    network's config with the owner's ID and ifname, and it is gone before containerd starts;
+    containerd's own StopPodSandbox and RemovePodSandbox of the sandbox then succeed.
+
+    The 1.6.20 here would free it too when kubelet stops the sandbox: its StopPodSandbox runs
+    the DEL of a record without a CNI result (with no cached result, which host-local takes).
+    The releases that skip that DEL (1.6.37 and later 1.6, 1.7.23 to 1.7.30, ...) would leave
+    it reserved for good; which release starts next is not on disk, so the reaper frees it."""
+    (held,) = pods_of(k3s, "held")
+    doc = reservation_doc(k3s["reaper"], held["ip"])
+    assert (doc["action"], doc["outcome"]) == ("del", "done")
+    assert doc["owner"] == {"container_id": held["id"], "ifname": "eth0"}
+    assert doc["reason"].startswith("an orphan")
+    assert doc["del"]["released"] == [held["ip"]]
+    assert held["ip"] not in k3s["after_reaper"]["ips"]
+    assert held["id"] in k3s["listed_after_reboot"]
+    outcome = k3s["teardown"][held["id"]]
+    assert (outcome["stop"], outcome["remove"]) == (None, None)
+
+
+def test_k3s_deleted_results_files_leave_no_address_reserved(k3s: dict[str, Any]) -> None:
+    """Results files deleted outright, as the rm -rf peers delete them all: their owners'
+    reservations are orphans, DEL'd by the reaper and gone before containerd starts;
+    containerd then stops and removes the sandboxes (its DEL runs with no cached result, which
+    works: containerd 1.6.20 would have freed these addresses at StopPodSandbox on its own, as
+    its records hold the CNI result) and no address is left."""
+    for pod in pods_of(k3s, "deleted"):
+        assert not [name for name in k3s["after_crash"]["results"] if pod["id"] in name]
+        assert k3s["after_crash"]["ips"][pod["ip"]] == f"{pod['id']}\r\neth0"
+        doc = reservation_doc(k3s["reaper"], pod["ip"])
+        assert (doc["action"], doc["outcome"]) == ("del", "done")
+        assert doc["del"]["released"] == [pod["ip"]]
+        assert pod["ip"] not in k3s["after_reaper"]["ips"]
+        assert (k3s["teardown"][pod["id"]]["stop"], k3s["teardown"][pod["id"]]["remove"]) == (
+            None,
+            None,
+        )
+    assert k3s["final"]["ips"] == {}
+
+
+def test_k3s_whole_entries_of_known_sandboxes_are_kept_for_containerd(
+    k3s: dict[str, Any],
+) -> None:
+    """Entries containerd's records name, whole: the reaper leaves them and their reservations
+    exactly as they were (bytes, inode, size, mtime, ctime), and containerd's own
+    StopPodSandbox frees each address."""
+    kept = pods_of(k3s, "kept")
+    assert k3s["kept_after_reaper"] == k3s["kept_after_crash"]
+    assert len(k3s["kept_after_crash"]) == 3 * len(kept)
+    assert None not in k3s["kept_after_crash"].values()
+    entries = {e["path"]: e for e in k3s["reaper"]["report"]["entries"]}
+    known = "k3s: a sandbox container in namespace k8s.io: containerd loads it at start"
+    reserved = k3s["after_reaper"]["ips"]
+    for pod in kept:
+        for name in (f"{K3S_NETWORK}-{pod['id']}-eth0", f"cni-loopback-{pod['id']}-lo"):
+            assert (entries[name]["action"], entries[name]["outcome"]) == ("keep", "skipped")
+            assert known in entries[name]["reason"]
+        assert reserved[pod["ip"]] == f"{pod['id']}\r\neth0"
+        assert not [r for r in k3s["reaper"]["report"]["host_local"] if r["ip"] == pod["ip"]]
+    (pool,) = k3s["reaper"]["report"]["pools"]
+    assert (pool["left"], pool["left_by_owner"]) == (len(kept), {"runtime": len(kept)})
+    # containerd's StopPodSandbox of each frees its address and its entries, and only those.
+    for pod in kept:
+        after_stop = k3s["teardown"][pod["id"]]["after_stop"]
+        assert pod["ip"] not in after_stop["ips"]
+        assert not [name for name in after_stop["results"] if pod["id"] in name]
+    first, second = kept
+    assert k3s["teardown"][first["id"]]["after_stop"]["ips"] == {
+        second["ip"]: f"{second['id']}\r\neth0"
+    }
+
+
+def test_k3s_damaged_entry_is_repaired_with_k3s_dirs(k3s: dict[str, Any]) -> None:
+    (pod,) = pods_of(k3s, "damaged")
+    name = f"{K3S_NETWORK}-{pod['id']}-eth0"
+    entries = {e["path"]: e for e in k3s["reaper"]["report"]["entries"]}
+    assert (entries[name]["content"], entries[name]["action"], entries[name]["outcome"]) == (
+        "empty",
+        "del-and-quarantine",
+        "done",
+    )
+    assert pod["ip"] not in k3s["after_reaper"]["ips"]
+    assert sorted(Path(p).name for p in k3s["quarantine"]) == [name, name + ".json"]
+
+
+def test_k3s_node_is_found_without_flags(k3s: dict[str, Any]) -> None:
+    """Given only --root, the reaper finds k3s's generated containerd config, takes the conf
+    and plugin dirs it names, reads k3s's containerd records, and DELs with k3s's plugins
+    (`hold` is only there); run while that containerd answers on k3s's socket, it refuses."""
+    run = k3s["reaper"]
+    assert run["exit"] == 0, run["stderr"]
+    assert run["argv"][-3:] == ["--root", str(Path(k3s["work"]) / "node"), "--json"]
+    report = run["report"]
+    config = on_node(k3s, K3S_CONFIG)
+    assert report["conf_dirs"] == [
+        {
+            "path": on_node(k3s, K3S_CONF_DIR),
+            "sources": [f"k3s: {config}: {CRI_CNI_TABLE} conf_dir"],
+        }
+    ]
+    (bin_dir,) = report["bin_dirs"]
+    assert bin_dir["path"].startswith(on_node(k3s, K3S_BIN_DIR_PARENT))
+    assert bin_dir["path"].endswith("/bin")
+    assert bin_dir["sources"] == [f"k3s: {config}: {CRI_CNI_TABLE} bin_dir"]
+    records = [line for line in report["runtime_records"] if line.startswith("k3s: ")]
+    assert records == [
+        f"k3s: {on_node(k3s, '/var/lib/rancher/k3s/agent/containerd')}"
+        "/io.containerd.metadata.v1.bolt/meta.db: 6 sandboxes (namespace k8s.io: 6), 1 undecided"
+    ]
+    for doc in report["host_local"]:
+        assert doc["del"]["config"] == on_node(k3s, K3S_CONF_DIR + "/10-cbr0.conflist")
+        assert doc["del"]["plugins_run"] == ["portmap", "hold", "bridge"]
+    assert report["boot"]["previous_boot_crashed"] is True
+    up = k3s["reaper_while_runtime_up"]
+    assert up["exit"] == 75
+    assert (
+        f"a container runtime is running (it answers on {on_node(k3s, K3S_SOCKET)})"
+        in (up["stderr"])
+    )
+    assert up["tree_unchanged"] is True
+
+
+def test_k3s_every_sandbox_stops_and_no_address_or_entry_is_left(k3s: dict[str, Any]) -> None:
+    assert sorted(k3s["listed_after_reboot"]) == sorted(p["id"] for p in k3s["pods"])
+    for pod in k3s["pods"]:
+        outcome = k3s["teardown"][pod["id"]]
+        assert (outcome["stop"], outcome["remove"]) == (None, None)
+    assert k3s["listed_after_teardown"] == []
+    assert k3s["final"] == {"results": [], "ips": {}}
+    final = k3s["inventory_final"]
+    assert (final["known"], final["undecided"], final["unreadable"]) == ([], [], [])
+    assert k3s["containerd_stop_exit"] == 0
+    assert processes_mentioning(k3s["work"]) == []
+    assert k3s["cgroups_left"] == []

@@ -198,13 +198,32 @@ def _owners(store: str) -> dict[str, list[str]]:
 
 
 def _read_reservation(store: str, name: str) -> bytes:
-    """A reservation's bytes, b"" if it is gone; never through a symlink."""
+    """A reservation's bytes, b"" if it is gone or no regular file."""
+    found = read_reservation(os.path.join(store, name))
+    return b"" if found is None else found[1]
+
+
+# Never through a symlink, never waiting on a FIFO, never taking a terminal.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def read_reservation(path: str, dir_fd: int | None = None) -> tuple[os.stat_result, bytes] | None:
+    """The file at path (relative to dir_fd, if given) as it was read, and its bytes; None if
+    it is gone, or is no regular file: host-local writes none but regular files, and a FIFO or
+    a directory named like an address is no reservation (opening a FIFO would wait forever)."""
     try:
-        fd = os.open(os.path.join(store, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     except OSError:
-        return b""
-    with os.fdopen(fd, "rb") as f:
-        return f.read(MAX_RESERVATION_BYTES)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return st, os.read(fd, MAX_RESERVATION_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def content_of(data: bytes) -> str:
@@ -239,18 +258,11 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
         for name in sorted(os.listdir(dir_fd)):
             if not is_address(name):
                 continue  # lock, last_reserved_ip.N
-            try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except OSError:
+            found = read_reservation(name, dir_fd)
+            if found is None or found[0].st_size > MAX_RESERVATION_BYTES:
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RESERVATION_BYTES:
-                continue
-            try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            except OSError:
-                continue
-            with os.fdopen(fd, "rb") as f:
-                content, owner = read_owner(f.read(MAX_RESERVATION_BYTES))
+            st, data = found
+            content, owner = read_owner(data)
             file = FileStat.of(st)
             written = proof.written(store, name, file, boot.classify(file.mtime, file.ctime))
             yield Reservation(network, store, name, file, content, owner, written)

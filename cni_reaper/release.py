@@ -9,13 +9,15 @@ a sidecar, under host-local's lock so that no plugin reserves while it moves.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from cni_reaper.host_local import content_of, read_owner
+from cni_reaper.host_local import content_of, read_owner, read_reservation
 from cni_reaper.parallel import in_parallel
 from cni_reaper.quarantine import FileChanged, Move, Quarantine, QuarantineError, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
@@ -28,9 +30,12 @@ class StoreLock:
     def __init__(self, store: str) -> None:
         self._fd = os.open(
             os.path.join(store, "lock"),
-            os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
             0o600,
         )
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):  # opening a FIFO would have waited
+            os.close(self._fd)
+            raise OSError(errno.EINVAL, f"{store}/lock is not a regular file")
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         self.dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
@@ -53,13 +58,8 @@ def _changed(p: PlannedReservation) -> str | None:
 def _still_owned(p: PlannedReservation) -> bool:
     """Whether the store still holds this address for the same owner."""
     r = p.reservation
-    try:
-        fd = os.open(r.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    with os.fdopen(fd, "rb") as f:
-        _, owner = read_owner(f.read(4096))
-    return owner == r.owner
+    found = read_reservation(r.path)
+    return found is not None and read_owner(found[1])[1] == r.owner
 
 
 def _del_doc(outcome: DelOutcome, released: Iterable[str]) -> dict[str, Any]:

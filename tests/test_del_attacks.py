@@ -1,0 +1,135 @@
+"""Attacks on the two DEL paths that act on whole state: whole results entries of sandboxes no
+runtime will DEL ("forgotten"), and host-local reservations no results entry owns ("orphans").
+
+Each scenario is a node an unlucky operator or a local foothold could leave: odd files in
+host-local's stores, cached configs that name odd things, owners that are not container IDs,
+state that changes while the run acts. Runs use real plugins from /usr/lib/cni (host-local),
+or shell-script plugins where a plugin must show what it was given, on a --root (tests/crashed.py:
+root, plugins confined to the root's state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_reaper.errors import ExitCode
+from tests.bolt_writer import containerd_sandbox, write_db
+from tests.crashed import Crashed, by_path
+from tests.nodetree import CONTAINER_IDS
+
+META_DB = "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
+QUARANTINE_BOOT = "11111111-2222-3333-4444-555555555555"
+A, B, C, KNOWN = CONTAINER_IDS[:4]
+
+
+def containerd_knows(crashed: Crashed, *sandbox_ids: str) -> None:
+    """containerd's meta.db, holding exactly these CRI sandboxes: every other whole entry of
+    an earlier boot is of a sandbox no runtime will DEL."""
+    path = crashed.node.root / META_DB
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ops = [op for i in sandbox_ids for op in containerd_sandbox("k8s.io", i)]
+    write_db(path, [ops], no_freelist_sync=True)
+
+
+def reservations_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["ip"]: r for r in report["host_local"]}
+
+
+@contextlib.contextmanager
+def fifo_watchdog(fifos: list[Path], after: float) -> Iterator[list[str]]:
+    """Unblocks a reader stuck opening one of the FIFOs after `after` seconds (so a hang fails
+    the test instead of hanging it); the list names the FIFOs it had to open."""
+    opened: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        if done.wait(after):
+            return
+        for fifo in fifos:
+            with contextlib.suppress(OSError):  # ENXIO: nobody is reading it
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                opened.append(fifo.name)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield opened
+    finally:
+        done.set()
+        thread.join()
+
+
+def run_watched(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], fifos: list[Path], *extra: str
+) -> tuple[int, dict[str, Any], list[str]]:
+    with fifo_watchdog(fifos, after=20.0) as opened:
+        code, report = crashed.run(capsys, *extra)
+    return code, report, opened
+
+
+# host-local's store holding what host-local never writes there.
+
+
+def test_a_directory_named_like_an_address_does_not_break_the_check_of_a_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The DEL of a damaged entry reads the store to see its address released; a directory
+    named like an address in it is no reservation, and no reason to fail the run."""
+    entry = crashed.add(A)
+    entry.write_bytes(b"")
+    (crashed.ipam / "hl/10.22.0.200").mkdir()
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    e = by_path(report)[entry.name]
+    assert (e["outcome"], len(e["del"]["released"])) == ("done", 1), e
+    assert sorted(os.listdir(crashed.ipam / "hl")) == ["10.22.0.200", "last_reserved_ip.0", "lock"]
+    assert code == ExitCode.OK
+
+
+def test_a_fifo_named_like_an_address_does_not_hang_the_check_of_a_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reaper never waits on it; host-local's own DEL, which reads every file of its
+    store, does (as it would for the runtime), and is cut at the plugin timeout."""
+    entry = crashed.add(A)
+    entry.write_bytes(b"")
+    fifo = crashed.ipam / "hl/10.22.0.201"
+    os.mkfifo(fifo, 0o600)
+    crashed.reboot()
+
+    code, report, opened = run_watched(crashed, capsys, [fifo], "--plugin-timeout", "2")
+
+    assert opened == [], "the run blocked opening a FIFO in host-local's store"
+    e = by_path(report)[entry.name]
+    assert (e["outcome"], e["plugin_errors"][0]["timed_out"]) == ("failed", True), e
+    assert e["quarantined_to"] is not None
+    assert code == ExitCode.ACTION_FAILED
+
+
+def test_a_fifo_as_the_store_lock_does_not_hang_the_quarantine(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """host-local's lock is a plain file; a FIFO in its place is not waited on."""
+    store = crashed.ipam / "hl"
+    store.mkdir(parents=True)
+    (store / "10.22.0.7").write_bytes(b"")  # damaged: quarantined under the lock
+    lock = store / "lock"
+    os.mkfifo(lock, 0o600)
+    crashed.reboot()
+
+    code, report, opened = run_watched(crashed, capsys, [lock])
+
+    assert opened == [], "the run blocked opening a FIFO as host-local's lock"
+    r = reservations_of(report)["10.22.0.7"]
+    assert (r["action"], r["outcome"]) == ("quarantine", "failed")
+    assert (store / "10.22.0.7").exists()
+    assert code == ExitCode.ACTION_FAILED

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -297,7 +298,31 @@ def read_owner(data: bytes) -> tuple[str, Owner | None]:
         return "garbage", None  # lines no DEL of host-local's ever matches
     if separator and not ifname.strip():
         return "garbage", None
-    return content, Owner(
+    owner = Owner(
         container_id.decode("ascii"),
         ifname.decode("utf-8", "replace") if separator else None,
+    )
+    if not _libcni_names(owner):
+        return "garbage", None  # no ADD through libcni wrote it: no DEL is run with it
+    return content, owner
+
+
+# libcni's ValidateContainerID and ValidateInterfaceName (pkg/utils, v1.0 on), which every ADD
+# passes before host-local writes what it was handed. Plugins join both into paths on DEL
+# (flannel's and multus's scratch files, tuning's backups): a DEL is never run with others.
+_CONTAINER_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*\Z")
+MAX_IFNAME_BYTES = 15
+
+
+def _libcni_names(owner: Owner) -> bool:
+    if not _CONTAINER_ID.match(owner.container_id):
+        return False
+    ifname = owner.ifname
+    if ifname is None:
+        return True
+    return (
+        0 < len(ifname.encode()) <= MAX_IFNAME_BYTES
+        and ifname not in (".", "..")
+        # U+FFFD: bytes that are not UTF-8, which the DEL could not hand on as they are
+        and not any(c in "/:" or c.isspace() or c == "\ufffd" for c in ifname)
     )

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from cni_reaper.host_local import content_of, read_owner, read_reservation
+from cni_reaper.host_local import read_owner, read_reservation
 from cni_reaper.parallel import in_parallel
 from cni_reaper.quarantine import FileChanged, Move, Quarantine, QuarantineError, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
@@ -154,7 +154,7 @@ def _quarantine(
                     return sidecar(s._replace(quarantined_to=dest).to_json(), sha256, now)
 
                 def vet(data: bytes, judged: str = r.content) -> str | None:
-                    found = content_of(data)
+                    found = read_owner(data)[0]
                     return None if found == judged else f"now {found}, was {judged}"
 
                 try:

@@ -11,6 +11,7 @@ root, plugins confined to the root's state).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -133,3 +134,94 @@ def test_a_fifo_as_the_store_lock_does_not_hang_the_quarantine(
     assert (r["action"], r["outcome"]) == ("quarantine", "failed")
     assert (store / "10.22.0.7").exists()
     assert code == ExitCode.ACTION_FAILED
+
+
+# Whole entries of sandboxes no runtime will DEL: what their cache holds is handed on.
+
+
+def forgotten_entry(crashed: Crashed, container_id: str, **fields: Any) -> Path:
+    """A whole entry of network hl from the real plugin's ADD, with fields of the cache
+    replaced; containerd's records know none of it."""
+    entry = crashed.add(container_id)
+    doc = json.loads(entry.read_bytes())
+    doc.update(fields)
+    entry.write_bytes(json.dumps(doc).encode())
+    return entry
+
+
+def test_a_deeply_nested_cached_result_is_handed_on_or_left_never_a_crash(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A result and capability args nested nearly as deep as Python's decoder allows (its
+    limit is lower on 3.9): the DEL gets them as prevResult and runtimeConfig, or, where the
+    entry cannot be decoded again, it is left; never an internal error."""
+    containerd_knows(crashed, KNOWN)
+    depth = 980
+    nested = "[" * depth + '"x"' + "]" * depth  # as text: this interpreter may not encode it
+    entry = crashed.add(A)
+    doc = json.loads(entry.read_bytes())
+    doc["result"]["dns"] = {"options": "NESTED"}
+    doc["capabilityArgs"] = {"portMappings": "NESTED"}
+    entry.write_bytes(json.dumps(doc).replace('"NESTED"', nested).encode())
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    e = by_path(report)[entry.name]
+    assert (e["action"], e["outcome"], code) in (
+        ("del-and-quarantine", "done", ExitCode.OK),
+        ("leave", "skipped", ExitCode.DATA),
+    ), e["reason"]
+
+
+# Orphaned reservations: the owner a DEL is run for comes from the file.
+
+
+def recording_network(crashed: Crashed, name: str, subnet: str, seen: Path) -> Path:
+    """A network of one plugin that records what each DEL hands it, with host-local as its
+    IPAM (so its store is read), and the plugin dir holding it."""
+    bin_dir = crashed.node.fake_plugin_network(
+        name, "record", f'echo "$CNI_CONTAINERID|$CNI_IFNAME" >> "{seen}"\n'
+    )
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": name,
+        "plugins": [{"type": "record", "ipam": {"type": "host-local", "subnet": subnet}}],
+    }
+    crashed.node.write_conf(f"60-{name}.conflist", json.dumps(conf).encode())
+    return bin_dir
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        "../../../../etc/cni/net.d/10-hl.conflist\r\neth0",  # a path as the container ID
+        f"{CONTAINER_IDS[5]}\r\n../../x",  # a path as the interface name
+        f"{CONTAINER_IDS[5]}\r\neth0:1",
+        f"{CONTAINER_IDS[5]}\r\nan-interface-name-too-long",
+        "-rf\r\neth0",
+        f"{CONTAINER_IDS[5]}\r\neth0\r\nmore",  # lines no DEL matches
+    ],
+)
+def test_an_owner_libcni_would_never_have_named_gets_no_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path, owner: str
+) -> None:
+    """host-local writes the container ID and ifname libcni handed it, and libcni refuses
+    both at ADD unless they are names (ValidateContainerID, ValidateInterfaceName). A file
+    that says otherwise was not written by a DEL-able attachment: plugins join these into
+    paths (flannel's and multus's scratch files, tuning's backups), so none is run with
+    them; the address is released into the quarantine like any unreadable reservation."""
+    seen = tmp_path / "seen"
+    bin_dir = recording_network(crashed, "fg", "10.60.0.0/24", seen)
+    store = crashed.ipam / "fg"
+    store.mkdir(parents=True)
+    (store / "10.60.0.9").write_bytes(owner.encode())
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    assert not seen.exists(), seen.read_text()
+    r = reservations_of(report)["10.60.0.9"]
+    assert (r["action"], r["outcome"], r["owner"]) == ("quarantine", "done", None), r
+    assert not (store / "10.60.0.9").exists()
+    assert code == ExitCode.OK

@@ -494,7 +494,7 @@ def _pipeline(run: _Run) -> Report:
     # Every address reserved before any DEL: the pools' "before" (pool.py).
     reserved_before = {network: host_local.addresses(store) for network, store in stores}
     fates: dict[tuple[str, str], dict[str, EntryFate]] = {}  # what became of each entry
-    whole: dict[str, CacheEntry] = {}  # a whole entry of each network, for its cached config
+    whole: dict[str, _Whole] = {}  # a whole entry of each network, for its cached config
 
     def ready() -> str | None:
         """Once the whole plan is made, before anything changes: the pre-runtime record
@@ -619,6 +619,13 @@ def _del_tools(run: _Run) -> DelTools:
     )
 
 
+class _Whole(NamedTuple):
+    """A whole entry, and what the plan read of it (None: it was not read)."""
+
+    entry: CacheEntry
+    cached: cache.CachedAttachment | None
+
+
 _FATES = {
     Action.KEEP: EntryFate.KEPT,
     Action.DEL_AND_QUARANTINE: EntryFate.DELETED,
@@ -631,7 +638,7 @@ _FATES = {
 def _note_fate(
     result: EntryResult,
     fates: dict[tuple[str, str], dict[str, EntryFate]],
-    whole: dict[str, CacheEntry],
+    whole: dict[str, _Whole],
 ) -> None:
     """What became of an entry, for the reservations of its attachment."""
     planned = result.planned
@@ -643,7 +650,8 @@ def _note_fate(
         fate = EntryFate.LEFT  # changed since the scan: left where it is
     fates.setdefault((split.network, split.container_id), {})[split.ifname] = fate
     if planned.entry.content is Content.VALID and split.network not in whole:
-        whole[split.network] = planned.entry
+        # What the plan read of it, if anything: a forgotten entry is in the quarantine now.
+        whole[split.network] = _Whole(planned.entry, planned.cached)
 
 
 def _sandbox_records(run: _Run) -> SandboxInventory:
@@ -663,7 +671,7 @@ def _reservations(
     stores: list[tuple[str, str]],
     reserved_before: Mapping[str, list[str]],
     fates: Mapping[tuple[str, str], Mapping[str, EntryFate]],
-    whole: Mapping[str, CacheEntry],
+    whole: Mapping[str, _Whole],
     read_cached: Callable[[CacheEntry], cache.CachedAttachment | str] | None,
     report: Report,
     alive: Callable[[str], str | None] | None = None,
@@ -685,12 +693,16 @@ def _reservations(
         netlist = run.configs.get(network)
         if netlist is not None:
             return netlist, None
-        entry = whole.get(network)
-        cached = read_cached(entry) if entry is not None and read_cached else None
-        if cached is None or isinstance(cached, str) or cached.config is None:
+        found = whole.get(network)
+        cached: cache.CachedAttachment | str | None = None
+        if found is not None:
+            cached = found.cached
+            if cached is None and read_cached is not None:
+                cached = read_cached(found.entry)
+        if found is None or cached is None or isinstance(cached, str) or cached.config is None:
             return None, f"no config for network {network!r}, in the conf dirs or cached"
         try:
-            netlist = cached_config(cached.config, entry.name if entry else "")
+            netlist = cached_config(cached.config, found.entry.name)
         except netconf.ConfigError as e:
             return None, f"no config for network {network!r} in the conf dirs; the cached one: {e}"
         if netlist.name != network:

@@ -225,3 +225,26 @@ def test_an_owner_libcni_would_never_have_named_gets_no_del(
     assert (r["action"], r["outcome"], r["owner"]) == ("quarantine", "done", None), r
     assert not (store / "10.60.0.9").exists()
     assert code == ExitCode.OK
+
+
+def test_an_orphan_of_a_network_no_conf_names_is_deleted_with_the_config_a_forgotten_entry_cached(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The network's only whole entry is of a forgotten sandbox: DEL'd and moved to the
+    quarantine first. The config it cached still serves the orphan's DEL."""
+    forgotten = crashed.add(A)
+    crashed.add(B)
+    os.unlink(crashed.node.results / f"hl-{B}-eth0")  # the node died before libcni's write
+    os.unlink(crashed.node.conf_dir / "10-hl.conflist")  # the network was removed since
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert by_path(report)[forgotten.name]["outcome"] == "done"
+    (r,) = report["host_local"]
+    assert r["owner"]["container_id"] == B
+    assert r["del"]["config"] == f"the config cached in {forgotten.name}", r
+    assert (r["del"]["plugins_run"], r["quarantined_to"]) == (["host-local"], None)
+    assert crashed.ips() == {}
+    assert code == ExitCode.OK

@@ -648,6 +648,8 @@ def _note_fate(
     fate = _FATES[planned.action]
     if result.outcome is Outcome.SKIPPED and planned.action.changes_things:
         fate = EntryFate.LEFT  # changed since the scan: left where it is
+    elif result.outcome is Outcome.FAILED and planned.cached and not result.quarantined_to:
+        fate = EntryFate.LEFT  # a whole entry whose DEL did not run: for the next run's
     fates.setdefault((split.network, split.container_id), {})[split.ifname] = fate
     if planned.entry.content is Content.VALID and split.network not in whole:
         # What the plan read of it, if anything: a forgotten entry is in the quarantine now.

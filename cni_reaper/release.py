@@ -122,6 +122,10 @@ def settle(
         for p in items:
             if p not in left:
                 yield Settled(p, "done", del_doc=doc)
+            elif not outcome.attempted:
+                # The run's time was up: the next run DELs it, as this one would have.
+                problem = f"{outcome.errors[0].msg}; left for the next run"
+                yield Settled(p, "failed", del_doc=doc, problem=problem)
             elif outcome.ok:
                 problem = "every plugin exited 0, but the address is still reserved"
                 to_move.append(Settled(p, "done", del_doc=doc, problem=problem))

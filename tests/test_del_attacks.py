@@ -248,3 +248,63 @@ def test_an_orphan_of_a_network_no_conf_names_is_deleted_with_the_config_a_forgo
     assert (r["del"]["plugins_run"], r["quarantined_to"]) == (["host-local"], None)
     assert crashed.ips() == {}
     assert code == ExitCode.OK
+
+
+# DELs the deadline leaves unattempted: a whole entry and an orphan keep what their DEL needs.
+
+
+def test_after_the_deadline_a_forgotten_entry_and_its_address_wait_for_the_next_run(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No DEL starts after the deadline. A damaged file is moved all the same (the runtime's
+    own DEL aborts on it); a whole entry blocks nobody, and moving it would throw away the
+    cached result, args and config its DEL needs, which no one else will ever run: it stays,
+    and so does its address, for the next run's DEL."""
+    entries = [crashed.add(cid) for cid in (A, B)]
+    held = crashed.ips()
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--deadline", "0.001")
+
+    for entry in entries:
+        e = by_path(report)[entry.name]
+        assert (e["action"], e["outcome"], e["quarantined_to"]) == (
+            "del-and-quarantine",
+            "failed",
+            None,
+        ), e
+        assert "deadline" in e["plugin_errors"][0]["msg"]
+        assert entry.exists()
+    assert crashed.ips() == held
+    assert all(r["outcome"] != "done" for r in report["host_local"]), report["host_local"]
+    assert code == ExitCode.ACTION_FAILED
+
+    code, report = crashed.run(capsys)  # a later run of the boot, with time
+
+    assert [by_path(report)[e.name]["outcome"] for e in entries] == ["done", "done"]
+    assert crashed.ips() == {}
+    assert code == ExitCode.OK
+
+
+def test_after_the_deadline_an_orphan_waits_for_the_next_run(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crashed.add(A)
+    os.unlink(crashed.node.results / f"hl-{A}-eth0")
+    held = crashed.ips()
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--deadline", "0.001")
+
+    (r,) = report["host_local"]
+    assert (r["action"], r["outcome"], r["quarantined_to"]) == ("del", "failed", None), r
+    assert "deadline" in r["del"]["plugin_errors"][0]["msg"]
+    assert crashed.ips() == held
+    assert code == ExitCode.ACTION_FAILED
+
+    code, report = crashed.run(capsys)
+
+    (r,) = report["host_local"]
+    assert (r["outcome"], r["del"]["plugins_run"]) == ("done", ["host-local"])
+    assert crashed.ips() == {}

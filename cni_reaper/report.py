@@ -109,7 +109,8 @@ class Report:
         self.reservations.append(doc)
         if doc["outcome"] == "failed":
             self._failed = True
-        elif doc["outcome"] == "skipped":  # left as it is: maybe in flight, or changed
+        elif doc["outcome"] == "skipped" and doc["action"] != "keep":
+            # Left as it is: maybe in flight, or changed. (Kept ones are listed with -v.)
             self._left_alone = True
 
     def finish(self) -> None:

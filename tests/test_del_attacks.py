@@ -308,3 +308,19 @@ def test_after_the_deadline_an_orphan_waits_for_the_next_run(
     (r,) = report["host_local"]
     assert (r["outcome"], r["del"]["plugins_run"]) == ("done", ["host-local"])
     assert crashed.ips() == {}
+
+
+def test_listing_the_kept_reservations_does_not_change_the_exit_code(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crashed.add(KNOWN)
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+
+    quiet, _ = crashed.run(capsys, "--dry-run")
+    verbose, report = crashed.run(capsys, "--dry-run", "-v")
+
+    (r,) = report["host_local"]
+    assert (r["action"], r["outcome"]) == ("keep", "skipped")
+    assert verbose == quiet == ExitCode.OK
+    assert report["summary"]["exit_code"] == ExitCode.OK

@@ -23,7 +23,7 @@ import pytest
 from cni_reaper.errors import ExitCode
 from tests.bolt_writer import containerd_sandbox, write_db
 from tests.crashed import Crashed, by_path
-from tests.nodetree import CONTAINER_IDS
+from tests.nodetree import CONTAINER_IDS, cache_entry_bytes, snapshot
 
 META_DB = "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
 QUARANTINE_BOOT = "11111111-2222-3333-4444-555555555555"
@@ -139,16 +139,6 @@ def test_a_fifo_as_the_store_lock_does_not_hang_the_quarantine(
 # Whole entries of sandboxes no runtime will DEL: what their cache holds is handed on.
 
 
-def forgotten_entry(crashed: Crashed, container_id: str, **fields: Any) -> Path:
-    """A whole entry of network hl from the real plugin's ADD, with fields of the cache
-    replaced; containerd's records know none of it."""
-    entry = crashed.add(container_id)
-    doc = json.loads(entry.read_bytes())
-    doc.update(fields)
-    entry.write_bytes(json.dumps(doc).encode())
-    return entry
-
-
 def test_a_deeply_nested_cached_result_is_handed_on_or_left_never_a_crash(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -172,6 +162,128 @@ def test_a_deeply_nested_cached_result_is_handed_on_or_left_never_a_crash(
         ("del-and-quarantine", "done", ExitCode.OK),
         ("leave", "skipped", ExitCode.DATA),
     ), e["reason"]
+
+
+def cached_conf_entry(crashed: Crashed, container_id: str, conf: dict[str, Any]) -> Path:
+    """A whole entry of a network no conf dir names, caching conf as the config ADD ran with."""
+    name = f"fg-{container_id}-eth0"
+    data = cache_entry_bytes(json.dumps(conf).encode(), "fg", container_id, "eth0")
+    return crashed.node.write_result(name, data)
+
+
+def canary(crashed: Crashed, tmp_path: Path) -> tuple[Path, Path]:
+    """A plugin in the root's plugin dir that leaves a mark if it ever runs."""
+    mark = tmp_path / "canary-ran"
+    bin_dir = crashed.node.root / "opt/cni/bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    plugin = bin_dir / "canary"
+    plugin.write_text(f'#!/bin/sh\ntouch "{mark}"\n')
+    plugin.chmod(0o755)
+    return bin_dir, mark
+
+
+@pytest.mark.parametrize(
+    "plugin",
+    [
+        {"type": "../bin/canary"},
+        {"type": "/opt/cni/bin/canary"},
+        {"type": "host-local", "ipam": {"type": "../bin/canary"}},
+        {"type": "host-local", "ipam": {"type": "/opt/cni/bin/canary"}},
+    ],
+)
+def test_a_cached_config_naming_a_plugin_by_path_runs_nothing(
+    crashed: Crashed,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    plugin: dict[str, Any],
+) -> None:
+    bin_dir, mark = canary(crashed, tmp_path)
+    conf = {"cniVersion": "1.0.0", "name": "fg", "plugins": [plugin]}
+    entry = cached_conf_entry(crashed, A, conf)
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    assert not mark.exists()
+    e = by_path(report)[entry.name]
+    assert (e["action"], e["outcome"], e["del"]["plugins_run"]) == (
+        "del-and-quarantine",
+        "failed",
+        [],
+    ), e
+    assert code == ExitCode.ACTION_FAILED
+
+
+def test_a_cached_config_naming_another_network_runs_no_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An entry of network fg whose cached config says it is hl, a network the conf dirs
+    name with another config: neither config is the one fg's ADD ran with."""
+    bin_dir, mark = canary(crashed, tmp_path)
+    conf = {"cniVersion": "1.0.0", "name": "hl", "plugins": [{"type": "canary"}]}
+    entry = cached_conf_entry(crashed, A, conf)
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    assert not mark.exists()
+    e = by_path(report)[entry.name]
+    assert "names network 'hl'" in e["del"]["config_problem"], e
+    assert (e["outcome"], code) == ("failed", ExitCode.ACTION_FAILED)
+
+
+def test_an_orphan_of_a_network_whose_cached_config_names_another_gets_no_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bin_dir, mark = canary(crashed, tmp_path)
+    conf = {"cniVersion": "1.0.0", "name": "hl", "plugins": [{"type": "canary"}]}
+    cached_conf_entry(crashed, KNOWN, conf)  # kept: containerd knows its sandbox
+    containerd_knows(crashed, KNOWN)
+    store = crashed.ipam / "fg"
+    store.mkdir(parents=True)
+    (store / "10.60.0.9").write_bytes(f"{A}\r\neth0".encode())
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    assert not mark.exists()
+    r = reservations_of(report)["10.60.0.9"]
+    assert "names 'hl'" in r["del"]["config_problem"], r
+    assert (r["outcome"], r["del"].get("plugins_run")) == ("done", None)
+    assert not (store / "10.60.0.9").exists()  # released into the quarantine
+    assert code == ExitCode.OK
+
+
+def test_a_dry_run_of_forgotten_entries_and_orphans_changes_nothing(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Forgotten entries, an orphan of a configured network and one of a network no conf
+    names, a damaged reservation, a store without host-local's lock: a dry run plans them
+    all, runs no plugin, writes nothing (not even this boot's pre-runtime record)."""
+    crashed.add(A)
+    crashed.add(B)
+    os.unlink(crashed.node.results / f"hl-{B}-eth0")
+    conf = json.loads(crashed.node.conf_dir.joinpath("10-hl.conflist").read_text())
+    cached_conf_entry(crashed, C, {**conf, "name": "fg"})
+    gone = crashed.ipam / "gone"
+    gone.mkdir(parents=True)
+    (gone / "10.70.0.2").write_bytes(f"{C}\r\neth0".encode())
+    (gone / "10.70.0.3").write_bytes(b"")
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+    before = snapshot(crashed.node.root)
+
+    code, report = crashed.run(capsys, "--dry-run")
+
+    assert snapshot(crashed.node.root) == before
+    assert {e["outcome"] for e in report["entries"]} == {"planned"}
+    assert {(r["action"], r["outcome"]) for r in report["host_local"]} == {
+        ("del", "planned"),
+        ("quarantine", "planned"),
+    }
+    assert code == ExitCode.OK
 
 
 # Orphaned reservations: the owner a DEL is run for comes from the file.
@@ -324,3 +436,79 @@ def test_listing_the_kept_reservations_does_not_change_the_exit_code(
     assert (r["action"], r["outcome"]) == ("keep", "skipped")
     assert verbose == quiet == ExitCode.OK
     assert report["summary"]["exit_code"] == ExitCode.OK
+
+
+# Liveness: what the records on disk say never outweighs a container that runs.
+
+
+def test_a_running_container_the_records_call_forgotten_is_never_deleted(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """meta.db does not name A (read while containerd runs, or damaged in a way that reads
+    whole), but containerd keeps live task state for A, and for B, whose reservation has no
+    results entry: with --force, neither is DEL'd nor released; the dead C is."""
+    for cid in (A, B, C):
+        crashed.add(cid)
+    os.unlink(crashed.node.results / f"hl-{B}-eth0")
+    held = crashed.ips()
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+    crashed.node.record_before_runtime(crashed.t0, crashed.ipam / "hl")
+    crashed.node.runtime_starts()
+    for cid in (A, B):
+        task = crashed.node.root / "run/containerd/io.containerd.runtime.v2.task/k8s.io" / cid
+        task.mkdir(parents=True)
+
+    code, report = crashed.run(capsys, "--force")
+
+    entries = by_path(report)
+    alive = entries[f"hl-{A}-eth0"]
+    assert (alive["action"], alive["outcome"]) == ("leave", "skipped"), alive
+    assert "live state" in alive["reason"]
+    assert entries[f"hl-{C}-eth0"]["outcome"] == "done"
+    left = {r["owner"]["container_id"]: r["action"] for r in report["host_local"]}
+    assert left == {A: "leave", B: "leave"}
+    assert {ip: o for ip, o in held.items() if C not in o} == crashed.ips()
+    assert code == ExitCode.DATA
+
+
+def test_reservations_rewritten_while_the_run_acts_are_left_as_they_are_now(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """With --force and a runtime up, host-local may hand out an address again as soon as a
+    DEL frees it. Here the DEL of A's orphan stands in for that: it rewrites the reservation
+    of B, whose DEL comes next, and writes into the empty file bound for the quarantine.
+    Neither is DEL'd or moved: they are no longer what the plan was made on."""
+    store = crashed.ipam / "fg"
+    new_owner = f"{CONTAINER_IDS[9]}\r\neth0".encode()
+    script = (
+        f'if [ "$CNI_CONTAINERID" = {A} ]; then\n'
+        f"  printf '%s\\r\\neth0' {CONTAINER_IDS[9]} > {store}/10.60.0.3\n"
+        f"  printf '%s\\r\\neth0' {CONTAINER_IDS[9]} > {store}/10.60.0.4\n"
+        f"  rm -f {store}/10.60.0.2\n"
+        "fi\n"
+    )
+    bin_dir = crashed.node.fake_plugin_network("fg", "rewrite", script)
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "fg",
+        "plugins": [{"type": "rewrite", "ipam": {"type": "host-local", "subnet": "10.60.0.0/24"}}],
+    }
+    crashed.node.write_conf("60-fg.conflist", json.dumps(conf).encode())
+    store.mkdir(parents=True)
+    (store / "10.60.0.2").write_bytes(f"{A}\r\neth0".encode())
+    (store / "10.60.0.3").write_bytes(f"{B}\r\neth0".encode())
+    (store / "10.60.0.4").write_bytes(b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    found = reservations_of(report)
+    assert (found["10.60.0.2"]["outcome"], found["10.60.0.2"]["del"]["released"]) == (
+        "done",
+        ["10.60.0.2"],
+    )
+    for ip in ("10.60.0.3", "10.60.0.4"):
+        assert found[ip]["outcome"] == "skipped", found[ip]
+        assert (store / ip).read_bytes() == new_owner
+    assert code == ExitCode.DATA

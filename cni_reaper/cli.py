@@ -527,6 +527,7 @@ def _pipeline(run: _Run) -> Report:
             return host_local.cached_config_problem(netlist, run.configs, paths.root)
 
         warnings.extend(del_problems.values())
+        sandboxes = _sandbox_records(run)
         planner = Planner(
             boot_ctx,
             run.configs,
@@ -535,7 +536,7 @@ def _pipeline(run: _Run) -> Report:
             run.plugin_dirs,
             _live_containers(run),
             del_problems,
-            sandboxes=_sandbox_records(run),
+            sandboxes=sandboxes,
             read_cached=lambda entry: cache.read_cached(results_fd, entry),
             cached_config_problem=cached_problem,
         )
@@ -596,6 +597,7 @@ def _pipeline(run: _Run) -> Report:
             planner.alive,
             pins,
             del_problems,
+            sandboxes,
         )
     finally:
         if quarantine is not None:
@@ -679,10 +681,17 @@ def _reservations(
     alive: Callable[[str], str | None] | None = None,
     pins: frozenset[str] | str = frozenset(),
     del_problems: Mapping[str, str] | None = None,
+    sandboxes: SandboxInventory | None = None,
 ) -> None:
     """After every DEL of the results cache has run: the addresses nobody else will release,
     then how full each pool is left."""
     args = run.args
+
+    def runtime_deletes(container_id: str) -> str | None:
+        """What says a runtime will DEL this container's sandbox, if one will."""
+        if sandboxes is None or sandboxes.knows(container_id) is not True:
+            return None
+        return sandboxes.describe(container_id)
 
     def owner_alive(container_id: str) -> str | None:
         if isinstance(pins, str):
@@ -712,7 +721,13 @@ def _reservations(
         return netlist, host_local.cached_config_problem(netlist, run.configs, run.paths.root)
 
     planner = ReservationPlanner(
-        fates, owner_alive, config_for, run.plugin_dirs, del_problems or {}, args.dry_run
+        fates,
+        owner_alive,
+        config_for,
+        run.plugin_dirs,
+        del_problems or {},
+        args.dry_run,
+        runtime_deletes,
     )
     planned = [
         planner(r)

@@ -6,10 +6,13 @@ Decided after the results cache is done with, from what became of each attachmen
 - an entry left alone (written in this boot, may be alive, cannot be read): left too.
 - an entry DEL'd in this run whose address is still reserved: that DEL failed or left it; the
   address goes to the quarantine under host-local's lock.
+- no entry at all, or one moved aside without a DEL, of a sandbox a runtime's records say it
+  will DEL (multus caches its delegates' results in a dir of its own): kept, for that DEL.
 - no entry at all, or one moved aside without a DEL (the node died between host-local's
   reservation and libcni's cache write; a peer deleted the results dir; a cniVersion below
-  0.4.0): an orphan. DEL through its network's config with its owner's container ID and
-  ifname and no cached result; if no DEL can run, or it leaves the address, the quarantine.
+  0.4.0), of any other sandbox: an orphan. DEL through its network's config with its owner's
+  container ID and ifname and no cached result; if no DEL can run, or it leaves the address,
+  the quarantine.
 - damaged (empty, NUL-filled, garbage): no DEL can ever match it; the quarantine.
 Every one of these acts only on a reservation the pre-runtime record proves an earlier boot
 wrote (pre_runtime.py), whose owner nothing shows alive.
@@ -134,8 +137,11 @@ class ReservationPlanner:
         plugin_dirs: PluginDirs,
         del_problems: Mapping[str, str],
         dry_run: bool = False,
+        # what the runtimes' records say, if one will DEL the sandbox of this container ID
+        runtime_deletes: Callable[[str], str | None] | None = None,
     ) -> None:
         self._fates = fates
+        self._runtime_deletes = runtime_deletes
         self._alive = alive
         self._config_for = config_for
         self._plugin_dirs = plugin_dirs
@@ -170,6 +176,14 @@ class ReservationPlanner:
         if fate is EntryFate.DELETED:
             reason = "still reserved after the DEL of its results entry"
             return plan(r, ReservationAction.QUARANTINE, reason, "failed")
+        runtime = self._runtime_deletes(r.owner.container_id) if self._runtime_deletes else None
+        if runtime is not None:
+            # Its entry is elsewhere (multus caches its delegates' results in a dir of its
+            # own) or gone: the runtime's DEL, through the chain that reserved it, releases it.
+            reason = (
+                f"no results entry of this network, but a runtime will DEL its sandbox ({runtime})"
+            )
+            return plan(r, ReservationAction.KEEP, reason, "runtime")
         return self._orphan(r, ifname)
 
     def _orphan(self, r: Reservation, ifname: str | None) -> PlannedReservation:

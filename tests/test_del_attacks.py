@@ -512,3 +512,31 @@ def test_reservations_rewritten_while_the_run_acts_are_left_as_they_are_now(
         assert found[ip]["outcome"] == "skipped", found[ip]
         assert (store / ip).read_bytes() == new_owner
     assert code == ExitCode.DATA
+
+
+def test_a_reservation_of_a_sandbox_the_runtime_will_delete_is_kept_whatever_network_it_is_in(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Multus caches its delegates' results in its own dir: the pod's entry in the results
+    dir is multus's network, its address is reserved under the delegate's (here hl, with no
+    entry of its own). containerd knows the sandbox and will DEL it through multus, which
+    releases the address: it is no orphan, and the reaper runs no DEL of its own for it."""
+    crashed.add(KNOWN)
+    os.rename(
+        crashed.node.results / f"hl-{KNOWN}-eth0",
+        crashed.node.root / f"var/lib/cni/hl-{KNOWN}-eth0",  # as if in multus's cache
+    )
+    multus = {"cniVersion": "1.0.0", "name": "mn", "plugins": [{"type": "host-local"}]}
+    data = cache_entry_bytes(json.dumps(multus).encode(), "mn", KNOWN, "eth0")
+    crashed.node.write_result(f"mn-{KNOWN}-eth0", data)
+    held = crashed.ips()
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "-v")
+
+    assert by_path(report)[f"mn-{KNOWN}-eth0"]["action"] == "keep"
+    (r,) = report["host_local"]
+    assert (r["action"], r["outcome"]) == ("keep", "skipped"), r
+    assert crashed.ips() == held
+    assert code == ExitCode.OK

@@ -516,7 +516,19 @@ def _pipeline(run: _Run) -> Report:
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}")
         ready()
-        _reservations(run, boot_ctx, proof, stores, reserved_before, fates, {}, None, report)
+        _reservations(
+            run,
+            boot_ctx,
+            proof,
+            stores,
+            reserved_before,
+            fates,
+            {},
+            None,
+            report,
+            # a peer deleted the dir: the runtimes' own DELs still release what they know
+            sandboxes=_sandbox_records(run) if stores else None,
+        )
         return report
     quarantine = None
     try:
@@ -660,7 +672,7 @@ def _note_fate(
 
 def _sandbox_records(run: _Run) -> SandboxInventory:
     """What the runtimes' records on disk say of the sandboxes they will still know."""
-    from cni_reaper.runtime import inventory  # noqa: PLC0415 (only with a results dir)
+    from cni_reaper.runtime import inventory  # noqa: PLC0415 (only with CNI state to judge)
 
     sandboxes = inventory.load(run.paths.root, run.runtimes)
     run.warnings.extend(sandboxes.unreadable)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -539,4 +540,25 @@ def test_a_reservation_of_a_sandbox_the_runtime_will_delete_is_kept_whatever_net
     (r,) = report["host_local"]
     assert (r["action"], r["outcome"]) == ("keep", "skipped"), r
     assert crashed.ips() == held
+    assert code == ExitCode.OK
+
+
+def test_with_the_results_dir_deleted_a_known_sandbox_keeps_its_address(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the EKS AMI does at boot: the whole results dir gone. containerd still knows
+    KNOWN's sandbox and will DEL it (with no cached result); A's is forgotten."""
+    for cid in (KNOWN, A):
+        crashed.add(cid)
+    shutil.rmtree(crashed.node.results)
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "-v")
+
+    found = {r["owner"]["container_id"]: r for r in report["host_local"]}
+    assert (found[KNOWN]["action"], found[A]["action"]) == ("keep", "del")
+    assert found[A]["outcome"] == "done"
+    assert [o.split("\r\n")[0] for o in crashed.ips().values()] == [KNOWN]
+    assert any("meta.db: 1 sandbox" in line for line in report["runtime_records"])
     assert code == ExitCode.OK

@@ -562,3 +562,148 @@ def test_with_the_results_dir_deleted_a_known_sandbox_keeps_its_address(
     assert [o.split("\r\n")[0] for o in crashed.ips().values()] == [KNOWN]
     assert any("meta.db: 1 sandbox" in line for line in report["runtime_records"])
     assert code == ExitCode.OK
+
+
+# --root on a rescue machine: the node's paths never lead to the machine's own files.
+
+
+def test_a_store_of_no_configured_network_that_is_a_symlink_is_never_read(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A subdir of the node's default dataDir that is a symlink, absolute or relative out of
+    the root, to a store of this machine's: no reservation there is read, DEL'd or moved."""
+    elsewhere = tmp_path / "machine-store"
+    elsewhere.mkdir()
+    (elsewhere / "10.90.0.2").write_bytes(f"{A}\r\neth0".encode())
+    (elsewhere / "10.90.0.3").write_bytes(b"")
+    crashed.ipam.mkdir(parents=True)
+    (crashed.ipam / "ghost").symlink_to(elsewhere)
+    (crashed.ipam / "ghost2").symlink_to(os.path.relpath(elsewhere, crashed.ipam))
+    before = snapshot(elsewhere)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "-v")
+
+    assert snapshot(elsewhere) == before
+    assert report["host_local"] == []
+    assert code == ExitCode.OK
+
+
+def test_a_containerd_root_the_nodes_config_names_absolutely_is_read_inside_the_root(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The node's containerd keeps its root at /srv/containerd, an absolute symlink there to
+    /var/lib/containerd: followed from the rescue machine it names the machine's own. The
+    records read are the node's: its known sandbox kept, its forgotten one DEL'd."""
+    config = crashed.node.root / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('version = 2\nroot = "/srv/containerd"\n')
+    (crashed.node.root / "srv").mkdir()
+    (crashed.node.root / "srv/containerd").symlink_to("/var/lib/containerd")
+    for cid in (KNOWN, A):
+        crashed.add(cid)
+    containerd_knows(crashed, KNOWN)  # at ROOT/var/lib/containerd
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    entries = by_path(report)
+    assert entries[f"hl-{KNOWN}-eth0"]["action"] == "keep"
+    assert entries[f"hl-{A}-eth0"]["outcome"] == "done"
+    assert any(
+        str(crashed.node.root / "srv/containerd") in line and "1 sandbox" in line
+        for line in report["runtime_records"]
+    ), report["runtime_records"]
+    assert code == ExitCode.OK
+
+
+def crio_sandboxes(
+    crashed: Crashed, with_config: tuple[str, ...], without: tuple[str, ...]
+) -> None:
+    """CRI-O's storage holding pod sandboxes, with their config.json (CRI-O can load them)
+    or without (written after the CNI ADD: a crash before it leaves none)."""
+    storage = crashed.node.root / "var/lib/containers/storage/overlay-containers"
+    storage.mkdir(parents=True)
+    entries = []
+    for sandbox_id in (*with_config, *without):
+        metadata = {"pod": True, "pod-name": "web", "pod-id": sandbox_id}
+        entries.append({"id": sandbox_id, "metadata": json.dumps(metadata)})
+        userdata = storage / sandbox_id / "userdata"
+        userdata.mkdir(parents=True)
+        if sandbox_id in with_config:
+            (userdata / "config.json").write_text('{"ociVersion": "1.0.2"}')
+    (storage / "containers.json").write_text(json.dumps(entries))
+
+
+def test_crio_started_in_this_boot_keeps_what_it_will_still_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A by-hand run with --force after CRI-O started (its version file in /run): a sandbox
+    CRI-O can load is one it will DEL when kubelet stops it, kept; one it cannot load (no
+    config.json), and one it has no record of, are DEL'd."""
+    loadable, unloadable = KNOWN, B
+    entries = {cid: crashed.add(cid) for cid in (loadable, unloadable, A)}
+    crio_sandboxes(crashed, (loadable,), (unloadable,))
+    crashed.reboot()
+    crashed.node.record_before_runtime(crashed.t0, crashed.ipam / "hl")
+    version = crashed.node.root / "run/crio/version"
+    version.parent.mkdir(parents=True)
+    version.write_text("1.30.0")
+
+    code, report = crashed.run(capsys, "--force")
+
+    found = by_path(report)
+    kept = found[entries[loadable].name]
+    assert kept["action"] == "keep", kept
+    assert "has started in this boot" in kept["reason"]
+    for cid in (unloadable, A):
+        assert found[entries[cid].name]["outcome"] == "done", found[entries[cid].name]
+    assert [o.split("\r\n")[0] for o in crashed.ips().values()] == [loadable]
+    assert code == ExitCode.OK
+
+
+def test_a_reservation_hard_linked_to_another_file_moves_only_its_own_name(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged reservation that is a second name of the node's network config: its name is
+    moved to the quarantine, the config keeps its own, byte for byte."""
+    conf = crashed.node.conf_dir / "10-hl.conflist"
+    data = conf.read_bytes()
+    store = crashed.ipam / "hl"
+    store.mkdir(parents=True)
+    os.link(conf, store / "10.22.0.77")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    r = reservations_of(report)["10.22.0.77"]
+    assert (r["content"], r["action"], r["outcome"]) == ("garbage", "quarantine", "done"), r
+    assert conf.read_bytes() == data
+    assert not (store / "10.22.0.77").exists()
+    assert code == ExitCode.OK
+
+
+def test_one_owner_in_two_networks_gets_one_del_in_each(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A's addresses in two networks, neither with a results entry: each is released by its
+    own network's DEL, with its own config and store."""
+    crashed.add(A)
+    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.23.0.0/24"}]]}
+    conf = {"cniVersion": "1.0.0", "name": "h2", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_conf("20-h2.conflist", json.dumps(conf).encode())
+    store = crashed.ipam / "h2"
+    store.mkdir(parents=True)
+    (store / "10.23.0.2").write_bytes(f"{A}\r\neth0".encode())
+    os.unlink(crashed.node.results / f"hl-{A}-eth0")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    found = reservations_of(report)
+    assert {ip: r["del"]["released"] for ip, r in found.items()} == {
+        "10.22.0.2": ["10.22.0.2"],
+        "10.23.0.2": ["10.23.0.2"],
+    }
+    assert crashed.ips() == {} and not (store / "10.23.0.2").exists()
+    assert code == ExitCode.OK

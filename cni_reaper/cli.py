@@ -41,7 +41,7 @@ from cni_reaper.node_root import canonical as node_path
 from cni_reaper.notify import Notifier
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import NodePaths
-from cni_reaper.plan import Action, PlannedEntry, Planner, cached_config, held_until
+from cni_reaper.plan import Action, PlannedEntry, Planner, cached_config, held_until, why_alive
 from cni_reaper.plugin import PluginDirs, vet_plugin_dirs
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
 from cni_reaper.reservations import (
@@ -516,6 +516,7 @@ def _pipeline(run: _Run) -> Report:
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}")
         ready()
+        live = _live_containers(run) if stores else frozenset()
         _reservations(
             run,
             boot_ctx,
@@ -526,7 +527,10 @@ def _pipeline(run: _Run) -> Report:
             {},
             None,
             report,
-            # a peer deleted the dir: the runtimes' own DELs still release what they know
+            # a peer deleted the dir: what is alive stays so, and the runtimes' own DELs
+            # still release what they know
+            alive=lambda container_id: why_alive(live, container_id),
+            pins=_pinned_netns(run) if stores else frozenset(),
             sandboxes=_sandbox_records(run) if stores else None,
         )
         return report

@@ -707,3 +707,29 @@ def test_one_owner_in_two_networks_gets_one_del_in_each(
     }
     assert crashed.ips() == {} and not (store / "10.23.0.2").exists()
     assert code == ExitCode.OK
+
+
+def test_with_no_results_dir_a_running_container_keeps_its_address(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The results dir is gone; A's reservation predates this boot (podman, for one, starts a
+    container again under its old ID, and host-local hands it the address it already holds
+    without writing the file again), and containerd keeps live task state for A: with
+    --force, its address is not released. The dead B's is."""
+    crashed.add(A)
+    crashed.add(B)
+    shutil.rmtree(crashed.node.results)
+    crashed.reboot()
+    crashed.node.record_before_runtime(crashed.t0, crashed.ipam / "hl")
+    crashed.node.runtime_starts()
+    task = crashed.node.root / "run/containerd/io.containerd.runtime.v2.task/k8s.io" / A
+    task.mkdir(parents=True)
+
+    code, report = crashed.run(capsys, "--force")
+
+    found = {r["owner"]["container_id"]: r for r in report["host_local"]}
+    assert found[A]["action"] == "leave", found[A]
+    assert "live state" in found[A]["reason"]
+    assert found[B]["outcome"] == "done"
+    assert [o.split("\r\n")[0] for o in crashed.ips().values()] == [A]
+    assert code == ExitCode.DATA

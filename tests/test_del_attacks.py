@@ -733,3 +733,63 @@ def test_with_no_results_dir_a_running_container_keeps_its_address(
     assert found[B]["outcome"] == "done"
     assert [o.split("\r\n")[0] for o in crashed.ips().values()] == [A]
     assert code == ExitCode.DATA
+
+
+def test_id_only_reservations_follow_the_entry_of_their_container(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ID-only reservations (plugins before v0.8.0) name no ifname: KNOWN's goes with its
+    whole, kept entry on net1; B's with its forgotten one on net1, whose DEL releases it
+    (host-local's ReleaseByID falls back to the ID alone)."""
+    for cid in (KNOWN, B):
+        crashed.add(cid, "net1")
+    for ip, owner in crashed.ips().items():
+        (crashed.ipam / "hl" / ip).write_bytes(owner.split("\r\n")[0].encode())
+    held = crashed.ips()
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    found = by_path(report)
+    assert found[f"hl-{KNOWN}-net1"]["action"] == "keep"
+    forgotten = found[f"hl-{B}-net1"]
+    assert (forgotten["outcome"], len(forgotten["del"]["released"])) == ("done", 1), forgotten
+    assert crashed.ips() == {ip: o for ip, o in held.items() if o == KNOWN}
+    assert report["host_local"] == []
+    assert code == ExitCode.OK
+
+
+def test_on_a_node_with_containerd_and_crio_either_runtime_keeps_what_it_will_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for cid in (KNOWN, B, A):
+        crashed.add(cid)
+    containerd_knows(crashed, KNOWN)
+    crio_sandboxes(crashed, (B,), ())
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    found = by_path(report)
+    assert [found[f"hl-{cid}-eth0"]["action"] for cid in (KNOWN, B)] == ["keep", "keep"]
+    assert found[f"hl-{A}-eth0"]["outcome"] == "done"
+    assert sorted(o.split("\r\n")[0] for o in crashed.ips().values()) == sorted([KNOWN, B])
+    assert code == ExitCode.OK
+
+
+def test_a_reservation_that_is_a_symlink_is_never_followed(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_bytes(f"{A}\r\neth0".encode())
+    store = crashed.ipam / "hl"
+    store.mkdir(parents=True)
+    (store / "10.22.0.88").symlink_to(target)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert target.read_bytes() == f"{A}\r\neth0".encode()
+    assert report["host_local"] == []
+    assert code == ExitCode.OK

@@ -712,10 +712,10 @@ def test_one_owner_in_two_networks_gets_one_del_in_each(
 def test_with_no_results_dir_a_running_container_keeps_its_address(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The results dir is gone; A's reservation predates this boot (podman, for one, starts a
-    container again under its old ID, and host-local hands it the address it already holds
-    without writing the file again), and containerd keeps live task state for A: with
-    --force, its address is not released. The dead B's is."""
+    """The results dir is gone; A's reservation predates this boot, and a runtime keeps live
+    task state for A (podman, for one, starts a container again under its old ID): with
+    --force, nothing alive is torn down, whatever its reservations say. The dead B's address
+    is released."""
     crashed.add(A)
     crashed.add(B)
     shutil.rmtree(crashed.node.results)

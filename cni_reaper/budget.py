@@ -48,6 +48,12 @@ class Budget:
                     )
         return None
 
+    def seconds_left(self) -> float:
+        """Until the deadline; 0 once it passed, or the run was interrupted."""
+        if self.cancel.is_set():
+            return 0.0
+        return max(0.0, self._deadline - time.monotonic())
+
     def plugin_time(self, timeout: float) -> float:
         """How long a plugin started now may run: its timeout, cut at the deadline."""
         left = self._deadline - time.monotonic()

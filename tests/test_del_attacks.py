@@ -11,6 +11,7 @@ root, plugins confined to the root's state).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -793,3 +794,33 @@ def test_a_reservation_that_is_a_symlink_is_never_followed(
     assert target.read_bytes() == f"{A}\r\neth0".encode()
     assert report["host_local"] == []
     assert code == ExitCode.OK
+
+
+def test_a_store_lock_someone_holds_does_not_hold_the_run_past_its_deadline(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """host-local's lock held by something that never lets go (a plugin stuck in an ADD of a
+    runtime that runs, with --force): the quarantine of that store fails at the deadline."""
+    store = crashed.ipam / "hl"
+    store.mkdir(parents=True)
+    (store / "10.22.0.7").write_bytes(b"")
+    crashed.reboot()
+    holder = os.open(store / "lock", os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    done: list[tuple[int, dict[str, Any]]] = []
+    runner = threading.Thread(
+        target=lambda: done.append(crashed.run(capsys, "--deadline", "2")), daemon=True
+    )
+    try:
+        runner.start()
+        runner.join(30)
+        waited_on = runner.is_alive()
+    finally:
+        os.close(holder)  # lets a run that waited on it go on
+        runner.join(30)
+    assert not waited_on, "the run waited for host-local's lock past its deadline"
+    code, report = done[0]
+    r = reservations_of(report)["10.22.0.7"]
+    assert (r["outcome"], "lock" in r["problem"]) == ("failed", True), r
+    assert (store / "10.22.0.7").exists()
+    assert code == ExitCode.ACTION_FAILED

@@ -824,3 +824,38 @@ def test_a_store_lock_someone_holds_does_not_hold_the_run_past_its_deadline(
     assert (r["outcome"], "lock" in r["problem"]) == ("failed", True), r
     assert (store / "10.22.0.7").exists()
     assert code == ExitCode.ACTION_FAILED
+
+
+def test_a_forgotten_entry_whose_del_fails_is_moved_and_its_address_released_exit_73(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The DEL ran and failed (a plugin's CNI error): the entry is moved as the policy says,
+    the address it holds goes to the quarantine under host-local's lock (no one else will
+    release it), and the run says a DEL failed."""
+    store = crashed.ipam / "fg"
+    bin_dir = crashed.node.fake_plugin_network(
+        "fg", "fail", 'echo \'{"cniVersion":"1.0.0","code":11,"msg":"try again"}\'\nexit 1\n'
+    )
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "fg",
+        "plugins": [{"type": "fail", "ipam": {"type": "host-local", "subnet": "10.60.0.0/24"}}],
+    }
+    crashed.node.write_conf("60-fg.conflist", json.dumps(conf).encode())
+    entry = crashed.node.write_result(
+        f"fg-{A}-eth0", cache_entry_bytes(json.dumps(conf).encode(), "fg", A, "eth0")
+    )
+    store.mkdir(parents=True)
+    (store / "10.60.0.5").write_bytes(f"{A}\r\neth0".encode())
+    containerd_knows(crashed, KNOWN)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    e = by_path(report)[entry.name]
+    assert (e["outcome"], e["plugin_errors"][0]["msg"]) == ("failed", "try again"), e
+    assert e["quarantined_to"] is not None and not entry.exists()
+    r = reservations_of(report)["10.60.0.5"]
+    assert (r["action"], r["outcome"]) == ("quarantine", "done"), r
+    assert not (store / "10.60.0.5").exists()
+    assert code == ExitCode.ACTION_FAILED

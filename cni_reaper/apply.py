@@ -138,6 +138,11 @@ def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:
             results.append(replayed)
             continue
         outcome = Outcome.DONE if replayed is None or replayed.ok else Outcome.FAILED
+        if replayed is not None and not replayed.attempted and planned.cached is not None:
+            # A whole entry blocks no runtime's DEL; moved, it would take with it the cached
+            # result, args and config that the DEL nobody else will run needs.
+            results.append(EntryResult(planned, outcome, replayed, problems=(UNATTEMPTED,)))
+            continue
         entry = planned.entry
         sidecar = _sidecar(planned, outcome, replayed, ex.clock_now)
         moves.append(
@@ -156,6 +161,9 @@ def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:
         else:
             results[index] = results[index]._replace(quarantined_to=dest)
     return results
+
+
+UNATTEMPTED = "its DEL was not attempted: left where it is, whole, for the next run's DEL"
 
 
 def _vet(planned: PlannedEntry) -> Callable[[bytes], str | None]:

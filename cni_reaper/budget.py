@@ -5,7 +5,8 @@ hangs costs --plugin-timeout per DEL, and DELs of one network run one after anot
 hung DELs at the 30 s default would outlast the unit. So no DEL starts after the deadline, a
 plugin is never given more time than the deadline leaves, and a plugin binary that has timed
 out TRIP_AFTER times is not started again in this run. The DELs not attempted fail with why,
-and their files follow the policy (quarantined all the same): the run still ends with its
+and their files follow the policy (a damaged one quarantined all the same; a whole entry, and
+an orphaned reservation, left for the next run to DEL): the run still ends with its
 summary, metrics, journal record and exit code.
 """
 
@@ -46,6 +47,12 @@ class Budget:
                         f"not attempted: {path} timed out {self._timeouts[path]} times in this run"
                     )
         return None
+
+    def seconds_left(self) -> float:
+        """Until the deadline; 0 once it passed, or the run was interrupted."""
+        if self.cancel.is_set():
+            return 0.0
+        return max(0.0, self._deadline - time.monotonic())
 
     def plugin_time(self, timeout: float) -> float:
         """How long a plugin started now may run: its timeout, cut at the deadline."""

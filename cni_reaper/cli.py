@@ -41,7 +41,7 @@ from cni_reaper.node_root import canonical as node_path
 from cni_reaper.notify import Notifier
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import NodePaths
-from cni_reaper.plan import Action, PlannedEntry, Planner, cached_config, held_until
+from cni_reaper.plan import Action, PlannedEntry, Planner, cached_config, held_until, why_alive
 from cni_reaper.plugin import PluginDirs, vet_plugin_dirs
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
 from cni_reaper.reservations import (
@@ -519,7 +519,21 @@ def _pipeline(run: _Run) -> Report:
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}")
         ready()
-        _reservations(run, boot_ctx, proof, stores, reserved_before, fates, cached_configs, report)
+        live = _live_containers(run) if stores else frozenset()
+        _reservations(
+            run,
+            boot_ctx,
+            proof,
+            stores,
+            reserved_before,
+            fates,
+            cached_configs,
+            report,
+            # a peer deleted the dir: every reservation is an orphan, but what is alive
+            # stays so
+            alive=lambda container_id: why_alive(live, container_id),
+            pins=_pinned_netns(run) if stores else frozenset(),
+        )
         return report
     quarantine = None
     cached_configs.results_fd = results_fd
@@ -533,6 +547,7 @@ def _pipeline(run: _Run) -> Report:
             return host_local.cached_config_problem(netlist, run.configs, paths.root)
 
         warnings.extend(del_problems.values())
+        sandboxes = _sandbox_records(run)
         planner = Planner(
             boot_ctx,
             run.configs,
@@ -541,7 +556,7 @@ def _pipeline(run: _Run) -> Report:
             run.plugin_dirs,
             _live_containers(run),
             del_problems,
-            sandboxes=_sandbox_records(run),
+            sandboxes=sandboxes,
             read_cached=lambda entry: cache.read_cached(results_fd, entry),
             cached_config_problem=cached_problem,
             network_cached_config=cached_configs,
@@ -652,6 +667,8 @@ def _note_fate(result: EntryResult, fates: EntryFates) -> None:
     fate = _FATES[planned.action]
     if result.outcome is Outcome.SKIPPED and planned.action.changes_things:
         fate = EntryFate.LEFT  # changed since the scan: left where it is
+    elif result.outcome is Outcome.FAILED and planned.cached and not result.quarantined_to:
+        fate = EntryFate.LEFT  # a whole entry whose DEL did not run: for the next run's
     fates.note(split.network, split.container_id, split.ifname, fate)
 
 
@@ -753,7 +770,12 @@ def _reservations(
         return cached_configs(network)
 
     planner = ReservationPlanner(
-        fates, owner_alive, config_for, run.plugin_dirs, del_problems or {}, args.dry_run
+        fates,
+        owner_alive,
+        config_for,
+        run.plugin_dirs,
+        del_problems or {},
+        args.dry_run,
     )
     planned = [
         planner(r)

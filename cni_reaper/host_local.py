@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -198,13 +199,32 @@ def _owners(store: str) -> dict[str, list[str]]:
 
 
 def _read_reservation(store: str, name: str) -> bytes:
-    """A reservation's bytes, b"" if it is gone; never through a symlink."""
+    """A reservation's bytes, b"" if it is gone or no regular file."""
+    found = read_reservation(os.path.join(store, name))
+    return b"" if found is None else found[1]
+
+
+# Never through a symlink, never waiting on a FIFO, never taking a terminal.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def read_reservation(path: str, dir_fd: int | None = None) -> tuple[os.stat_result, bytes] | None:
+    """The file at path (relative to dir_fd, if given) as it was read, and its bytes; None if
+    it is gone, or is no regular file: host-local writes none but regular files, and a FIFO or
+    a directory named like an address is no reservation (opening a FIFO would wait forever)."""
     try:
-        fd = os.open(os.path.join(store, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     except OSError:
-        return b""
-    with os.fdopen(fd, "rb") as f:
-        return f.read(MAX_RESERVATION_BYTES)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return st, os.read(fd, MAX_RESERVATION_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def content_of(data: bytes) -> str:
@@ -239,18 +259,11 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
         for name in sorted(os.listdir(dir_fd)):
             if not is_address(name):
                 continue  # lock, last_reserved_ip.N
-            try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except OSError:
+            found = read_reservation(name, dir_fd)
+            if found is None or found[0].st_size > MAX_RESERVATION_BYTES:
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RESERVATION_BYTES:
-                continue
-            try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            except OSError:
-                continue
-            with os.fdopen(fd, "rb") as f:
-                content, owner = read_owner(f.read(MAX_RESERVATION_BYTES))
+            st, data = found
+            content, owner = read_owner(data)
             file = FileStat.of(st)
             written = proof.written(store, name, file, boot.classify(file.mtime, file.ctime))
             yield Reservation(network, store, name, file, content, owner, written)
@@ -285,7 +298,31 @@ def read_owner(data: bytes) -> tuple[str, Owner | None]:
         return "garbage", None  # lines no DEL of host-local's ever matches
     if separator and not ifname.strip():
         return "garbage", None
-    return content, Owner(
+    owner = Owner(
         container_id.decode("ascii"),
         ifname.decode("utf-8", "replace") if separator else None,
+    )
+    if not _libcni_names(owner):
+        return "garbage", None  # no ADD through libcni wrote it: no DEL is run with it
+    return content, owner
+
+
+# libcni's ValidateContainerID and ValidateInterfaceName (pkg/utils, v1.0 on), which every ADD
+# passes before host-local writes what it was handed. Plugins join both into paths on DEL
+# (flannel's and multus's scratch files, tuning's backups): a DEL is never run with others.
+_CONTAINER_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*\Z")
+MAX_IFNAME_BYTES = 15
+
+
+def _libcni_names(owner: Owner) -> bool:
+    if not _CONTAINER_ID.match(owner.container_id):
+        return False
+    ifname = owner.ifname
+    if ifname is None:
+        return True
+    return (
+        0 < len(ifname.encode()) <= MAX_IFNAME_BYTES
+        and ifname not in (".", "..")
+        # U+FFFD: bytes that are not UTF-8, which the DEL could not hand on as they are
+        and not any(c in "/:" or c.isspace() or c == "\ufffd" for c in ifname)
     )

@@ -114,11 +114,7 @@ class Planner:
 
     def alive(self, container_id: str) -> str | None:
         """Why this container's attachments may be alive, if they may."""
-        if isinstance(self._live, str):
-            return f"cannot tell which containers are alive: {self._live}"
-        if container_id in self._live:
-            return "a runtime keeps live state for this container under /run"
-        return None
+        return why_alive(self._live, container_id)
 
     def __call__(self, entry: CacheEntry) -> PlannedEntry:
         file = entry.file
@@ -254,6 +250,16 @@ class Planner:
             cached=cached,
             prev_result=prev_result,
         )
+
+
+def why_alive(live_containers: frozenset[str] | str, container_id: str) -> str | None:
+    """Why this container's attachments may be alive, if they may: a runtime's live state
+    under /run names it, or which containers have live state cannot be told."""
+    if isinstance(live_containers, str):
+        return f"cannot tell which containers are alive: {live_containers}"
+    if container_id in live_containers:
+        return "a runtime keeps live state for this container under /run"
+    return None
 
 
 def cached_config(config: bytes, entry_name: str) -> NetworkList:

@@ -9,29 +9,50 @@ a sidecar, under host-local's lock so that no plugin reserves while it moves.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from cni_reaper.host_local import content_of, read_owner
+from cni_reaper.budget import Budget
+from cni_reaper.host_local import read_owner, read_reservation
 from cni_reaper.parallel import in_parallel
 from cni_reaper.quarantine import FileChanged, Move, Quarantine, QuarantineError, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled
 
+# How often a lock someone else holds is tried again.
+LOCK_RETRY_SECONDS = 0.05
+
 
 class StoreLock:
-    """host-local's own lock on the store, so no plugin reserves while a file is moved."""
+    """host-local's own lock on the store, so no plugin reserves while a file is moved; waited
+    for until the run's deadline at most (a plugin stuck in an ADD may hold it for ever)."""
 
-    def __init__(self, store: str) -> None:
+    def __init__(self, store: str, budget: Budget) -> None:
         self._fd = os.open(
             os.path.join(store, "lock"),
-            os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
             0o600,
         )
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):  # opening a FIFO would have waited
+            os.close(self._fd)
+            raise OSError(errno.EINVAL, f"{store}/lock is not a regular file")
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if budget.seconds_left() <= 0:
+                    os.close(self._fd)
+                    raise OSError(
+                        errno.EWOULDBLOCK, "host-local's lock is held until the run's deadline"
+                    ) from None
+                time.sleep(min(LOCK_RETRY_SECONDS, budget.seconds_left()))
         self.dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
     def close(self) -> None:
@@ -53,13 +74,8 @@ def _changed(p: PlannedReservation) -> str | None:
 def _still_owned(p: PlannedReservation) -> bool:
     """Whether the store still holds this address for the same owner."""
     r = p.reservation
-    try:
-        fd = os.open(r.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    with os.fdopen(fd, "rb") as f:
-        _, owner = read_owner(f.read(4096))
-    return owner == r.owner
+    found = read_reservation(r.path)
+    return found is not None and read_owner(found[1])[1] == r.owner
 
 
 def _del_doc(outcome: DelOutcome, released: Iterable[str]) -> dict[str, Any]:
@@ -122,17 +138,21 @@ def settle(
         for p in items:
             if p not in left:
                 yield Settled(p, "done", del_doc=doc)
+            elif not outcome.attempted:
+                # The run's time was up: the next run DELs it, as this one would have.
+                problem = f"{outcome.errors[0].msg}; left for the next run"
+                yield Settled(p, "failed", del_doc=doc, problem=problem)
             elif outcome.ok:
                 problem = "every plugin exited 0, but the address is still reserved"
                 to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
             else:
                 problem = "; ".join(str(e) for e in outcome.errors)
                 to_move.append(Settled(p, "done", del_doc=doc, problem=f"DEL failed: {problem}"))
-    yield from _quarantine(to_move, quarantine_dir, boot_id, now)
+    yield from _quarantine(to_move, quarantine_dir, boot_id, now, tools.budget)
 
 
 def _quarantine(
-    settled: list[Settled], quarantine_dir: str, boot_id: str, now: float
+    settled: list[Settled], quarantine_dir: str, boot_id: str, now: float, budget: Budget
 ) -> Iterator[Settled]:
     by_store: dict[str, list[Settled]] = defaultdict(list)
     for s in settled:
@@ -141,7 +161,7 @@ def _quarantine(
         network = items[0].planned.reservation.network
         place = Quarantine(os.path.join(quarantine_dir, boot_id, "host-local"), network)
         try:
-            lock = StoreLock(store)
+            lock = StoreLock(store, budget)
         except OSError as e:
             for s in items:
                 yield s._replace(outcome="failed", problem=f"cannot lock {store}: {e.strerror}")
@@ -154,7 +174,7 @@ def _quarantine(
                     return sidecar(s._replace(quarantined_to=dest).to_json(), sha256, now)
 
                 def vet(data: bytes, judged: str = r.content) -> str | None:
-                    found = content_of(data)
+                    found = read_owner(data)[0]
                     return None if found == judged else f"now {found}, was {judged}"
 
                 try:

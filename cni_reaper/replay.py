@@ -46,6 +46,9 @@ class DelOutcome(NamedTuple):
     plugins_run: tuple[str, ...]
     errors: tuple[PluginError, ...]
     released: tuple[str, ...] = ()  # addresses seen released from host-local's store
+    # False: the run's time was up (the deadline, an interruption, a plugin that keeps timing
+    # out) before it could start; nothing says it would fail next time
+    attempted: bool = True
 
     @property
     def ok(self) -> bool:
@@ -149,7 +152,7 @@ def delete(
     if budget is not None:
         refusal = budget.refusal(str(link.path) for link in chain.plugins)
         if refusal is not None:
-            return DelOutcome((), (PluginError(chain.plugins[0].kind, refusal),))
+            return DelOutcome((), (PluginError(chain.plugins[0].kind, refusal),), attempted=False)
     env = plugin_env(attachment, vetted, inherited)
     ran: list[str] = []
     for link in chain.plugins:

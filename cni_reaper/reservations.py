@@ -8,8 +8,11 @@ Decided after the results cache is done with, from what became of each attachmen
   address goes to the quarantine under host-local's lock.
 - no entry at all, or one moved aside without a DEL (the node died between host-local's
   reservation and libcni's cache write; a peer deleted the results dir; a cniVersion below
-  0.4.0): an orphan. DEL through its network's config with its owner's container ID and
-  ifname and no cached result; if no DEL can run, or it leaves the address, the quarantine.
+  0.4.0): an orphan, whoever knows its sandbox. A runtime that knows it DELs through the
+  networks it loads (containerd: the first of its conf dir), which need not be this one, and
+  some releases skip that DEL for a record with no CNI result: DEL through its network's
+  config with its owner's container ID and ifname and no cached result, which a later DEL of
+  the runtime's finds done; if no DEL can run, or it leaves the address, the quarantine.
 - damaged (empty, NUL-filled, garbage): no DEL can ever match it; the quarantine.
 Every one of these acts only on a reservation the pre-runtime record proves an earlier boot
 wrote (pre_runtime.py), whose owner nothing shows alive.

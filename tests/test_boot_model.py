@@ -7,10 +7,13 @@ forward or back during the boot, started in 1970 or at a saved clock as boards w
 do, drifting), its btime and wtmp records (lying with the clock, or missing), whether the last
 boot shut down cleanly (wtmp record, marker) or crashed, whether the unit ran before the runtime
 or the runtime came first, which files the runtime wrote in the boot (new ones, rewrites of old
-ones, with any mtime), and several runs of the reaper in the boot (at boot, by hand, dry or
-real, forced or not). Every run is the real CLI on a real tree; DEL is a fake plugin that notes
-each container ID it is asked to delete. After each run: no file the current boot wrote was
-planned for a change, DEL'd, moved or released, and the report never calls it previous-boot.
+ones, with any mtime; reservations with and without a results file), whether the node has
+runtime records (CRI-O's storage) and which sandboxes they hold, and several runs of the reaper
+in the boot (at boot, by hand, dry or real, forced or not). Every run is the real CLI on a real
+tree; DEL is a fake plugin that notes each container ID it is asked to delete. After each run:
+no file the current boot wrote was planned for a change, DEL'd, moved or released, and the
+report never calls it previous-boot; and no sandbox the runtime's records say it will DEL
+itself had its whole entry DEL'd or moved, or an address it owns released.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ CLOCK_ERRORS = st.one_of(
     st.sampled_from([-REAL_NOW, -30 * DAY, -3600.0, -1.0, 1.0, 3600.0, 30 * DAY]),
     st.floats(min_value=-REAL_NOW, max_value=365 * DAY, allow_nan=False),
 )
-# WHOLE stands for a whole entry of the file's own attachment: with no runtime on the node to
-# know its sandbox, one from an earlier boot is DEL'd as forgotten.
+# WHOLE stands for a whole entry of the file's own attachment: where the node has runtime
+# records that do not hold its sandbox, one from an earlier boot is DEL'd as forgotten.
 WHOLE = b"whole"
 CONTENTS = st.sampled_from([b"", b"\0" * 40, b'{"kind":"cniCacheV1","contai', b"garbage", WHOLE])
 # What host-local writes: an owner (the file's own container), or nothing yet (a crash).
@@ -62,14 +65,22 @@ STORE = "var/lib/cni/networks/m"
 
 
 @st.composite
-def writes(draw: st.DrawFn) -> list[tuple[str, bytes, float]]:
-    """What the runtime writes in a boot: (new or rewrite, bytes, mtime error); a reservation
-    in host-local's store, with or without a results file beside it."""
+def writes(draw: st.DrawFn) -> list[tuple[str, bytes, float, bool]]:
+    """What the runtime writes in a boot: (new or rewrite, bytes, mtime error, whether the
+    runtime's records keep the sandbox of a new one); a reservation in host-local's store, with
+    or without a results file beside it."""
     return draw(
         st.lists(
             st.one_of(
-                st.tuples(st.sampled_from(["new", "rewrite"]), CONTENTS, CLOCK_ERRORS),
-                st.tuples(st.sampled_from(["reserve", "reserve-only"]), RESERVATIONS, CLOCK_ERRORS),
+                st.tuples(
+                    st.sampled_from(["new", "rewrite"]), CONTENTS, CLOCK_ERRORS, st.booleans()
+                ),
+                st.tuples(
+                    st.sampled_from(["reserve", "reserve-only"]),
+                    RESERVATIONS,
+                    CLOCK_ERRORS,
+                    st.booleans(),
+                ),
             ),
             max_size=4,
         )
@@ -86,6 +97,12 @@ def runs(draw: st.DrawFn) -> list[tuple[str, float, float]]:
             max_size=3,
         )
     )
+
+
+# Runtime records on the node: none at all (then no whole entry is called forgotten), or
+# CRI-O's storage, holding the sandboxes drawn as known (CRI-O DELs those at its next start).
+RECORDS = st.sampled_from(["none", "crio"])
+CRIO_STORAGE = "var/lib/containers/storage/overlay-containers"
 
 
 @st.composite
@@ -122,11 +139,35 @@ class Life:
     reserved_in: dict[str, tuple[int, str, bytes]] = field(default_factory=dict)  # by address
     boot: int = 0
     in_hypothesis: bool = False  # to say how often the checks had something to check
+    records: bool = False  # whether the node has runtime records (CRI-O's storage)
+    known: set[str] = field(default_factory=set)  # sandboxes in them: CRI-O will DEL those
+    damaged: set[str] = field(default_factory=set)  # containers whose entry was ever damaged
+    deleted_before: int = 0  # DELs noted before the run being checked
+
+    def keep_records(self) -> None:
+        """CRI-O's storage: a pod sandbox, with its config.json, for each known container."""
+        storage = self.node.root / CRIO_STORAGE
+        storage.mkdir(parents=True, exist_ok=True)
+        entries = []
+        for container in sorted(self.known):
+            metadata = {"pod": True, "pod-name": "p", "pod-id": container}
+            entries.append({"id": container, "metadata": json.dumps(metadata)})
+            userdata = storage / container / "userdata"
+            userdata.mkdir(parents=True, exist_ok=True)
+            (userdata / "config.json").write_text("{}")
+        (storage / "containers.json").write_text(json.dumps(entries))
+
+    def runtime_knows(self, name: str) -> None:
+        if self.records:
+            self.known.add(name.split("-")[1])
+            self.keep_records()
 
     def write(self, name: str, data: bytes, mtime: float) -> None:
         if data == WHOLE:
             container = name.split("-")[1]
             data = cache_entry_bytes(CONF, "m", container, "eth0")
+        else:
+            self.damaged.add(name.split("-")[1])
         path = self.node.write_result(name, data)
         os.utime(path, (mtime, mtime))
         self.written_in[name] = self.boot
@@ -156,6 +197,7 @@ class Life:
             argv.append("--dry-run")
         if kind == "forced":
             argv.append("--force")
+        self.deleted_before = len(self.deleted())
         out = io.StringIO()
         with redirect_stdout(out):
             cli.run(argv, clock=lambda: clock, events=EventLog(stream=io.StringIO()), environ={})
@@ -166,6 +208,9 @@ class Life:
     def bin_dir(self) -> Path:
         return self.node.root / "opt/cni/bin"
 
+    def deleted(self) -> list[str]:
+        return self.deletes.read_text().split() if self.deletes.exists() else []
+
     def check(self, report: dict[str, Any]) -> None:
         """Nothing the current boot wrote was touched, or claimed for an earlier boot."""
         current = {n for n, b in self.written_in.items() if b == self.boot}
@@ -173,7 +218,7 @@ class Life:
             if entry["path"] in current:
                 assert entry["written"] != "previous-boot", entry
                 assert entry["action"] not in ("del-and-quarantine", "quarantine"), entry
-        deleted = self.deletes.read_text().split() if self.deletes.exists() else []
+        deleted = self.deleted()
         if self.in_hypothesis:
             seen = current & {e["path"] for e in report["entries"]}
             event(f"files of this boot in the report: {bool(seen)}")
@@ -192,13 +237,34 @@ class Life:
             if ip in acted_on:
                 assert acted_on[ip]["written"] != "previous-boot", acted_on[ip]
                 assert acted_on[ip]["outcome"] != "done", acted_on[ip]
+        # What the runtime will DEL itself, the reaper leaves to it: whole entries and their
+        # addresses. (An address with no entry at all is an orphan, whoever knows its sandbox.)
+        with_entries = {name.split("-")[1] for name in self.bytes_of}
+        kept = (self.known - self.damaged) & with_entries
+        now_deleted = {d.split(":", 1)[1] for d in deleted[self.deleted_before :]}
+        assert not kept & now_deleted, kept & now_deleted
+        for name, data in self.bytes_of.items():
+            if name.split("-")[1] in kept:
+                assert (self.node.results / name).read_bytes() == data, name
+        for ip, (_, container, data) in self.reserved_in.items():
+            if container in kept and data.startswith(container.encode()):
+                assert (self.node.root / STORE / ip).read_bytes() == data, ip
         if self.in_hypothesis:
             event(f"reservations acted on: {min(len(acted_on), 2)}")
+            event(f"node with runtime records: {self.records}")
+            forgotten = [
+                e for e in report["entries"] if e["content"] == "valid" and e["del"] is not None
+            ]
+            event(f"forgotten whole entries planned for a DEL: {bool(forgotten)}")
 
 
-def live_a_life(base: Path, story: list[dict[str, Any]], in_hypothesis: bool = False) -> None:
+def live_a_life(
+    base: Path, story: list[dict[str, Any]], in_hypothesis: bool = False, records: str = "none"
+) -> None:
     node = NodeTree(base / "node")
-    life = Life(node, base / "deletes", in_hypothesis=in_hypothesis)
+    life = Life(node, base / "deletes", in_hypothesis=in_hypothesis, records=records != "none")
+    if life.records:
+        life.keep_records()
     # DEL notes which boot asked for which container.
     boot_index = base / "boot"
     script = (
@@ -222,9 +288,11 @@ def live_a_life(base: Path, story: list[dict[str, Any]], in_hypothesis: bool = F
         if boot["unit_first"]:
             life.check(life.run("real", clock + 5))
         node.runtime_starts()
-        for how, data, mtime_error in boot["writes"]:
+        for how, data, mtime_error, known in boot["writes"]:
             old = [n for n in life.written_in if (node.results / n).exists()]
             name = old[0] if how == "rewrite" and old else life.new_name()
+            if known and name not in life.written_in:
+                life.runtime_knows(name)
             if how.startswith("reserve"):
                 life.reserve(name, data, start + 30 + mtime_error)
                 if how == "reserve-only":
@@ -257,13 +325,13 @@ def _boot_id(node: NodeTree) -> str:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(story=boots())
+@given(story=boots(), records=RECORDS)
 def test_nothing_written_in_this_boot_is_ever_touched(
-    story: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+    story: list[dict[str, Any]], records: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     if os.geteuid() != 0:
         cannot_run("needs root: real runs confine their plugins to the node's root")
-    live_a_life(tmp_path_factory.mktemp("life"), story, in_hypothesis=True)
+    live_a_life(tmp_path_factory.mktemp("life"), story, in_hypothesis=True, records=records)
 
 
 def test_a_life_in_which_the_earlier_boots_damage_is_repaired(tmp_path: Path) -> None:
@@ -276,7 +344,7 @@ def test_a_life_in_which_the_earlier_boots_damage_is_repaired(tmp_path: Path) ->
             "clock_error": 0.0,
             "wtmp": "true",
             "unit_first": True,
-            "writes": [("new", b"", 0.0)],
+            "writes": [("new", b"", 0.0, False)],
             "runs": [("dry", 0.0, 0.0)],
             "end": "crash",
             "damage_at_crash": [],
@@ -295,3 +363,29 @@ def test_a_life_in_which_the_earlier_boots_damage_is_repaired(tmp_path: Path) ->
     deletes = (tmp_path / "deletes").read_text().split()
     assert deletes == [f"1:{1:064x}"]
     assert not (tmp_path / "node/var/lib/cni/results" / f"m-{1:064x}-eth0").exists()
+
+
+def test_a_life_in_which_a_forgotten_sandbox_is_deleted_and_a_known_one_kept(
+    tmp_path: Path,
+) -> None:
+    """With runtime records on the node, the next boot's first run DELs the whole entry of a
+    sandbox they do not hold, with its address, and leaves the one they hold, and its address,
+    to the runtime: the new checks have something to check."""
+    if os.geteuid() != 0:
+        cannot_run("needs root: real runs confine their plugins to the node's root")
+    first = {
+        "clock_error": 0.0,
+        "wtmp": "true",
+        "unit_first": True,
+        "writes": [("reserve", OWNER, 0.0, False), ("reserve", OWNER, 0.0, True)],
+        "runs": [("dry", 0.0, 0.0)],
+        "end": "crash",
+        "damage_at_crash": [],
+    }
+    second = {**first, "writes": [], "end": "clean"}
+    live_a_life(tmp_path, [first, second], records="crio")
+    assert (tmp_path / "deletes").read_text().split() == [f"1:{1:064x}"]
+    results = tmp_path / "node/var/lib/cni/results"
+    assert sorted(p.name for p in results.iterdir()) == [f"m-{2:064x}-eth0"]
+    store = tmp_path / "node" / STORE
+    assert [p.read_bytes() for p in store.glob("10.*")] == [f"{2:064x}\r\neth0".encode()]

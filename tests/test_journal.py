@@ -108,7 +108,8 @@ def test_verbose_also_logs_kept_entries(
     recorder = Recorder()
     crashed.run(capsys, "-v", events=EventLog(send=recorder))
     kept = [r for r in recorder.sent if r.get("CNI_REAPER_EVENT") == "kept"]
-    assert [r["PRIORITY"] for r in kept] == ["6"]
+    assert [r["CNI_REAPER_ACTION"] for r in kept] == ["keep", *["keep-reservation"] * 2]
+    assert {r["PRIORITY"] for r in kept} == {"6"}
 
 
 def test_message_ids_never_change() -> None:

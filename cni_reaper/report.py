@@ -107,7 +107,13 @@ class Report:
 
     def add_reservation(self, doc: dict[str, Any]) -> None:
         self.reservations.append(doc)
+        done = doc.get("del")
         if doc["outcome"] == "failed":
+            self._failed = True
+        elif done and (done.get("config_problem") or done.get("ok") is False):
+            # Released into the quarantine all the same, but a DEL failed or could not run,
+            # as the exit codes say: the plugin or the config wants a look (a dry run says so
+            # of a DEL that will not run).
             self._failed = True
         elif doc["outcome"] == "skipped" and doc["action"] != "keep":
             # Left as it is: maybe in flight, or changed. One kept (shown with -v) is not.

@@ -489,6 +489,7 @@ def _pipeline(run: _Run) -> Report:
         run.sources,
         conf_dirs=paths.sourced_conf_dirs,
         bin_dirs=paths.sourced_bin_dirs,
+        runtime_paths=run.runtimes.all_paths,
     )
     run.made.append(report)
     stores = list(host_local.stores(run.configs, paths.root))

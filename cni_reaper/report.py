@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from cni_reaper import __version__
 from cni_reaper.boot import BootContext, iso
@@ -18,6 +18,9 @@ from cni_reaper.plan import Action
 from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.shutdown_marker import ShutdownState
+
+if TYPE_CHECKING:
+    from cni_reaper.runtime.config import LocatedPath
 
 SCHEMA_VERSION = 1
 
@@ -43,6 +46,7 @@ class Report:
         *,
         conf_dirs: Sequence[SourcedDir] = (),
         bin_dirs: Sequence[SourcedDir] = (),
+        runtime_paths: Sequence[LocatedPath] = (),
     ) -> None:
         self.boot = boot
         self.proof = proof
@@ -50,6 +54,8 @@ class Report:
         self.results_dir = results_dir
         self.conf_dirs = conf_dirs  # each with what named it: a flag, a runtime's config, ...
         self.bin_dirs = bin_dirs
+        # the runtimes' sockets, state dirs and roots, each with what named it
+        self.runtime_paths = runtime_paths
         self.warnings = warnings
         self.writer = writer
         self.entries = 0
@@ -157,6 +163,16 @@ class Report:
             "boot": boot,
             "warnings": list(self.warnings),
             "runtime_records": list(self.runtime_records),
+            "runtime_paths": [
+                {
+                    "runtime": p.runtime.value,
+                    "kind": p.kind.value,
+                    "path": p.path,
+                    "source": p.source,
+                    "in_effect": p.in_effect,
+                }
+                for p in self.runtime_paths
+            ],
         }
 
 
@@ -284,6 +300,10 @@ class TextWriter:
                     *(f"  conf dir {d.describe()}" for d in report.conf_dirs),
                     *(f"  plugin dir {d.describe()}" for d in report.bin_dirs),
                     *(f"  runtime records: {line}" for line in report.runtime_records),
+                    *(
+                        f"  runtime path: {p.describe()}"
+                        for p in (report.runtime_paths if self._verbose else ())
+                    ),
                     *(f"  warning: {warning}" for warning in report.warnings),
                 ]
             )

@@ -227,3 +227,23 @@ def test_an_id_only_reservation_whose_container_has_a_kept_entry_is_kept(
     assert report["host_local"] == []
     (pool,) = report["pools"]
     assert pool["left_by_owner"] == {"runtime": 1}
+
+
+def test_the_report_says_where_each_runtime_path_came_from(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = crashed.node.root / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('version = 2\nroot = "/data/containerd"\n[grpc]\naddress = "/run/ctr.sock"\n')
+    crashed.reboot()
+
+    _, report = crashed.run(capsys, "--dry-run")
+
+    paths = {(p["kind"], p["path"]): p for p in report["runtime_paths"]}
+    socket = paths[("socket", str(crashed.node.root / "run/ctr.sock"))]
+    assert (socket["runtime"], socket["in_effect"]) == ("containerd", True)
+    assert socket["source"] == f"{config}: [grpc] address"
+    root = paths[("persistent-root", str(crashed.node.root / "data/containerd"))]
+    assert root["source"] == f"{config}: root"
+    default = paths[("socket", str(crashed.node.root / "run/containerd/containerd.sock"))]
+    assert (default["source"], default["in_effect"]) == ("default", False)

@@ -36,6 +36,10 @@ FORGOTTEN = (
 class SandboxRecords(Protocol):
     """What the runtimes' own records say of a sandbox (runtime/inventory.py)."""
 
+    @property
+    def records_found(self) -> bool:
+        """Whether any runtime's records were found on the node at all."""
+
     def knows(self, sandbox_id: str) -> bool | None:
         """True: a runtime will know it after this boot and run its DEL; False: none will;
         None: the records cannot tell."""
@@ -103,6 +107,11 @@ class Planner:
         self._read_cached = read_cached
         self._cached_config_problem = cached_config_problem
         self._keep_reasons: dict[str, str] = {}  # by what the records say: most say the same
+        # With no runtime records on the node, the records say the same of every sandbox (they
+        # cannot tell): the reason every whole entry is kept for, said once.
+        self._none_known: str | None = None
+        if sandboxes is not None and not sandboxes.records_found:
+            self._none_known = f"{READABLE} ({sandboxes.describe('')})"
         self._network_cached_config = network_cached_config
         self._chains: dict[str, ChainResolution] = {}  # by network
 
@@ -124,6 +133,8 @@ class Planner:
         content = entry.verdict.content
         if content is Content.VALID or content is Content.LEGACY:  # what libcni can read
             if written.written is Written.PREVIOUS_BOOT and self._sandboxes is not None:
+                if self._none_known is not None:  # what the records say of all of them
+                    return PlannedEntry(entry, written, Action.KEEP, self._none_known)
                 return self._whole(entry, written)
             return PlannedEntry(entry, written, Action.KEEP, READABLE)
         if not content.is_corrupt:

@@ -21,7 +21,7 @@ from typing import Any
 from cni_reaper.budget import Budget
 from cni_reaper.host_local import read_owner, read_reservation
 from cni_reaper.parallel import in_parallel
-from cni_reaper.quarantine import FileChanged, Move, Quarantine, QuarantineError, sidecar
+from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled
 
@@ -151,6 +151,25 @@ def settle(
     yield from _quarantine(to_move, quarantine_dir, boot_id, now, tools.budget)
 
 
+# Reservations moved at once, their sidecars fsynced together (quarantine.py): one fsync per
+# file made 60,000 of them take 39 s.
+BATCH_FILES = 64
+
+
+def _move(s: Settled, dir_fd: int, now: float) -> Move:
+    """The move of one reservation out of its store: vetted as the inventory judged it."""
+    r = s.planned.reservation
+
+    def record(dest: str, sha256: str) -> dict[str, Any]:
+        return sidecar(s._replace(quarantined_to=dest).to_json(), sha256, now)
+
+    def vet(data: bytes) -> str | None:
+        found = read_owner(data)[0]
+        return None if found == r.content else f"now {found}, was {r.content}"
+
+    return Move(dir_fd, r.ip, r.file, record, vet)
+
+
 def _quarantine(
     settled: list[Settled], quarantine_dir: str, boot_id: str, now: float, budget: Budget
 ) -> Iterator[Settled]:
@@ -167,26 +186,24 @@ def _quarantine(
                 yield s._replace(outcome="failed", problem=f"cannot lock {store}: {e.strerror}")
             continue
         try:
-            for s in items:
-                r = s.planned.reservation
-
-                def record(dest: str, sha256: str, s: Settled = s) -> dict[str, Any]:
-                    return sidecar(s._replace(quarantined_to=dest).to_json(), sha256, now)
-
-                def vet(data: bytes, judged: str = r.content) -> str | None:
-                    found = read_owner(data)[0]
-                    return None if found == judged else f"now {found}, was {judged}"
-
-                try:
-                    dest = place.move(Move(lock.dir_fd, r.ip, r.file, record, vet))
-                except FileChanged as e:
-                    yield s._replace(
-                        outcome="skipped", problem=f"changed: {e}; left for the next run"
-                    )
-                except (QuarantineError, OSError) as e:
-                    yield s._replace(outcome="failed", problem=f"quarantine: {e.strerror or e}")
-                else:
-                    yield s._replace(quarantined_to=dest)
+            for start in range(0, len(items), BATCH_FILES):
+                batch = items[start : start + BATCH_FILES]
+                if budget.seconds_left() <= 0:
+                    # Bounded time: what is left stays reserved for the next run to release.
+                    why = f"not moved: the run's deadline ({budget.seconds:g} s) passed"
+                    for s in batch:
+                        yield s._replace(outcome="failed", problem=f"{why}; left for the next run")
+                    continue
+                moves = [_move(s, lock.dir_fd, now) for s in batch]
+                for s, dest in zip(batch, place.move_all(moves)):
+                    if isinstance(dest, FileChanged):
+                        problem = f"changed: {dest}; left for the next run"
+                        yield s._replace(outcome="skipped", problem=problem)
+                    elif isinstance(dest, OSError):
+                        problem = f"quarantine: {dest.strerror or dest}"
+                        yield s._replace(outcome="failed", problem=problem)
+                    else:
+                        yield s._replace(quarantined_to=dest)
         finally:
             place.close()
             lock.close()

@@ -247,3 +247,22 @@ def test_the_report_says_where_each_runtime_path_came_from(
     assert root["source"] == f"{config}: root"
     default = paths[("socket", str(crashed.node.root / "run/containerd/containerd.sock"))]
     assert (default["source"], default["in_effect"]) == ("default", False)
+
+
+def test_past_the_deadline_no_reservation_is_moved_and_the_run_says_so(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bounded time: the quarantine of a large store stops at --deadline; what is left stays
+    reserved for the next run, and the run ends 73."""
+    store = crashed.ipam / "hl"
+    store.mkdir(parents=True)
+    for n in range(2, 40):
+        (store / f"10.22.0.{n}").write_bytes(b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--deadline", "0.000001")
+
+    assert code == ExitCode.ACTION_FAILED
+    assert {r["outcome"] for r in report["host_local"]} == {"failed"}
+    assert all("deadline" in r["problem"] for r in report["host_local"])
+    assert len([p for p in store.iterdir() if p.name.startswith("10.")]) == 38

@@ -102,6 +102,9 @@ def test_btrfs_tree_log_replay() -> None:
     assert judged.verdict is Verdict.REPLAYED
     assert judged.evidence == "BTRFS info (device dm-0): start tree-log replay"
     assert judge_kernel_log(BTRFS_REPLAYED[:3], "dm-0", "btrfs").verdict is Verdict.CLEAN
+    # newer kernels add the file system's state inside the parentheses
+    stated = [line.replace("(device dm-0)", "(device dm-0 state M)") for line in BTRFS_REPLAYED]
+    assert judge_kernel_log(stated, "dm-0", "btrfs").verdict is Verdict.REPLAYED
 
 
 def test_a_type_without_a_replay_message_is_unknown() -> None:

@@ -81,7 +81,7 @@ _XFS = _Family(
 )
 _BTRFS = _Family(
     "btrfs",
-    re.compile(r"BTRFS \w+ \(device ([^)\s]+)\S*\): (.*)"),
+    re.compile(r"BTRFS \w+ \(device ([^)\s]+)[^)]*\): (.*)"),  # "(device sda1 state M)"
     (
         (re.compile(r"^first mount of filesystem"), _Kind.START),
         (re.compile(r"^start tree-log replay"), _Kind.REPLAY),
@@ -189,8 +189,8 @@ def _kmsg_records(path: str) -> Iterator[tuple[int, str]]:
             except OSError as e:
                 if e.errno == errno.EPIPE:  # overwritten while we read: the next one follows
                     continue
-                if e.errno == errno.EINVAL:  # a record longer than the buffer
-                    continue
+                # EINVAL: a record longer than the buffer, which the kernel does not skip.
+                # A log with a hole could hide the latest mount: no log at all is safer.
                 raise KernelLogUnreadable(f"{path}: {os.strerror(e.errno or 0)}") from e
             if not record:
                 return

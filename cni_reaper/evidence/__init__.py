@@ -1,0 +1,1 @@
+"""Boot evidence: the witnesses of which boot wrote what, and how each boot ended."""

@@ -1,0 +1,356 @@
+"""The file system's own crash record: was the results dir's file system replayed at mount?
+
+A journaling file system that was not unmounted cleanly replays its journal at the next mount,
+and the kernel says so in its log, naming the block device by its kernel name:
+
+- ext4 (also ext3 and a journaled ext2 mounted by the ext4 driver): `EXT4-fs (sda1): recovery
+  complete` before `EXT4-fs (sda1): mounted filesystem <uuid> r/w with ordered data mode...`;
+  a read-only mount that needs it says `INFO: recovery required on readonly filesystem`;
+- XFS: `XFS (sda1): Mounting V5 Filesystem <uuid>`, then `Starting recovery (logdev: internal)`
+  and `Ending recovery (logdev: internal)`, or `Ending clean mount`;
+- btrfs: `BTRFS info (device sda1): first mount of filesystem <uuid>`, then `start tree-log
+  replay` when the fsync log holds anything.
+
+A replay proves the file system holding the results dir was not unmounted cleanly, without
+reading any clock. The log is read from /dev/kmsg (this boot's ring buffer, from its start,
+non-blocking). The live kernel log and udev describe the running machine: under a --root other
+than `/`, the record names the device but gives no verdict.
+
+pyudev is imported only here, only when used; without it the kernel name comes from
+/sys/dev/block/<maj:min>/uevent and the record says so.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from enum import Enum
+from typing import NamedTuple
+
+KMSG = "/dev/kmsg"
+MOUNTINFO = "/proc/self/mountinfo"
+_MAX_RECORDS = 1 << 20  # the ring holds far fewer; a bound, so that a reader never spins
+
+
+class Verdict(str, Enum):
+    REPLAYED = "replayed"  # the journal was replayed at this boot's mount: not unmounted cleanly
+    CLEAN = "clean"  # this boot's mount was seen, without a replay
+    UNKNOWN = "unknown"
+
+
+class _Kind(Enum):
+    START = "start"  # a mount begins (XFS, btrfs)
+    MOUNTED = "mounted"  # a mount is done (ext4)
+    REPLAY = "replay"
+    CLEAN = "clean"  # the file system says outright that the mount was clean (XFS)
+    NO_JOURNAL = "no-journal"
+
+
+class _Family(NamedTuple):
+    name: str
+    prefix: re.Pattern[str]  # group 1: the kernel name of the device
+    events: tuple[tuple[re.Pattern[str], _Kind], ...]
+    starts_episode: bool  # the episode opens with START (XFS, btrfs) or closes with MOUNTED
+
+
+_EXT4 = _Family(
+    "ext4",
+    re.compile(r"EXT4-fs \(([^)\s]+)\): (.*)"),
+    (
+        (re.compile(r"^recovery complete"), _Kind.REPLAY),
+        (re.compile(r"^INFO: recovery required on readonly filesystem"), _Kind.REPLAY),
+        (re.compile(r"^mounted filesystem .*without journal"), _Kind.NO_JOURNAL),
+        (re.compile(r"^mounted filesystem"), _Kind.MOUNTED),
+    ),
+    starts_episode=False,
+)
+_XFS = _Family(
+    "xfs",
+    re.compile(r"XFS \(([^)\s]+)\): (.*)"),
+    (
+        (re.compile(r"^Mounting V\d+ [Ff]ilesystem"), _Kind.START),
+        (re.compile(r"^Starting recovery \(logdev: "), _Kind.REPLAY),
+        (re.compile(r"^Ending recovery \(logdev: "), _Kind.REPLAY),
+        (re.compile(r"^Ending clean mount"), _Kind.CLEAN),
+    ),
+    starts_episode=True,
+)
+_BTRFS = _Family(
+    "btrfs",
+    re.compile(r"BTRFS \w+ \(device ([^)\s]+)[^)]*\): (.*)"),  # "(device sda1 state M)"
+    (
+        (re.compile(r"^first mount of filesystem"), _Kind.START),
+        (re.compile(r"^start tree-log replay"), _Kind.REPLAY),
+    ),
+    starts_episode=True,
+)
+_FAMILIES = {"ext4": _EXT4, "ext3": _EXT4, "ext2": _EXT4, "xfs": _XFS, "btrfs": _BTRFS}
+
+
+class KernelLogVerdict(NamedTuple):
+    verdict: Verdict
+    evidence: str | None  # the kernel's line that decided it
+    detail: str
+
+
+class FsCrashRecord(NamedTuple):
+    path: str
+    device: str | None  # "major:minor" of the block device holding path
+    kernel_name: str | None  # "sda1", "loop0", "dm-0"
+    fs_type: str | None
+    device_source: str  # "pyudev", "sysfs" (pyudev missing or failed), or why neither
+    verdict: Verdict
+    evidence: str | None
+    detail: str
+
+    def to_json(self) -> dict[str, object]:
+        doc = self._asdict()
+        doc["verdict"] = self.verdict.value
+        return doc
+
+
+def judge_kernel_log(lines: Iterable[str], kernel_name: str, fs_type: str) -> KernelLogVerdict:
+    """What this boot's kernel log says of the latest mount of kernel_name as fs_type.
+
+    Only the latest mount counts: a loop device or a partition may be mounted several times in a
+    boot, and an earlier mount's replay says nothing of the file system mounted there now."""
+    family = _FAMILIES.get(fs_type)
+    if family is None:
+        return KernelLogVerdict(
+            Verdict.UNKNOWN, None, f"{fs_type}: no journal replay message known for this type"
+        )
+    episodes: list[list[tuple[_Kind, str]]] = []
+    current: list[tuple[_Kind, str]] = []
+    for line in lines:
+        found = family.prefix.search(line)
+        if found is None or found.group(1) != kernel_name:
+            continue
+        message = found.group(2)
+        kind = next((k for pattern, k in family.events if pattern.match(message)), None)
+        if kind is None:
+            continue
+        if family.starts_episode:
+            if kind is _Kind.START:
+                current = []
+                episodes.append(current)
+            elif not episodes:  # the mount's first line was lost: still this device's events
+                episodes.append(current)
+            current.append((kind, line))
+        else:
+            current.append((kind, line))
+            if kind in (_Kind.MOUNTED, _Kind.NO_JOURNAL):
+                episodes.append(current)
+                current = []
+    if not episodes:
+        return KernelLogVerdict(
+            Verdict.UNKNOWN, None, f"no {family.name} mount of {kernel_name} in this boot's log"
+        )
+    last = episodes[-1]
+    for kind, line in last:
+        if kind is _Kind.REPLAY:
+            return KernelLogVerdict(Verdict.REPLAYED, line, "the journal was replayed at mount")
+    if any(kind is _Kind.NO_JOURNAL for kind, _ in last):
+        return KernelLogVerdict(
+            Verdict.UNKNOWN, last[-1][1], "mounted without a journal: nothing to replay"
+        )
+    if family.starts_episode and last[0][0] is not _Kind.START:
+        return KernelLogVerdict(
+            Verdict.UNKNOWN, last[0][1], "the start of the latest mount is not in the log"
+        )
+    return KernelLogVerdict(Verdict.CLEAN, last[-1][1], "mounted this boot without a replay")
+
+
+class KernelLogUnreadable(Exception):
+    pass
+
+
+def read_kmsg(path: str = KMSG) -> Iterator[str]:
+    """This boot's kernel log, from the oldest record the ring still holds, without blocking:
+    the message text of each record (its dictionary lines left out)."""
+    for _seq, message in _kmsg_records(path):
+        yield message
+
+
+def _kmsg_records(path: str) -> Iterator[tuple[int, str]]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise KernelLogUnreadable(f"{path}: {os.strerror(e.errno or 0)}") from e
+    try:
+        for _ in range(_MAX_RECORDS):
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # overwritten while we read: the next one follows
+                    continue
+                # EINVAL: a record longer than the buffer, which the kernel does not skip.
+                # A log with a hole could hide the latest mount: no log at all is safer.
+                raise KernelLogUnreadable(f"{path}: {os.strerror(e.errno or 0)}") from e
+            if not record:
+                return
+            head, _, rest = record.decode("utf-8", "replace").partition(";")
+            fields = head.split(",")
+            try:
+                seq = int(fields[1])
+            except (IndexError, ValueError):
+                continue
+            yield seq, rest.split("\n", 1)[0]
+    finally:
+        os.close(fd)
+
+
+def _live_kernel_log() -> tuple[list[str], int | None]:
+    lines: list[str] = []
+    first: int | None = None
+    for seq, message in _kmsg_records(KMSG):
+        if first is None:
+            first = seq
+        lines.append(message)
+    return lines, first
+
+
+class _Mount(NamedTuple):
+    device: str  # major:minor as mountinfo gives it
+    mount_point: str
+    fs_type: str
+    source: str
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mounts(mountinfo: str) -> list[_Mount]:
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
+            text = f.read()
+    except OSError:
+        return []
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or len(tail) < 2:
+            continue
+        mounts.append(_Mount(fields[2], _unescape(fields[4]), tail[0], _unescape(tail[1])))
+    return mounts
+
+
+def _mount_of(path: str, st_dev: int, mountinfo: str) -> _Mount | None:
+    """The mount holding path: of those with its st_dev, the deepest mount point above it."""
+    want = f"{os.major(st_dev)}:{os.minor(st_dev)}"
+    real = os.path.realpath(path)
+    best: _Mount | None = None
+    for mount in _mounts(mountinfo):
+        if mount.device != want:
+            continue
+        point = mount.mount_point.rstrip("/") + "/"
+        if (real + "/").startswith(point) and (
+            best is None or len(point) > len(best.mount_point.rstrip("/") + "/")
+        ):
+            best = mount
+    return best
+
+
+def _block_device(st_dev: int, mount: _Mount | None) -> int | None:
+    """The block device behind st_dev: itself, or for an anonymous device (a btrfs subvolume,
+    major 0) the mount's source when that is a block device node."""
+    if os.major(st_dev) != 0:
+        return st_dev
+    if mount is None or not mount.source.startswith("/dev/"):
+        return None
+    try:
+        st = os.stat(mount.source)
+    except OSError:
+        return None
+    return st.st_rdev if stat.S_ISBLK(st.st_mode) else None
+
+
+def _udev_name(rdev: int) -> tuple[str | None, str | None, str]:
+    """The kernel name and udev's ID_FS_TYPE of a block device, from pyudev when it is there."""
+    try:
+        pyudev = importlib.import_module("pyudev")
+    except ImportError:
+        name = _sysfs_name(rdev)
+        return name, None, "sysfs (pyudev is not installed)"
+    try:
+        device = pyudev.Devices.from_device_number(pyudev.Context(), "block", rdev)
+        fs_type = device.properties.get("ID_FS_TYPE")
+        return str(device.sys_name), str(fs_type) if fs_type else None, "pyudev"
+    except Exception as e:  # pyudev raises its own errors and OSError; fall back to sysfs
+        return _sysfs_name(rdev), None, f"sysfs (pyudev failed: {type(e).__name__}: {e})"
+
+
+def _sysfs_name(rdev: int) -> str | None:
+    uevent = f"/sys/dev/block/{os.major(rdev)}:{os.minor(rdev)}/uevent"
+    try:
+        with open(uevent, encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.strip().partition("=")
+                if key == "DEVNAME" and value:
+                    return value
+    except OSError:
+        return None
+    return None
+
+
+def crash_record(
+    path: str,
+    *,
+    root: str = "/",
+    kernel_log: Callable[[], Iterable[str]] | None = None,
+    mountinfo: str = MOUNTINFO,
+) -> FsCrashRecord:
+    """What the file system holding path says of how it was last unmounted.
+
+    path is the results dir as this process sees it (already under root). kernel_log, for
+    tests, replaces /dev/kmsg; it is consulted only when root is "/"."""
+    try:
+        st_dev = os.stat(path).st_dev
+    except OSError as e:
+        return FsCrashRecord(
+            path, None, None, None, "none", Verdict.UNKNOWN, None, f"cannot stat: {e.strerror}"
+        )
+    mount = _mount_of(path, st_dev, mountinfo)
+    fs_type = mount.fs_type if mount is not None else None
+    rdev = _block_device(st_dev, mount)
+    device = f"{os.major(rdev)}:{os.minor(rdev)}" if rdev is not None else None
+
+    def unknown(source: str, name: str | None, detail: str) -> FsCrashRecord:
+        return FsCrashRecord(path, device, name, fs_type, source, Verdict.UNKNOWN, None, detail)
+
+    if os.path.realpath(root) != "/":
+        return unknown(
+            "none",
+            None,
+            f"root is {root}: the live kernel log and udev describe this machine, not the root's",
+        )
+    if rdev is None:
+        return unknown("none", None, f"{fs_type or 'the file system'} is on no block device")
+    name, udev_type, source = _udev_name(rdev)
+    fs_type = fs_type or udev_type
+    if name is None:
+        return unknown(source, None, f"no kernel name for block device {device}")
+    if fs_type is None:
+        return unknown(source, name, "file system type unknown (not in mountinfo)")
+    first_seq: int | None = None
+    try:
+        if kernel_log is not None:
+            lines: Iterable[str] = list(kernel_log())
+        else:
+            lines, first_seq = _live_kernel_log()
+    except KernelLogUnreadable as e:
+        return unknown(source, name, f"no kernel log: {e}")
+    judged = judge_kernel_log(lines, name, fs_type)
+    detail = judged.detail
+    if judged.verdict is Verdict.UNKNOWN and first_seq:
+        detail += f" (the ring buffer has rotated: its oldest record is number {first_seq})"
+    return FsCrashRecord(
+        path, device, name, fs_type, source, judged.verdict, judged.evidence, detail
+    )

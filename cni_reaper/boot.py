@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Callable, NamedTuple
 
-from cni_reaper import shutdown_marker, wtmp
+from cni_reaper.evidence import shutdown_marker, wtmp
+from cni_reaper.evidence.shutdown_marker import ShutdownEvidence, ShutdownState
 from cni_reaper.paths import NodePaths
-from cni_reaper.shutdown_marker import ShutdownEvidence, ShutdownState
 
 Clock = Callable[[], float]
 

@@ -12,12 +12,12 @@ from cni_reaper.boot import BootContext, iso
 from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable_lines
+from cni_reaper.evidence.shutdown_marker import ShutdownState
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import SourcedDir
 from cni_reaper.plan import Action
 from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import Proof
-from cni_reaper.shutdown_marker import ShutdownState
 
 if TYPE_CHECKING:
     from cni_reaper.runtime.config import LocatedPath

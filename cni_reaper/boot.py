@@ -1,4 +1,5 @@
-"""Which boot wrote a file: the boot list from wtmp, this boot's start, and the verdict per file.
+"""Which boot wrote a file: the boot list from wtmp or wtmpdb, this boot's start, and the verdict
+per file.
 
 Pitfalls this guards against are in shared/reference/boot-records.md sections 2, 4 and 5.
 """
@@ -15,9 +16,9 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Callable, NamedTuple
 
-from cni_reaper import shutdown_marker, wtmp
+from cni_reaper.evidence import shutdown_marker, wtmp, wtmpdb
+from cni_reaper.evidence.shutdown_marker import ShutdownEvidence, ShutdownState
 from cni_reaper.paths import NodePaths
-from cni_reaper.shutdown_marker import ShutdownEvidence, ShutdownState
 
 Clock = Callable[[], float]
 
@@ -47,6 +48,7 @@ class Boot(NamedTuple):
     last_record: float  # the newest record of any kind while this boot ran
     shutdown: float | None  # time of its shutdown record, if it wrote one
     end: BootEnd
+    source: str = "wtmp"  # the witness that named this boot: "wtmp" or "wtmpdb"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -55,6 +57,7 @@ class Boot(NamedTuple):
             "end": self.end.value,
             "shutdown": iso(self.shutdown) if self.shutdown is not None else None,
             "last_record": iso(self.last_record),
+            "source": self.source,
         }
 
 
@@ -76,6 +79,10 @@ class BootContext(NamedTuple):
     warnings: tuple[str, ...] = ()
     shutdown: ShutdownEvidence | None = None
     first: FirstReading | None = None  # what a first run of this boot keeps of this reading
+    # The boot records read, each "wtmp" or "wtmpdb" with what it said; the previous boots come
+    # from boots_source.
+    witnesses: tuple[tuple[str, str], ...] = ()
+    boots_source: str = "wtmp"
 
     @property
     def previous_boot(self) -> Boot | None:
@@ -110,6 +117,8 @@ class BootContext(NamedTuple):
             "previous_boot_crashed": self.previous_boot_crashed,
             "previous_boots": [b.to_json() for b in self.previous_boots],
             "shutdown_marker": self.shutdown.to_json() if self.shutdown else None,
+            "previous_boots_source": self.boots_source,
+            "boot_records": [{"source": s, "says": says} for s, says in self.witnesses],
             "warnings": list(self.warnings),
         }
 
@@ -153,16 +162,16 @@ class BootContext(NamedTuple):
                 writer = boot
         if writer is None:
             if self.previous_boots:
-                tail = "older than every boot in wtmp"
+                tail = f"older than every boot in {self.boots_source}"
             else:
-                tail = "wtmp names no earlier boot"
+                tail = f"{self.boots_source} names no earlier boot"
             return WrittenVerdict(Written.PREVIOUS_BOOT, f"{times}: {before_start}; {tail}")
         before = writer.last_record - when
         relation = f"{round(before)} s before" if before >= 0 else f"{round(-before)} s after"
         return WrittenVerdict(
             Written.PREVIOUS_BOOT,
             f"{times}: {before_start}; {_written_in(writer)}, {relation} that boot's last "
-            "wtmp record",
+            f"{writer.source} record",
             writer,
             round(before, 3),
         )
@@ -224,6 +233,44 @@ def boots_from_records(records: Sequence[wtmp.WtmpRecord]) -> list[Boot]:
     if start is not None:
         close(BootEnd.CLEAN if shutdown is not None else BootEnd.RUNNING)
     return boots
+
+
+def boots_from_wtmpdb(rows: Sequence[wtmpdb.WtmpdbRow]) -> list[Boot]:
+    """Each kernel boot row opens a boot; it ended cleanly iff the newest boot row of its
+    kernel (its own, or the last soft reboot's: the same kernel, the same boot here) has a
+    Logout, which only `wtmpdb shutdown` writes. Rows in insertion order, not by time."""
+    boots: list[Boot] = []
+    start: wtmpdb.WtmpdbRow | None = None
+    last = 0.0
+    shutdown: float | None = None
+
+    def close(end: BootEnd) -> None:
+        assert start is not None
+        boots.append(Boot(start.login, start.host, last, shutdown, end, "wtmpdb"))
+
+    for row in rows:
+        if row.is_boot:
+            if start is not None:
+                close(BootEnd.CLEAN if shutdown is not None else BootEnd.CRASHED)
+            start, last, shutdown = row, row.login, row.logout
+        elif start is not None:
+            last = max(last, row.login)
+            if row.is_soft_reboot:
+                shutdown = row.logout
+        if start is not None and row.logout is not None:
+            last = max(last, row.logout)
+    if start is not None:
+        close(BootEnd.CLEAN if shutdown is not None else BootEnd.RUNNING)
+    return boots
+
+
+def _says(boots: Sequence[Boot], found: bool) -> str:
+    if not found:
+        return "not found"
+    if not boots:
+        return "no boot records"
+    newest = boots[-1]
+    return f"{len(boots)} boot(s), the newest began {iso(newest.start)} ({newest.end.value})"
 
 
 def read_btime(proc_stat: str) -> float | None:
@@ -295,6 +342,26 @@ def load(
     now = clock()
     records, warnings = read_wtmp(paths.wtmp_files)
     boots = boots_from_records(records)
+    db_rows, db_read, db_warnings = wtmpdb.read(paths.root, paths.wtmpdb_node_path)
+    db_boots = boots_from_wtmpdb(db_rows)
+    witnesses = [
+        ("wtmp", _says(boots, bool(records) or not warnings)),
+        ("wtmpdb", _says(db_boots, bool(db_read))),
+    ]
+    source = "wtmp"
+    if db_read:
+        # wtmp's "not found" says nothing once wtmpdb speaks (Debian 13 writes only wtmpdb).
+        warnings = [w for w in warnings if not w.startswith("no wtmp at ")]
+    if not boots and db_boots:
+        boots, source = db_boots, "wtmpdb"
+    elif boots and db_boots:
+        if _agree(boots, db_boots):
+            source = "wtmp+wtmpdb"
+        else:
+            warnings.append(
+                "wtmp and wtmpdb disagree about the previous boot: wtmp's account is used"
+            )
+    warnings.extend(db_warnings)
     btime = read_btime(paths.proc_stat)
     if btime is None:
         warnings.append(f"no btime in {paths.proc_stat}")
@@ -313,19 +380,16 @@ def load(
             btime is not None and btime - margin <= last.start <= btime + MAX_USERSPACE_START_DELAY
         )
         if known or near_btime:
-            estimates.append((last.start, "wtmp boot record"))
+            estimates.append((last.start, f"{last.source} boot record"))
             boots = boots[:-1]
         elif btime is None:
-            estimates.append((last.start, "wtmp boot record, unchecked: no btime"))
+            estimates.append((last.start, f"{last.source} boot record, unchecked: no btime"))
             boots = boots[:-1]
-    current_start, source = min(estimates) if estimates else (None, "unknown")
+    current_start, start_source = min(estimates) if estimates else (None, "unknown")
 
     # A boot that was still open when this one began never shut down: it crashed.
     previous = tuple(
-        Boot(b.start, b.kernel, b.last_record, b.shutdown, BootEnd.CRASHED)
-        if b.end is BootEnd.RUNNING
-        else b
-        for b in boots
+        b._replace(end=BootEnd.CRASHED) if b.end is BootEnd.RUNNING else b for b in boots
     )
     if current_start is not None:
         previous = tuple(b for b in previous if b.start < current_start)
@@ -336,10 +400,21 @@ def load(
         now=now,
         btime=btime,
         current_start=current_start,
-        current_start_source=source,
+        current_start_source=start_source,
         previous_boots=previous,
         margin=margin,
         warnings=tuple(warnings),
         shutdown=shutdown_marker.read(paths, boot_id) if boot_id else None,
         first=FirstReading(btime, wtmp_boot),
+        witnesses=tuple(witnesses),
+        boots_source=source,
     )
+
+
+def _agree(wtmp_boots: Sequence[Boot], db_boots: Sequence[Boot]) -> bool:
+    """Whether the two say the same of the boot before the newest: both its end, and a start
+    within the few minutes between the kernel's start (wtmpdb) and PID 1's (wtmp)."""
+    if len(wtmp_boots) < 2 or len(db_boots) < 2:
+        return len(wtmp_boots) == len(db_boots)
+    a, b = wtmp_boots[-2], db_boots[-2]
+    return a.end is b.end and -DEFAULT_MARGIN <= a.start - b.start <= MAX_USERSPACE_START_DELAY

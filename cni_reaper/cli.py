@@ -21,11 +21,11 @@ from cni_reaper import (
     outcome,
     pool,
     pre_runtime,
-    shutdown_marker,
 )
 from cni_reaper.cache import CacheEntry
 from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
 from cni_reaper.escape import printable, printable_lines
+from cni_reaper.evidence import shutdown_marker
 from cni_reaper.journal import (
     Event,
     EventLog,

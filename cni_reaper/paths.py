@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from cni_reaper.evidence.wtmpdb import DEFAULT_PATH as DEFAULT_WTMPDB_PATH
 from cni_reaper.node_root import resolve_inside
 from cni_reaper.runtime.config import FALLBACK_BIN_DIRS, FALLBACK_CONF_DIRS, CniDir, CniDirs
 
@@ -42,6 +43,7 @@ class NodePaths(NamedTuple):
     proc_stat: str
     boot_id: str
     run_dir: str
+    wtmpdb_node_path: str = DEFAULT_WTMPDB_PATH  # as the node names it: read inside root
 
     @property
     def conf_dirs(self) -> tuple[str, ...]:

@@ -12,12 +12,12 @@ from cni_reaper.boot import BootContext, iso
 from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable_lines
+from cni_reaper.evidence.shutdown_marker import ShutdownState
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import SourcedDir
 from cni_reaper.plan import Action
 from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import Proof
-from cni_reaper.shutdown_marker import ShutdownState
 
 if TYPE_CHECKING:
     from cni_reaper.runtime.config import LocatedPath
@@ -366,11 +366,14 @@ def boot_line(boot: BootContext) -> str:
     source = ""
     if marker is not None and marker.state is not ShutdownState.UNKNOWN:
         source = f" (clean-shutdown marker: {marker.state.value} for boot {marker.boot_id})"
+    records = " or ".join(s for s, says in boot.witnesses if says != "not found") or "wtmp"
     if prev is None:
         if crashed is None:
-            return line + "; no earlier boot in wtmp"
+            return line + f"; no earlier boot in {records}"
         return line + f"; previous boot {ended}{source}"
-    return line + f"; previous boot began {iso(prev.start)} and {ended}{source}"
+    return (
+        line + f"; previous boot began {iso(prev.start)} ({boot.boots_source}) and {ended}{source}"
+    )
 
 
 def entry_lines(result: EntryResult, verbose: bool) -> list[str]:

@@ -55,7 +55,7 @@ from typing import Any
 
 from google.protobuf import any_pb2
 
-from cni_reaper import wtmp
+from cni_reaper.evidence import wtmp
 from cni_reaper.runtime import config, inventory
 from cni_reaper.runtime.bbolt import Bucket, Database
 from tests import pause_image

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast, get_args
 
-from cni_reaper import wtmp
+from cni_reaper.evidence import wtmp
 from tests import bolt_writer
 from tests.nodetree import PLUGIN_DIR, NodeTree
 from tests.private_node import bind, damage, reaper_command, unshare

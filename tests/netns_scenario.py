@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cni_reaper import wtmp
+from cni_reaper.evidence import wtmp
 from tests.libcni import add_network_list, reserved_ips
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree, bridge_conflist
 from tests.private_node import bind, damage, private_tmpfs, reaper_command, tree_digest

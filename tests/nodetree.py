@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cni_reaper import boot, pre_runtime, wtmp
+from cni_reaper import boot, pre_runtime
+from cni_reaper.evidence import wtmp
 from cni_reaper.paths import NodePaths
 
 PLUGIN_DIR = "/usr/lib/cni"

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from cni_reaper import wtmp
+from cni_reaper.evidence import wtmp
 from cni_reaper.runtime import config, inventory
 from cni_reaper.runtime.config import LocatedPath, PathKind, Runtime
 from tests import pause_image

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cni_reaper import boot, wtmp
+from cni_reaper import boot
 from cni_reaper.boot import BootEnd, Written
+from cni_reaper.evidence import wtmp
 from cni_reaper.paths import NodePaths
 from tests.nodetree import NodeTree
 

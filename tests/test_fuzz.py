@@ -15,15 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cni_reaper import cli, wtmp
+from cni_reaper import cli
 from cni_reaper.cache import split_name
 from cni_reaper.content import Content, classify
 from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable
+from cni_reaper.evidence import wtmp
+from cni_reaper.evidence.shutdown_marker import ShutdownEvidence
 from cni_reaper.netconf import ConfigError, parse_conf_bytes
 from cni_reaper.runtime.bbolt import BoltError, Bucket, Database
 from cni_reaper.runtime.inventory import _containerd_sandboxes
-from cni_reaper.shutdown_marker import ShutdownEvidence
 from tests.bolt_writer import containerd_sandbox, put, sandbox_metadata, write_db
 from tests.nodetree import CONTAINER_IDS, NodeTree, cache_entry_bytes
 

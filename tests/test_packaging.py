@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cni_reaper import __version__, wtmp
+from cni_reaper import __version__
+from cni_reaper.evidence import wtmp
 from tests.nodetree import NodeTree
 from tests.private_node import cannot_run, tree_digest, unshare
 
@@ -54,6 +55,8 @@ def test_deb_is_named_for_the_version_and_holds_the_layout(deb: Path) -> None:
         "./lib/systemd/system/crio.service.d/10-cni-reaper.conf",
         "./usr/share/man/man8/cni-reaper.8.gz",
         "./usr/lib/python3/dist-packages/cni_reaper/cli.py",
+        "./usr/lib/python3/dist-packages/cni_reaper/evidence/wtmp.py",
+        "./usr/lib/python3/dist-packages/cni_reaper/runtime/config.py",
         "./etc/cni-reaper/",
     ):
         assert f" {path}\n" in listing, path

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cni_reaper import boot, wtmp
+from cni_reaper import boot
 from cni_reaper.boot import BootEnd, Written, boots_from_records
+from cni_reaper.evidence import wtmp
 from cni_reaper.paths import NodePaths
 
 needs_utmpdump = pytest.mark.skipif(

@@ -57,6 +57,7 @@ from cni_reaper.runtime import liveness
 
 if TYPE_CHECKING:
     from cni_reaper.budget import Budget
+    from cni_reaper.evidence.fs_crash import FsCrashRecord
     from cni_reaper.plugin import PluginRunner
     from cni_reaper.replay import DelTools
     from cni_reaper.runtime.inventory import SandboxInventory
@@ -492,6 +493,7 @@ def _pipeline(run: _Run) -> Report:
         runtime_paths=run.runtimes.all_paths,
     )
     run.made.append(report)
+    report.file_system = _file_system_record(paths)
     stores = list(host_local.stores(run.configs, paths.root))
     # Every address reserved before any DEL: the pools' "before" (pool.py).
     reserved_before = {network: host_local.addresses(store) for network, store in stores}
@@ -624,6 +626,15 @@ def _pipeline(run: _Run) -> Report:
             quarantine.close()
         os.close(results_fd)
     return report
+
+
+def _file_system_record(paths: NodePaths) -> FsCrashRecord:
+    """What the file system holding the cache says of its last unmount: a journal replayed at
+    this boot's mount proves it was not unmounted cleanly, without a clock."""
+    from cni_reaper.evidence import fs_crash  # noqa: PLC0415 (udev and the kernel log)
+
+    held = paths.results_dir if os.path.isdir(paths.results_dir) else paths.cache_dir
+    return fs_crash.crash_record(held, root=paths.root)
 
 
 def _del_tools(run: _Run) -> DelTools:

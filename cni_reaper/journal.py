@@ -183,6 +183,9 @@ def summary_fields(report: Report) -> dict[str, str]:
         "CNI_REAPER_WTMP_PREVIOUS_BOOT": previous.end.value if previous else "none",
         "CNI_REAPER_DRY_RUN": "1" if report.dry_run else "0",
         "CNI_REAPER_ADDRESSES_RELEASED": str(released),
+        "CNI_REAPER_FS_JOURNAL": report.file_system.verdict.value
+        if report.file_system
+        else "unknown",
         "CNI_REAPER_ADDRESSES_LEFT": str(sum(p.left_total for p in report.pools)),
     }
     if pools:

@@ -20,6 +20,7 @@ from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import Proof
 
 if TYPE_CHECKING:
+    from cni_reaper.evidence.fs_crash import FsCrashRecord
     from cni_reaper.runtime.config import LocatedPath
 
 SCHEMA_VERSION = 1
@@ -68,6 +69,8 @@ class Report:
         # host-local's: those acted on or left alone (with -v, those kept too)
         self.reservations: list[dict[str, Any]] = []
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
+        # what the file system holding the cache says of its last unmount (evidence/fs_crash.py)
+        self.file_system: FsCrashRecord | None = None
         # what the runtimes' own records say of the sandboxes they will know
         self.runtime_records = runtime_records if runtime_records is not None else []
 
@@ -163,6 +166,7 @@ class Report:
             "boot": boot,
             "warnings": list(self.warnings),
             "runtime_records": list(self.runtime_records),
+            "file_system": self.file_system.to_json() if self.file_system else None,
             "runtime_paths": [
                 {
                     "runtime": p.runtime.value,
@@ -300,6 +304,7 @@ class TextWriter:
                     *(f"  conf dir {d.describe()}" for d in report.conf_dirs),
                     *(f"  plugin dir {d.describe()}" for d in report.bin_dirs),
                     *(f"  runtime records: {line}" for line in report.runtime_records),
+                    *([file_system_line(report.file_system)] if report.file_system else []),
                     *(
                         f"  runtime path: {p.describe()}"
                         for p in (report.runtime_paths if self._verbose else ())
@@ -345,6 +350,12 @@ class TextWriter:
             f"summary: {s['entries']} entries ({counts}); {actions}; exit {s['exit_code']}"
         )
         self._write(lines)
+
+
+def file_system_line(record: FsCrashRecord) -> str:
+    device = " ".join(x for x in (record.kernel_name, record.fs_type) if x) or record.path
+    said = record.evidence or record.detail
+    return f"  file system {device}: {record.verdict.value} ({said})"
 
 
 def pool_line(p: PoolHealth) -> str:

@@ -266,3 +266,17 @@ def test_past_the_deadline_no_reservation_is_moved_and_the_run_says_so(
     assert {r["outcome"] for r in report["host_local"]} == {"failed"}
     assert all("deadline" in r["problem"] for r in report["host_local"])
     assert len([p for p in store.iterdir() if p.name.startswith("10.")]) == 38
+
+
+def test_under_root_the_file_system_witness_says_it_cannot_speak_for_the_root(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The live kernel log and udev describe this machine: under --root the file system's
+    crash record is not consulted, and the report says why (evidence/fs_crash.py)."""
+    crashed.reboot()
+
+    _, report = crashed.run(capsys, "--dry-run")
+
+    record = report["file_system"]
+    assert record["verdict"] == "unknown"
+    assert "describe this machine, not the root's" in record["detail"]

@@ -311,6 +311,17 @@ def crash_record(
 
     path is the results dir as this process sees it (already under root). kernel_log, for
     tests, replaces /dev/kmsg; it is consulted only when root is "/"."""
+    if os.path.realpath(root) != "/":
+        return FsCrashRecord(
+            path,
+            None,
+            None,
+            None,
+            "none",
+            Verdict.UNKNOWN,
+            None,
+            f"root is {root}: the live kernel log and udev describe this machine, not the root's",
+        )
     try:
         st_dev = os.stat(path).st_dev
     except OSError as e:
@@ -325,12 +336,6 @@ def crash_record(
     def unknown(source: str, name: str | None, detail: str) -> FsCrashRecord:
         return FsCrashRecord(path, device, name, fs_type, source, Verdict.UNKNOWN, None, detail)
 
-    if os.path.realpath(root) != "/":
-        return unknown(
-            "none",
-            None,
-            f"root is {root}: the live kernel log and udev describe this machine, not the root's",
-        )
     if rdev is None:
         return unknown("none", None, f"{fs_type or 'the file system'} is on no block device")
     name, udev_type, source = _udev_name(rdev)

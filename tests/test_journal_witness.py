@@ -6,6 +6,7 @@ cut short by its deadline."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,13 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from cni_reaper import boot
 from cni_reaper.evidence import journal
+from cni_reaper.paths import NodePaths
+from tests.nodetree import NodeTree
 from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent
 CRASHED = "0a0a0a0a-1111-4222-8333-444444444444"
 CLEAN = "0b0b0b0b-1111-4222-8333-444444444444"
 CURRENT = "11111111-2222-3333-4444-555555555555"  # NodeTree's boot id
+T = 1_790_000_000.0
 
 
 def compact(boot_id: str) -> str:
@@ -133,3 +138,30 @@ def test_without_systemd_python_the_witness_says_so(
     monkeypatch.setattr("cni_reaper.evidence.journal.importlib.import_module", missing)
     w = journal.read(str(tmp_path), CURRENT)
     assert (w.consulted, w.says) == (False, "not read: systemd-python not installed")
+
+
+def test_load_reports_the_roots_journal_and_decides_nothing_from_it(
+    tmp_path: Path, journal_dir: Path
+) -> None:
+    """Under --root the root's journal is read; the previous boot's verdict is still wtmp's."""
+    node = NodeTree(tmp_path)
+    node.boot(T)
+    node.shutdown(T + 500)
+    node.boot(T + 1010)
+    node.write_boot_world(btime=T + 1000, boot_id=CURRENT)
+    shutil.copytree(journal_dir, tmp_path / "var/log/journal")
+    ctx = boot.load(NodePaths.build(root=str(tmp_path)), lambda: T + 1100)
+
+    says = dict(ctx.witnesses)["journal"]
+    assert f"the previous boot {compact(CLEAN)}" in says
+    assert ctx.journal is not None and ctx.journal.previous_boot_crashed is False
+    shown = ctx.to_json()
+    assert {"source": "journal", "says": says} in shown["boot_records"]  # type: ignore[operator]
+    assert shown["journal"]["previous_boot"]["ended"] == "clean"  # type: ignore[index]
+    assert ctx.boots_source == "wtmp" and ctx.previous_boot_crashed is False
+
+    # A root without a journal: the witness says so, and the rest reads as before.
+    shutil.rmtree(tmp_path / "var/log/journal")
+    ctx = boot.load(NodePaths.build(root=str(tmp_path)), lambda: T + 1100)
+    assert dict(ctx.witnesses)["journal"].startswith("skipped: no persistent journal at ")
+    assert ctx.journal is None and ctx.to_json()["journal"] is None

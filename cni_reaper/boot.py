@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Callable, NamedTuple
 
+from cni_reaper.evidence import journal as journal_witness
 from cni_reaper.evidence import shutdown_marker, wtmp, wtmpdb
+from cni_reaper.evidence.journal import JournalWitness
 from cni_reaper.evidence.shutdown_marker import ShutdownEvidence, ShutdownState
 from cni_reaper.paths import NodePaths
 
@@ -79,10 +81,11 @@ class BootContext(NamedTuple):
     warnings: tuple[str, ...] = ()
     shutdown: ShutdownEvidence | None = None
     first: FirstReading | None = None  # what a first run of this boot keeps of this reading
-    # The boot records read, each "wtmp" or "wtmpdb" with what it said; the previous boots come
-    # from boots_source.
+    # The boot records read, each "wtmp", "wtmpdb" or "journal" with what it said; the previous
+    # boots come from boots_source. The journal only describes: it names no previous boot here.
     witnesses: tuple[tuple[str, str], ...] = ()
     boots_source: str = "wtmp"
+    journal: JournalWitness | None = None  # the journal's boot list, when it was consulted
 
     @property
     def previous_boot(self) -> Boot | None:
@@ -119,6 +122,7 @@ class BootContext(NamedTuple):
             "shutdown_marker": self.shutdown.to_json() if self.shutdown else None,
             "previous_boots_source": self.boots_source,
             "boot_records": [{"source": s, "says": says} for s, says in self.witnesses],
+            "journal": self.journal.to_json() if self.journal else None,
             "warnings": list(self.warnings),
         }
 
@@ -362,6 +366,11 @@ def load(
                 "wtmp and wtmpdb disagree about the previous boot: wtmp's account is used"
             )
     warnings.extend(db_warnings)
+    boot_id = read_boot_id(paths.boot_id)
+    # The journal: a witness beside the others, read in bounded time; it decides nothing.
+    journal = journal_witness.read(paths.root, boot_id)
+    witnesses.append(("journal", journal.says))
+    warnings.extend(f"journal: {w}" for w in journal.warnings)
     btime = read_btime(paths.proc_stat)
     if btime is None:
         warnings.append(f"no btime in {paths.proc_stat}")
@@ -393,7 +402,6 @@ def load(
     )
     if current_start is not None:
         previous = tuple(b for b in previous if b.start < current_start)
-    boot_id = read_boot_id(paths.boot_id)
     wtmp_boot = next((start for start, src in estimates if src.startswith("wtmp")), None)
     return BootContext(
         boot_id=boot_id,
@@ -408,6 +416,7 @@ def load(
         first=FirstReading(btime, wtmp_boot),
         witnesses=tuple(witnesses),
         boots_source=source,
+        journal=journal if journal.consulted else None,
     )
 
 

@@ -377,14 +377,28 @@ def boot_line(boot: BootContext) -> str:
     source = ""
     if marker is not None and marker.state is not ShutdownState.UNKNOWN:
         source = f" (clean-shutdown marker: {marker.state.value} for boot {marker.boot_id})"
-    records = " or ".join(s for s, says in boot.witnesses if says != "not found") or "wtmp"
+    # Only the boot records name previous boots; the journal describes them.
+    records = (
+        " or ".join(
+            s for s, says in boot.witnesses if says != "not found" and s in ("wtmp", "wtmpdb")
+        )
+        or "wtmp"
+    )
     if prev is None:
         if crashed is None:
             return line + f"; no earlier boot in {records}"
         return line + f"; previous boot {ended}{source}"
     return (
         line + f"; previous boot began {iso(prev.start)} ({boot.boots_source}) and {ended}{source}"
-    )
+    ) + _journal_says(boot)
+
+
+def _journal_says(boot: BootContext) -> str:
+    """What the journal says of the previous boot, when it was consulted."""
+    journal = boot.journal
+    if journal is None or not journal.consulted or journal.previous is None:
+        return ""
+    return f"; the journal says it {journal.previous.ended}"
 
 
 def entry_lines(result: EntryResult, verbose: bool) -> list[str]:

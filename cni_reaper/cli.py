@@ -41,8 +41,8 @@ from cni_reaper.node_root import canonical as node_path
 from cni_reaper.notify import Notifier
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import NodePaths
-from cni_reaper.plan import Action, PlannedEntry, Planner, cached_config, held_until, why_alive
-from cni_reaper.plugin import PluginDirs, vet_plugin_dirs
+from cni_reaper.plan import Action, PlannedEntry, Planner, cached_netlist, held_until, why_alive
+from cni_reaper.plugin import ChainCache, PluginDirs, vet_plugin_dirs
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
 from cni_reaper.reservations import (
     EntryFate,
@@ -498,6 +498,7 @@ def _pipeline(run: _Run) -> Report:
     # Every address reserved before any DEL: the pools' "before" (pool.py).
     reserved_before = {network: host_local.addresses(store) for network, store in stores}
     fates = EntryFates()  # what became of each entry; told of the results dir once it is open
+    chains = ChainCache(run.plugin_dirs)  # each config's plugins, resolved once for every DEL
     cached_configs = _CachedConfigs(run)
 
     def ready() -> str | None:
@@ -531,6 +532,7 @@ def _pipeline(run: _Run) -> Report:
             reserved_before,
             fates,
             cached_configs,
+            chains,
             report,
             # a peer deleted the dir: every reservation is an orphan, but what is alive
             # stays so
@@ -556,7 +558,7 @@ def _pipeline(run: _Run) -> Report:
             run.configs,
             proof,
             paths.results_dir,
-            run.plugin_dirs,
+            chains,
             _live_containers(run),
             del_problems,
             sandboxes=sandboxes,
@@ -616,6 +618,7 @@ def _pipeline(run: _Run) -> Report:
             reserved_before,
             fates,
             cached_configs,
+            chains,
             report,
             planner.alive,
             pins,
@@ -725,17 +728,15 @@ class _CachedConfigs:
                 cached = cache.read_cached(self.results_fd, entry)
                 if isinstance(cached, str) or cached.config is None:
                     continue
-                try:
-                    netlist = cached_config(cached.config, entry.name)
-                except netconf.ConfigError as e:
-                    problem = f"no config for network {network!r}; the one {entry.name} cached: {e}"
-                    continue
-                if netlist.name != network:
-                    problem = f"the config cached for network {network!r} names {netlist.name!r}"
-                    continue
-                return netlist, host_local.cached_config_problem(
-                    netlist, run.configs, run.paths.root
+                netlist, why_not = cached_netlist(
+                    cached.config,
+                    entry.name,
+                    network,
+                    lambda n: host_local.cached_config_problem(n, run.configs, run.paths.root),
                 )
+                if netlist is not None:
+                    return netlist, why_not
+                problem = why_not or problem
         except OSError as e:
             return None, f"{problem}: {e.strerror}"
         return None, problem
@@ -759,6 +760,7 @@ def _reservations(
     reserved_before: Mapping[str, list[str]],
     fates: EntryFates,
     cached_configs: Callable[[str], tuple[netconf.NetworkList | None, str | None]],
+    chains: ChainCache,
     report: Report,
     alive: Callable[[str], str | None] | None = None,
     pins: frozenset[str] | str = frozenset(),
@@ -785,7 +787,7 @@ def _reservations(
         fates,
         owner_alive,
         config_for,
-        run.plugin_dirs,
+        chains,
         del_problems or {},
         args.dry_run,
     )

@@ -21,7 +21,7 @@ from cni_reaper.netconf import (
     builtin_loopback,
     parse_conf_bytes,
 )
-from cni_reaper.plugin import ChainResolution, PluginDirs, resolve_chain
+from cni_reaper.plugin import ChainCache, ChainResolution
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.prev_result import Unconvertible, convert
 
@@ -86,7 +86,7 @@ class Planner:
         configs: NetworkConfigs,
         proof: Proof,
         results_dir: str,
-        plugin_dirs: PluginDirs,
+        chains: ChainCache,  # every plugin a DEL through a config runs, resolved once per run
         live_containers: frozenset[str] | str,  # or why they cannot be known
         del_problems: Mapping[str, str] | None = None,  # network -> why no DEL of it may run
         sandboxes: SandboxRecords | None = None,  # None: whole entries are all kept
@@ -100,7 +100,6 @@ class Planner:
         self._configs = configs
         self._proof = proof
         self._results_dir = results_dir
-        self._plugin_dirs = plugin_dirs
         self._live = live_containers
         self._del_problems = del_problems or {}
         self._sandboxes = sandboxes
@@ -113,13 +112,7 @@ class Planner:
         if sandboxes is not None and not sandboxes.records_found:
             self._none_known = f"{READABLE} ({sandboxes.describe('')})"
         self._network_cached_config = network_cached_config
-        self._chains: dict[str, ChainResolution] = {}  # by network
-
-    def _chain(self, netlist: NetworkList) -> ChainResolution:
-        chain = self._chains.get(netlist.name)
-        if chain is None:
-            chain = self._chains[netlist.name] = resolve_chain(netlist, self._plugin_dirs)
-        return chain
+        self._chain = chains
 
     def alive(self, container_id: str) -> str | None:
         """Why this container's attachments may be alive, if they may."""
@@ -225,16 +218,9 @@ class Planner:
             netlist = builtin_loopback()
         problem: str | None = None
         if netlist is None and cached.config is not None:
-            try:
-                netlist = cached_config(cached.config, entry.name)
-            except ConfigError as e:
-                problem = f"no config for network {network!r} in the conf dirs; the cached one: {e}"
-            else:
-                if netlist.name != network:
-                    problem = f"its cached config names network {netlist.name!r}"
-                    netlist = None
-                elif self._cached_config_problem is not None:
-                    problem = self._cached_config_problem(netlist)
+            netlist, problem = cached_netlist(
+                cached.config, entry.name, network, self._cached_config_problem
+            )
         reason = f"{FORGOTTEN} ({self._sandboxes.describe(split.container_id)})"
         chain = None
         prev_result = None
@@ -273,7 +259,7 @@ def why_alive(live_containers: frozenset[str] | str, container_id: str) -> str |
     return None
 
 
-def cached_config(config: bytes, entry_name: str) -> NetworkList:
+def _parse_cached_config(config: bytes, entry_name: str) -> NetworkList:
     """The config an entry cached: the conflist ADD ran with (AddNetworkList), or a single
     plugin's conf (AddNetwork)."""
     try:
@@ -282,6 +268,24 @@ def cached_config(config: bytes, entry_name: str) -> NetworkList:
         raise ConfigError(f"not JSON: {e}") from None
     single = isinstance(doc, dict) and "plugins" not in doc
     return parse_conf_bytes(config, f"the config cached in {entry_name}", single_plugin=single)
+
+
+def cached_netlist(
+    config: bytes,
+    entry_name: str,
+    network: str,
+    problem_of: Callable[[NetworkList], str | None] | None = None,
+) -> tuple[NetworkList | None, str | None]:
+    """The config an entry cached, for a DEL of network that no conf dir names: None with why
+    when it does not parse or names another network; else with what problem_of finds against
+    running it here (host_local.cached_config_problem)."""
+    try:
+        netlist = _parse_cached_config(config, entry_name)
+    except ConfigError as e:
+        return None, f"no config for network {network!r} in the conf dirs; {entry_name}'s: {e}"
+    if netlist.name != network:
+        return None, f"the config {entry_name} cached names network {netlist.name!r}"
+    return netlist, problem_of(netlist) if problem_of is not None else None
 
 
 def held_until(

@@ -412,3 +412,19 @@ def error_from_run(kind: str, run: PluginRun, timeout: float) -> PluginError | N
     stderr = run.stderr.decode("utf-8", "replace").strip()
     msg = f"netplugin failed: {stderr!r}" if stderr else "netplugin failed with no error message"
     return PluginError(kind, msg, exit_status=run.exit_status)
+
+
+class ChainCache:
+    """Each config's chain resolved once per run, for every path that DELs through it (damaged
+    and forgotten entries, orphaned reservations). Kept by the config itself: two configs of
+    one name (the conf dirs', and one an entry cached) may name different plugins."""
+
+    def __init__(self, plugin_dirs: PluginDirs) -> None:
+        self.plugin_dirs = plugin_dirs
+        self._chains: dict[int, tuple[NetworkList, ChainResolution]] = {}
+
+    def __call__(self, netlist: NetworkList) -> ChainResolution:
+        held = self._chains.get(id(netlist))
+        if held is None or held[0] is not netlist:
+            held = self._chains[id(netlist)] = (netlist, resolve_chain(netlist, self.plugin_dirs))
+        return held[1]

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from cni_reaper.boot import Written, iso
 from cni_reaper.host_local import DEFAULT_IFNAME, Reservation
 from cni_reaper.netconf import NetworkList
-from cni_reaper.plugin import ChainResolution, PluginDirs, resolve_chain
+from cni_reaper.plugin import ChainCache, ChainResolution
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
@@ -174,17 +174,16 @@ class ReservationPlanner:
         fates: EntryFates,
         alive: Callable[[str], str | None],
         config_for: Callable[[str], tuple[NetworkList | None, str | None]],
-        plugin_dirs: PluginDirs,
+        chains: ChainCache,
         del_problems: Mapping[str, str],
         dry_run: bool = False,
     ) -> None:
         self._fates = fates
         self._alive = alive
         self._config_for = config_for
-        self._plugin_dirs = plugin_dirs
+        self._chain = chains
         self._del_problems = del_problems
         self._dry_run = dry_run
-        self._chains: dict[str, ChainResolution] = {}
 
     def __call__(self, r: Reservation) -> PlannedReservation:
         plan = PlannedReservation
@@ -223,9 +222,7 @@ class ReservationPlanner:
         if netlist is not None:
             problem = problem or self._del_problems.get(r.network) or netlist.version_problem
             if problem is None:
-                chain = self._chains.get(netlist.name)
-                if chain is None:
-                    chain = self._chains[netlist.name] = resolve_chain(netlist, self._plugin_dirs)
+                chain = self._chain(netlist)
                 problem = chain.problem
         reason = "an orphan: no results entry for it, so no runtime will ever DEL it"
         if problem is not None:

@@ -21,7 +21,7 @@ wrote (pre_runtime.py), whose owner nothing shows alive.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -237,9 +237,3 @@ class ReservationPlanner:
             problem,
             ifname or r.owner.ifname or DEFAULT_IFNAME,
         )
-
-
-def plan(
-    reservations: Iterable[Reservation], planner: ReservationPlanner
-) -> Iterator[PlannedReservation]:
-    return map(planner, reservations)

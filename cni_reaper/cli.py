@@ -493,7 +493,7 @@ def _pipeline(run: _Run) -> Report:
         runtime_paths=run.runtimes.all_paths,
     )
     run.made.append(report)
-    report.file_system = _file_system_record(paths)
+    report.file_system = _file_system_record(paths, boot_ctx.boot_id)
     stores = list(host_local.stores(run.configs, paths.root))
     # Every address reserved before any DEL: the pools' "before" (pool.py).
     reserved_before = {network: host_local.addresses(store) for network, store in stores}
@@ -631,13 +631,13 @@ def _pipeline(run: _Run) -> Report:
     return report
 
 
-def _file_system_record(paths: NodePaths) -> FsCrashRecord:
+def _file_system_record(paths: NodePaths, boot_id: str) -> FsCrashRecord:
     """What the file system holding the cache says of its last unmount: a journal replayed at
     this boot's mount proves it was not unmounted cleanly, without a clock."""
     from cni_reaper.evidence import fs_crash  # noqa: PLC0415 (udev and the kernel log)
 
     held = paths.results_dir if os.path.isdir(paths.results_dir) else paths.cache_dir
-    return fs_crash.crash_record(held, root=paths.root)
+    return fs_crash.crash_record(held, root=paths.root, boot_id=boot_id)
 
 
 def _del_tools(run: _Run) -> DelTools:

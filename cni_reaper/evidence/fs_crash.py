@@ -13,8 +13,11 @@ and the kernel says so in its log, naming the block device by its kernel name:
 
 A replay proves the file system holding the results dir was not unmounted cleanly, without
 reading any clock. The log is read from /dev/kmsg (this boot's ring buffer, from its start,
-non-blocking). The live kernel log and udev describe the running machine: under a --root other
-than `/`, the record names the device but gives no verdict.
+non-blocking); where that cannot be read (the unit's PrivateDevices= and ProtectKernelLogs= hide
+it) or no longer holds the mount (the ring has rotated), from this boot's kernel messages as
+journald keeps them (_TRANSPORT=kernel), with systemd-python, in bounded time. The live kernel
+log and udev describe the running machine: under a --root other than `/`, the record names no
+device and gives no verdict.
 
 pyudev is imported only here, only when used; without it the kernel name comes from
 /sys/dev/block/<maj:min>/uevent and the record says so.
@@ -27,6 +30,7 @@ import importlib
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import NamedTuple
@@ -34,6 +38,12 @@ from typing import NamedTuple
 KMSG = "/dev/kmsg"
 MOUNTINFO = "/proc/self/mountinfo"
 _MAX_RECORDS = 1 << 20  # the ring holds far fewer; a bound, so that a reader never spins
+# This boot's kernel messages in the journal: read in at most this many seconds, at most this
+# many entries (a boot's kernel log is a few thousand; a bound, not a target).
+JOURNAL_DEADLINE = 1.0
+_MAX_JOURNAL_ENTRIES = 200_000
+# Only lines that can name a mount are kept: the families' prefixes, as plain text.
+_MOUNT_TEXT = ("EXT4-fs (", "XFS (", "BTRFS ")
 
 
 class Verdict(str, Enum):
@@ -106,6 +116,7 @@ class FsCrashRecord(NamedTuple):
     verdict: Verdict
     evidence: str | None
     detail: str
+    log: str | None = None  # the kernel log that decided: "kmsg" or "journal"
 
     def to_json(self) -> dict[str, object]:
         doc = self._asdict()
@@ -205,14 +216,65 @@ def _kmsg_records(path: str) -> Iterator[tuple[int, str]]:
         os.close(fd)
 
 
-def _live_kernel_log() -> tuple[list[str], int | None]:
+def _kmsg_log(path: str) -> tuple[list[str], str]:
+    """The ring's lines, and a note when it has rotated (an early mount may be gone)."""
     lines: list[str] = []
     first: int | None = None
-    for seq, message in _kmsg_records(KMSG):
+    for seq, message in _kmsg_records(path):
         if first is None:
             first = seq
         lines.append(message)
-    return lines, first
+    rotated = f" (the ring buffer has rotated: its oldest record is number {first})"
+    return lines, rotated if first else ""
+
+
+def journal_kernel_log(
+    boot_id: str,
+    *,
+    directory: str | None = None,
+    deadline: float = JOURNAL_DEADLINE,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[str]:
+    """This boot's kernel messages that can name a mount, as journald stored them: from the
+    machine's journal (runtime and persistent), or from directory (tests). Raises
+    KernelLogUnreadable when it cannot be read in full in time."""
+    wanted = boot_id.replace("-", "")
+    if len(wanted) != 32:
+        raise KernelLogUnreadable("journal: no boot id to select this boot's entries by")
+    try:
+        # By name: the source tree's systemd/ unit dir would otherwise pass for the package.
+        sd_journal = importlib.import_module("systemd.journal")
+    except ImportError:
+        raise KernelLogUnreadable("journal: systemd-python not installed") from None
+    started = clock()
+    try:
+        if directory is not None:
+            reader = sd_journal.Reader(path=directory)
+        else:
+            reader = sd_journal.Reader(flags=sd_journal.LOCAL_ONLY | sd_journal.SYSTEM_ONLY)
+    except (OSError, ValueError) as e:
+        raise KernelLogUnreadable(f"journal: cannot open it: {e}") from None
+    lines: list[str] = []
+    try:
+        reader.this_boot(wanted)
+        reader.add_match(_TRANSPORT="kernel")
+        for n in range(_MAX_JOURNAL_ENTRIES + 1):
+            if n == _MAX_JOURNAL_ENTRIES or (n % 256 == 0 and clock() - started > deadline):
+                late = f"journal: this boot's kernel log not read in {deadline} s"
+                raise KernelLogUnreadable(late)
+            entry = reader.get_next()
+            if not entry:
+                return lines
+            message = entry.get("MESSAGE")
+            if isinstance(message, bytes):
+                message = message.decode("utf-8", "replace")
+            if isinstance(message, str) and any(t in message for t in _MOUNT_TEXT):
+                lines.append(message)
+    except OSError as e:
+        raise KernelLogUnreadable(f"journal: {e}") from None
+    finally:
+        reader.close()
+    return lines
 
 
 class _Mount(NamedTuple):
@@ -304,13 +366,18 @@ def crash_record(
     path: str,
     *,
     root: str = "/",
+    boot_id: str = "",
     kernel_log: Callable[[], Iterable[str]] | None = None,
     mountinfo: str = MOUNTINFO,
+    kmsg: str = KMSG,
+    journal_dir: str | None = None,
 ) -> FsCrashRecord:
     """What the file system holding path says of how it was last unmounted.
 
-    path is the results dir as this process sees it (already under root). kernel_log, for
-    tests, replaces /dev/kmsg; it is consulted only when root is "/"."""
+    path is the results dir as this process sees it (already under root). The kernel log is
+    consulted only when root is "/": kmsg first, then this boot's (boot_id) kernel messages in
+    the journal. kernel_log, for tests, replaces both; kmsg and journal_dir point them
+    elsewhere."""
     if os.path.realpath(root) != "/":
         return FsCrashRecord(
             path,
@@ -320,7 +387,8 @@ def crash_record(
             "none",
             Verdict.UNKNOWN,
             None,
-            f"root is {root}: the live kernel log and udev describe this machine, not the root's",
+            f"not consulted: the root is {root}, and the live kernel log and udev describe "
+            "this machine, not the root's",
         )
     try:
         st_dev = os.stat(path).st_dev
@@ -344,18 +412,34 @@ def crash_record(
         return unknown(source, None, f"no kernel name for block device {device}")
     if fs_type is None:
         return unknown(source, name, "file system type unknown (not in mountinfo)")
-    first_seq: int | None = None
-    try:
-        if kernel_log is not None:
-            lines: Iterable[str] = list(kernel_log())
-        else:
-            lines, first_seq = _live_kernel_log()
-    except KernelLogUnreadable as e:
-        return unknown(source, name, f"no kernel log: {e}")
-    judged = judge_kernel_log(lines, name, fs_type)
-    detail = judged.detail
-    if judged.verdict is Verdict.UNKNOWN and first_seq:
-        detail += f" (the ring buffer has rotated: its oldest record is number {first_seq})"
-    return FsCrashRecord(
-        path, device, name, fs_type, source, judged.verdict, judged.evidence, detail
-    )
+    logs: list[tuple[str, Callable[[], tuple[list[str], str]]]]
+    if kernel_log is not None:
+        given = kernel_log
+        logs = [("kernel log", lambda: (list(given()), ""))]
+    else:
+        logs = [
+            ("kmsg", lambda: _kmsg_log(kmsg)),
+            ("journal", lambda: (journal_kernel_log(boot_id, directory=journal_dir), "")),
+        ]
+    notes: list[str] = []
+    for label, read in logs:
+        try:
+            lines, rotated = read()
+        except KernelLogUnreadable as e:
+            notes.append(f"no kernel log: {e}")
+            continue
+        judged = judge_kernel_log(lines, name, fs_type)
+        if judged.verdict is not Verdict.UNKNOWN:
+            return FsCrashRecord(
+                path,
+                device,
+                name,
+                fs_type,
+                source,
+                judged.verdict,
+                judged.evidence,
+                f"{judged.detail} ({label})",
+                label,
+            )
+        notes.append(f"{label}: {judged.detail}{rotated}")
+    return unknown(source, name, "; ".join(notes))

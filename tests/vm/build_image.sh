@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A bootable Debian bookworm node image for the VM tests (run as root; about a minute).
+# A bootable Debian node image for the VM tests (run as root; about a minute): bookworm
+# (containerd 1.6, systemd writes wtmp) or trixie (containerd 1.7, wtmpdb and no wtmp).
 #
-# usage: tests/vm/build_image.sh debs DEBS.tgz                 # download the packages (CI setup)
-#        tests/vm/build_image.sh image DEBS.tgz PKG.deb OUTDIR  # build OUTDIR/{disk.img,vmlinuz,initrd.img}
+# usage: tests/vm/build_image.sh debs SUITE DEBS.tgz                 # download the packages (CI setup)
+#        tests/vm/build_image.sh image SUITE DEBS.tgz PKG.deb OUTDIR  # build OUTDIR/{disk.img,vmlinuz,initrd.img}
 #
 # "debs" fetches every package into a tarball (debootstrap --make-tarball) and is the only step
 # that needs the package mirror: .ci/run does it before the tests, which download nothing.
@@ -16,10 +17,23 @@ include+=,linux-image-cloud-amd64,initramfs-tools,e2fsprogs
 include+=,containerd,runc,containernetworking-plugins
 include+=,python3,python3-pyudev,python3-systemd,python3-grpcio,python3-protobuf
 
-case "$1" in
+step=${1:-} suite=${2:-}
+case "$suite" in
+bookworm) ;;
+# Debian 13's boot records: wtmpdb (Priority: standard, so not in minbase) and its PAM module.
+# libre2-11 by name: python3-grpcio depends on the virtual package it provides, which
+# debootstrap does not resolve.
+trixie) include+=,wtmpdb,libpam-wtmpdb,libre2-11 ;;
+*)
+    echo "usage: $0 debs SUITE DEBS.tgz | image SUITE DEBS.tgz PKG.deb OUTDIR (SUITE: bookworm, trixie)" >&2
+    exit 2
+    ;;
+esac
+
+case "$step" in
 debs)
-    out=$2
-    stamp="bookworm minbase $include"
+    out=$3
+    stamp="$suite minbase $include"
     if [ -s "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ]; then
         echo "up to date: $out"
         exit 0
@@ -29,19 +43,19 @@ debs)
     trap 'rm -rf "$work"' EXIT
     mkdir -p "$(dirname "$out")"
     debootstrap --make-tarball="$out.tmp" --variant=minbase --include="$include" \
-        bookworm "$work/root" $mirror >"$work/log" 2>&1 || { tail -n 30 "$work/log" >&2; exit 1; }
+        "$suite" "$work/root" $mirror >"$work/log" 2>&1 || { tail -n 30 "$work/log" >&2; exit 1; }
     mv "$out.tmp" "$out"
     echo "$stamp" >"$out.stamp"
     echo "downloaded: $out"
     ;;
 image)
-    debs=$2 deb=$3 out=$4
+    debs=$3 deb=$4 out=$5
     mkdir -p "$out"
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     R=$work/root
     debootstrap --unpack-tarball="$debs" --variant=minbase --include="$include" \
-        bookworm "$R" >"$work/log" 2>&1 || { tail -n 30 "$work/log" >&2; exit 1; }
+        "$suite" "$R" >"$work/log" 2>&1 || { tail -n 30 "$work/log" >&2; exit 1; }
     echo vmnode >"$R/etc/hostname"
     echo '/dev/vda / ext4 defaults,errors=remount-ro 0 1' >"$R/etc/fstab"
     chroot "$R" passwd -d root >/dev/null
@@ -83,7 +97,7 @@ image)
     echo "built: $out/disk.img"
     ;;
 *)
-    echo "usage: $0 debs DEBS.tgz | image DEBS.tgz PKG.deb OUTDIR" >&2
+    echo "usage: $0 debs SUITE DEBS.tgz | image SUITE DEBS.tgz PKG.deb OUTDIR" >&2
     exit 2
     ;;
 esac

@@ -63,8 +63,9 @@ class Node:
         self.boots += 1
         serial = self.work / f"boot-{self.boots}-{mode}.log"
         append = (
-            "root=/dev/vda rw console=ttyS0 panic=-1 systemd.unit=multi-user.target "
-            f"vmtest.mode={mode} {cmdline}"
+            # The default target, as a node boots: Debian 13's wtmpdb-update-boot is
+            # WantedBy=default.target, not multi-user.target.
+            f"root=/dev/vda rw console=ttyS0 panic=-1 vmtest.mode={mode} {cmdline}"
         )
         start = time.monotonic()
         subprocess.run(

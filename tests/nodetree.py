@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import shutil
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,17 @@ from cni_reaper.evidence import wtmp
 from cni_reaper.paths import NodePaths
 
 PLUGIN_DIR = "/usr/lib/cni"
+# wtmpdb's table (lib/sqlite.c). wtmpdb creates it STRICT, which needs SQLite >= 3.37 even to
+# open the file; Python 3.9's sqlite3 may link an older one, so there the same columns are laid
+# out without STRICT.
+WTMPDB_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS wtmp(ID INTEGER PRIMARY KEY, Type INTEGER, User TEXT NOT NULL, "
+    "Login INTEGER, Logout INTEGER, TTY TEXT, RemoteHost TEXT, Service TEXT)"
+    + (" STRICT" if sqlite3.sqlite_version_info >= (3, 37) else "")
+)
+# Debian 13's layout: the database is /var/log/wtmp.db, and upstream's path a symlink to it.
+WTMPDB_FILE = "var/log/wtmp.db"
+WTMPDB_LINK = "var/lib/wtmpdb/wtmp.db"
 CONTAINER_IDS = [f"{n:02x}" * 32 for n in range(0x10, 0x30)]
 
 
@@ -142,6 +154,40 @@ class NodeTree:
 
     def shutdown(self, at: float) -> None:
         self.records.append(wtmp.shutdown_record(at))
+
+    def wtmpdb_boot(self, login: float, kernel: str = "6.12.0-test") -> None:
+        """The row `wtmpdb boot` (wtmpdb-update-boot.service) adds: Type 1, User "reboot",
+        TTY "~", Login the boot's start in the clock of the moment it runs (now minus uptime),
+        in microseconds, Logout NULL."""
+        self._wtmpdb(
+            "INSERT INTO wtmp (Type, User, Login, Logout, TTY, RemoteHost) "
+            "VALUES (1, 'reboot', ?, NULL, '~', ?)",
+            (int(login * 1e6), kernel),
+        )
+
+    def wtmpdb_shutdown(self, at: float) -> None:
+        """What `wtmpdb shutdown` does at a clean shutdown: Logout on the newest open boot
+        row, whichever boot wrote it."""
+        self._wtmpdb(
+            "UPDATE wtmp SET Logout = ? WHERE ID = "
+            "(SELECT MAX(ID) FROM wtmp WHERE TTY = '~' AND Logout IS NULL)",
+            (int(at * 1e6),),
+        )
+
+    def _wtmpdb(self, statement: str, parameters: tuple[object, ...]) -> None:
+        path = self.root / WTMPDB_FILE
+        link = self.root / WTMPDB_LINK
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(path, link.parent))
+        db = sqlite3.connect(path)
+        try:
+            with db:
+                db.execute(WTMPDB_SCHEMA)
+                db.execute(statement, parameters)
+        finally:
+            db.close()
 
     def login(self, at: float, user: str = "admin") -> None:
         self.records.append(wtmp.WtmpRecord(7, 4242, "pts/0", "ts/0", user, "10.0.0.9", at))

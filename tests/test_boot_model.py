@@ -4,8 +4,11 @@ and the file times say.
 
 hypothesis draws a node's life: boots one after another, each with its own clock (true, stepped
 forward or back during the boot, started in 1970 or at a saved clock as boards without an RTC
-do, drifting), its btime and wtmp records (lying with the clock, or missing), whether the last
-boot shut down cleanly (wtmp record, marker) or crashed, whether the unit ran before the runtime
+do, drifting), its btime and its boot records: wtmp, wtmpdb as Debian 13 writes it (the boot's
+row written late, after the unit's first run, as wtmpdb-update-boot.service is not ordered
+before it), both, or neither (a node that has neither, until the package is installed), lying
+with the clock or true; whether the last boot shut down cleanly (wtmp record, wtmpdb Logout,
+marker) or crashed, whether the unit ran before the runtime
 or the runtime came first, which files the runtime wrote in the boot (new ones, rewrites of old
 ones, with any mtime; reservations with and without a results file), whether the node has
 runtime records (CRI-O's storage) and which sandboxes they hold, and several runs of the reaper
@@ -21,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import uuid
 from contextlib import redirect_stdout
 from dataclasses import dataclass, field
@@ -112,7 +116,11 @@ def boots(draw: st.DrawFn) -> list[dict[str, Any]]:
             st.fixed_dictionaries(
                 {
                     "clock_error": CLOCK_ERRORS,
-                    "wtmp": st.sampled_from(["true", "lying", "none"]),
+                    # which boot records the boot writes, and whether they lie with its clock
+                    "witness": st.sampled_from(["wtmp", "wtmpdb", "both", "neither"]),
+                    "records": st.sampled_from(["true", "lying"]),
+                    # wtmpdb's row not yet written when the unit's first run reads it
+                    "wtmpdb_late": st.booleans(),
                     "unit_first": st.booleans(),
                     "writes": writes(),
                     "runs": runs(),
@@ -252,6 +260,7 @@ class Life:
         if self.in_hypothesis:
             event(f"reservations acted on: {min(len(acted_on), 2)}")
             event(f"node with runtime records: {self.records}")
+            event(f"previous boots from: {report['boot']['previous_boots_source']}")
             forgotten = [
                 e for e in report["entries"] if e["content"] == "valid" and e["del"] is not None
             ]
@@ -282,9 +291,16 @@ def live_a_life(
         error = boot["clock_error"]
         start = REAL_NOW + index * DAY
         clock = start + error
-        if boot["wtmp"] != "none":
-            node.boot(clock if boot["wtmp"] == "lying" else start)
-        node.write_boot_world(btime=clock - 1, boot_id=str(uuid.uuid4()))
+        witness, lying = boot["witness"], boot["records"] == "lying"
+        if witness in ("wtmp", "both"):
+            node.boot(clock if lying else start)  # PID 1's start, by the clock of the moment
+        # wtmpdb's row: the kernel's start, now minus uptime, by the clock of the moment it
+        # is written; at boot, or only after the unit's first run.
+        row_due = witness in ("wtmpdb", "both")
+        if row_due and not boot["wtmpdb_late"]:
+            node.wtmpdb_boot(clock - 1 if lying else start - 1)
+            row_due = False
+        _boot_world(node, btime=clock - 1, boot_id=str(uuid.uuid4()))
         if boot["unit_first"]:
             life.check(life.run("real", clock + 5))
         node.runtime_starts()
@@ -300,11 +316,17 @@ def live_a_life(
             life.write(name, WHOLE if how == "reserve" else data, start + 30 + mtime_error)
         for kind, clock_error, btime_error in boot["runs"]:
             # The clock was stepped: btime, now minus uptime, moved with it.
-            node.write_boot_world(btime=start + btime_error, boot_id=_boot_id(node))
+            _boot_world(node, btime=start + btime_error, boot_id=_boot_id(node))
+            if row_due:  # written late, by the clock of now
+                node.wtmpdb_boot(start + btime_error if lying else start - 1)
+                row_due = False
             life.check(life.run(kind, start + 60 + clock_error))
         if boot["end"] == "clean":
-            node.shutdown(start + 3000 + error)
             stopped_at = start + 3000 + error
+            if witness in ("wtmp", "both"):
+                node.shutdown(stopped_at)
+            if witness in ("wtmpdb", "both"):
+                node.wtmpdb_shutdown(stopped_at)
             cli.run(
                 ["--root", str(node.root), "--mark-clean-shutdown"],
                 clock=lambda: stopped_at,  # noqa: B023 (called here, in this iteration)
@@ -314,6 +336,14 @@ def live_a_life(
             present = [n for n in life.written_in if (node.results / n).exists()]
             for name, data in zip(present, boot["damage_at_crash"]):
                 life.write(name, data, start + 3000 + error)
+
+
+def _boot_world(node: NodeTree, btime: float, boot_id: str) -> None:
+    """The proc files of the boot, and wtmp if any boot so far wrote to it: a node without
+    wtmp's writer (Debian 13) has no file at all."""
+    node.write_boot_world(btime=btime, boot_id=boot_id)
+    if not node.records:
+        (node.root / "var/log/wtmp").unlink()
 
 
 def _boot_id(node: NodeTree) -> str:
@@ -342,7 +372,9 @@ def test_a_life_in_which_the_earlier_boots_damage_is_repaired(tmp_path: Path) ->
     story = [
         {
             "clock_error": 0.0,
-            "wtmp": "true",
+            "witness": "wtmp",
+            "records": "true",
+            "wtmpdb_late": False,
             "unit_first": True,
             "writes": [("new", b"", 0.0, False)],
             "runs": [("dry", 0.0, 0.0)],
@@ -351,7 +383,9 @@ def test_a_life_in_which_the_earlier_boots_damage_is_repaired(tmp_path: Path) ->
         },
         {
             "clock_error": -REAL_NOW,  # a board without an RTC, back in 1970
-            "wtmp": "lying",
+            "witness": "wtmp",
+            "records": "lying",
+            "wtmpdb_late": False,
             "unit_first": True,
             "writes": [],
             "runs": [("dry", 0.0, 0.0)],
@@ -375,7 +409,9 @@ def test_a_life_in_which_a_forgotten_sandbox_is_deleted_and_a_known_one_kept(
         cannot_run("needs root: real runs confine their plugins to the node's root")
     first = {
         "clock_error": 0.0,
-        "wtmp": "true",
+        "witness": "wtmp",
+        "records": "true",
+        "wtmpdb_late": False,
         "unit_first": True,
         "writes": [("reserve", OWNER, 0.0, False), ("reserve", OWNER, 0.0, True)],
         "runs": [("dry", 0.0, 0.0)],
@@ -389,3 +425,45 @@ def test_a_life_in_which_a_forgotten_sandbox_is_deleted_and_a_known_one_kept(
     assert sorted(p.name for p in results.iterdir()) == [f"m-{2:064x}-eth0"]
     store = tmp_path / "node" / STORE
     assert [p.read_bytes() for p in store.glob("10.*")] == [f"{2:064x}\r\neth0".encode()]
+
+
+def test_a_life_on_a_node_with_only_wtmpdb_whose_row_comes_late(tmp_path: Path) -> None:
+    """Debian 13: wtmpdb the only boot record. The second boot starts in 1970 and its row is
+    written after the unit's first run, which repairs what the crashed boot left; the file this
+    boot writes later is left, and wtmpdb holds both boots as wtmpdb would."""
+    if os.geteuid() != 0:
+        cannot_run("needs root: real runs confine their plugins to the node's root")
+    first = {
+        "clock_error": 0.0,
+        "witness": "wtmpdb",
+        "records": "true",
+        "wtmpdb_late": False,
+        "unit_first": True,
+        "writes": [("new", b"", 0.0, False)],
+        "runs": [("dry", 0.0, 0.0)],
+        "end": "crash",
+        "damage_at_crash": [],
+    }
+    second = {
+        **first,
+        "clock_error": -REAL_NOW,
+        "records": "lying",
+        "wtmpdb_late": True,
+        "writes": [("new", b"\0" * 40, -REAL_NOW, False)],
+        "runs": [("real", -REAL_NOW, -REAL_NOW)],
+        "end": "clean",
+    }
+    live_a_life(tmp_path, [first, second])
+    assert (tmp_path / "deletes").read_text().split() == [f"1:{1:064x}"]
+    results = tmp_path / "node/var/lib/cni/results"
+    assert sorted(p.name for p in results.iterdir()) == [f"m-{2:064x}-eth0"]
+    assert not (tmp_path / "node/var/log/wtmp").exists()
+    db = sqlite3.connect(tmp_path / "node/var/lib/wtmpdb/wtmp.db")
+    rows = db.execute("SELECT Type, User, Login, Logout FROM wtmp ORDER BY ID").fetchall()
+    db.close()
+    second_start = REAL_NOW + DAY
+    assert rows == [
+        (1, "reboot", int((REAL_NOW - 1) * 1e6), None),  # crashed: never logged out
+        # the late row, and its clean shutdown, by the boot's 1970 clock
+        (1, "reboot", int((second_start - REAL_NOW) * 1e6), int((DAY + 3000) * 1e6)),
+    ]

@@ -17,8 +17,11 @@ from enum import Enum
 from typing import Callable, NamedTuple
 
 from cni_reaper.evidence import journal as journal_witness
-from cni_reaper.evidence import shutdown_marker, wtmp, wtmpdb
+from cni_reaper.evidence import previous_boot, shutdown_marker, wtmp, wtmpdb
+from cni_reaper.evidence.fs_crash import FsCrashRecord
+from cni_reaper.evidence.fs_crash import Verdict as FsVerdict
 from cni_reaper.evidence.journal import JournalWitness
+from cni_reaper.evidence.previous_boot import Account, PreviousBootVerdict
 from cni_reaper.evidence.shutdown_marker import ShutdownEvidence, ShutdownState
 from cni_reaper.paths import NodePaths
 
@@ -86,25 +89,53 @@ class BootContext(NamedTuple):
     witnesses: tuple[tuple[str, str], ...] = ()
     boots_source: str = "wtmp"
     journal: JournalWitness | None = None  # the journal's boot list, when it was consulted
+    # What wtmp and wtmpdb each say of the previous boot (the boot list is boots_source's).
+    records: tuple[Account, ...] = ()
+    file_system: FsCrashRecord | None = None  # the results dir's file system's crash record
 
     @property
     def previous_boot(self) -> Boot | None:
         return self.previous_boots[-1] if self.previous_boots else None
 
     @property
+    def previous_boot_verdict(self) -> PreviousBootVerdict:
+        """Every witness's account of how the previous boot ended, and the verdict
+        (evidence/previous_boot.py says which decides)."""
+        return previous_boot.combine(
+            [
+                self._marker_account(),
+                _file_system_account(self.file_system),
+                *self.records,
+                _journal_account(self.journal, dict(self.witnesses).get("journal", "not read")),
+            ]
+        )
+
+    @property
     def previous_boot_crashed(self) -> bool | None:
-        """The reaper's own marker decides when it speaks about the previous boot, wtmp
-        otherwise; None when neither knows."""
-        prev = self.previous_boot
+        return self.previous_boot_verdict.crashed
+
+    def _marker_account(self) -> Account:
+        name = "shutdown marker"
         evidence = self.shutdown
-        if (
-            evidence is not None
-            and evidence.state is not ShutdownState.UNKNOWN
-            and evidence.time is not None
-            and (prev is None or evidence.time >= prev.start - self.margin)
-        ):
-            return evidence.state is ShutdownState.UNCLEAN
-        return (prev.end is BootEnd.CRASHED) if prev else None
+        if evidence is None:
+            return Account(name, False, previous_boot.UNKNOWN, "not read: no boot id")
+        if evidence.state is ShutdownState.UNKNOWN:
+            return Account(name, True, previous_boot.UNKNOWN, evidence.detail)
+        prev = self.previous_boot
+        if evidence.time is None or (prev is not None and evidence.time < prev.start - self.margin):
+            return Account(
+                name,
+                True,
+                previous_boot.UNKNOWN,
+                f"{evidence.state.value} for boot {evidence.boot_id}, older than the previous "
+                f"boot in {self.boots_source}",
+            )
+        ended = (
+            previous_boot.CRASHED
+            if evidence.state is ShutdownState.UNCLEAN
+            else previous_boot.CLEAN
+        )
+        return Account(name, True, ended, f"{evidence.state.value} for boot {evidence.boot_id}")
 
     @property
     def clock_trusted(self) -> bool:
@@ -123,6 +154,7 @@ class BootContext(NamedTuple):
             "previous_boots_source": self.boots_source,
             "boot_records": [{"source": s, "says": says} for s, says in self.witnesses],
             "journal": self.journal.to_json() if self.journal else None,
+            "previous_boot": self.previous_boot_verdict.to_json(),
             "warnings": list(self.warnings),
         }
 
@@ -179,6 +211,51 @@ class BootContext(NamedTuple):
             writer,
             round(before, 3),
         )
+
+
+def _file_system_account(record: FsCrashRecord | None) -> Account:
+    name = "file system"
+    if record is None:
+        return Account(name, False, previous_boot.UNKNOWN, "not read")
+    if record.detail.startswith("not consulted"):
+        return Account(name, False, previous_boot.UNKNOWN, record.detail)
+    device = " ".join(x for x in (record.kernel_name, record.fs_type) if x) or record.path
+    if record.verdict is FsVerdict.REPLAYED:
+        ended, says = previous_boot.CRASHED, f"{device}: replayed at mount ({record.evidence})"
+    elif record.verdict is FsVerdict.CLEAN:
+        ended, says = previous_boot.CLEAN, f"{device}: mounted without a replay"
+    else:
+        ended, says = previous_boot.UNKNOWN, f"{device}: {record.detail}"
+    return Account(name, True, ended, says)
+
+
+def _journal_account(journal: JournalWitness | None, says: str) -> Account:
+    if journal is None or not journal.consulted:
+        return Account("journal", False, previous_boot.UNKNOWN, says)
+    crashed = journal.previous_boot_crashed
+    ended = {None: previous_boot.UNKNOWN, True: previous_boot.CRASHED, False: previous_boot.CLEAN}
+    return Account("journal", True, ended[crashed], journal.says)
+
+
+def _records_account(name: str, boots: Sequence[Boot], found: bool, start: float | None) -> Account:
+    """What one boot record file says of the boot before this one (begun before start)."""
+    if not found:
+        return Account(name, False, previous_boot.UNKNOWN, "not found")
+    earlier = [b for b in boots if start is None or b.start < start]
+    if not earlier:
+        return Account(name, True, previous_boot.UNKNOWN, "names no earlier boot")
+    prev = earlier[-1]
+    if prev.end is BootEnd.CLEAN:
+        when = iso(prev.shutdown or prev.last_record)
+        return Account(
+            name, True, previous_boot.CLEAN, f"the boot begun {iso(prev.start)} shut down at {when}"
+        )
+    return Account(
+        name,
+        True,
+        previous_boot.CRASHED,
+        f"the boot begun {iso(prev.start)} has no shutdown record before the next boot",
+    )
 
 
 # Every file's evidence names the same boots: their part of it is made once each.
@@ -342,12 +419,15 @@ def load(
     clock: Clock,
     margin: float = DEFAULT_MARGIN,
     first: FirstReading | None = None,
+    file_system: Callable[[str], FsCrashRecord] | None = None,
 ) -> BootContext:
+    """file_system: the crash record of the results dir's file system, given the boot id."""
     now = clock()
     records, warnings = read_wtmp(paths.wtmp_files)
     boots = boots_from_records(records)
     db_rows, db_read, db_warnings = wtmpdb.read(paths.root, paths.wtmpdb_node_path)
     db_boots = boots_from_wtmpdb(db_rows)
+    wtmp_boots, wtmp_found = boots, bool(records) or not warnings
     witnesses = [
         ("wtmp", _says(boots, bool(records) or not warnings)),
         ("wtmpdb", _says(db_boots, bool(db_read))),
@@ -403,6 +483,10 @@ def load(
     if current_start is not None:
         previous = tuple(b for b in previous if b.start < current_start)
     wtmp_boot = next((start for start, src in estimates if src.startswith("wtmp")), None)
+    accounts = (
+        _records_account("wtmp", wtmp_boots, wtmp_found, current_start),
+        _records_account("wtmpdb", db_boots, bool(db_read), current_start),
+    )
     return BootContext(
         boot_id=boot_id,
         now=now,
@@ -417,6 +501,8 @@ def load(
         witnesses=tuple(witnesses),
         boots_source=source,
         journal=journal if journal.consulted else None,
+        records=accounts,
+        file_system=file_system(boot_id) if file_system is not None else None,
     )
 
 

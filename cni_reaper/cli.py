@@ -460,7 +460,12 @@ def _pipeline(run: _Run) -> Report:
     args, paths, warnings, events = run.args, run.paths, run.warnings, run.events
     boot_id = boot.read_boot_id(paths.boot_id)
     loaded, record_problem = pre_runtime.load(paths.run_dir, boot_id) if boot_id else (None, None)
-    boot_ctx = boot.load(paths, run.clock, first=loaded.first if loaded is not None else None)
+    boot_ctx = boot.load(
+        paths,
+        run.clock,
+        first=loaded.first if loaded is not None else None,
+        file_system=lambda boot_id: _file_system_record(paths, boot_id),
+    )
     if record_problem:
         warnings.append(record_problem)
     proof = pre_runtime.establish(
@@ -493,7 +498,7 @@ def _pipeline(run: _Run) -> Report:
         runtime_paths=run.runtimes.all_paths,
     )
     run.made.append(report)
-    report.file_system = _file_system_record(paths, boot_ctx.boot_id)
+    report.file_system = boot_ctx.file_system
     stores = list(host_local.stores(run.configs, paths.root))
     # Every address reserved before any DEL: the pools' "before" (pool.py).
     reserved_before = {network: host_local.addresses(store) for network, store in stores}

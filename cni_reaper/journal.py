@@ -188,6 +188,14 @@ def summary_fields(report: Report) -> dict[str, str]:
         else "unknown",
         "CNI_REAPER_ADDRESSES_LEFT": str(sum(p.left_total for p in report.pools)),
     }
+    verdict = boot.previous_boot_verdict
+    for account in verdict.accounts:
+        key = "CNI_REAPER_WITNESS_" + account.witness.upper().replace(" ", "_")
+        fields[key] = account.ended if account.consulted else "not-consulted"
+    if verdict.decided_by:
+        fields["CNI_REAPER_PREVIOUS_BOOT_DECIDED_BY"] = verdict.decided_by
+    if verdict.disagreement:
+        fields["CNI_REAPER_WITNESSES_DISAGREE"] = verdict.disagreement
     if pools:
         # One field per run, not per pool: "<network>/<set>=<left>/<capacity>" each.
         fields["CNI_REAPER_POOLS"] = " ".join(

@@ -12,7 +12,6 @@ from cni_reaper.boot import BootContext, iso
 from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable_lines
-from cni_reaper.evidence.shutdown_marker import ShutdownState
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import SourcedDir
 from cni_reaper.plan import Action
@@ -300,11 +299,11 @@ class TextWriter:
                 [
                     f"cni-reaper {__version__} ({mode}): {report.results_dir}",
                     f"  {boot_line(report.boot)}",
+                    *witness_lines(report.boot),
                     *proof,
                     *(f"  conf dir {d.describe()}" for d in report.conf_dirs),
                     *(f"  plugin dir {d.describe()}" for d in report.bin_dirs),
                     *(f"  runtime records: {line}" for line in report.runtime_records),
-                    *([file_system_line(report.file_system)] if report.file_system else []),
                     *(
                         f"  runtime path: {p.describe()}"
                         for p in (report.runtime_paths if self._verbose else ())
@@ -352,12 +351,6 @@ class TextWriter:
         self._write(lines)
 
 
-def file_system_line(record: FsCrashRecord) -> str:
-    device = " ".join(x for x in (record.kernel_name, record.fs_type) if x) or record.path
-    said = record.evidence or record.detail
-    return f"  file system {device}: {record.verdict.value} ({said})"
-
-
 def pool_line(p: PoolHealth) -> str:
     which = "outside every range" if p.range_set.number < 0 else f"range set {p.range_set.number}"
     owners = ", ".join(f"{n} {state}" for state, n in sorted(p.left.items()))
@@ -371,13 +364,10 @@ def boot_line(boot: BootContext) -> str:
     start = iso(boot.current_start) if boot.current_start else "unknown"
     line = f"boot {boot.boot_id or '?'} began {start} ({boot.current_start_source})"
     prev = boot.previous_boot
-    crashed = boot.previous_boot_crashed
-    ended = {None: "ended unknown", True: "crashed", False: "shut down cleanly"}[crashed]
-    marker = boot.shutdown
-    source = ""
-    if marker is not None and marker.state is not ShutdownState.UNKNOWN:
-        source = f" (clean-shutdown marker: {marker.state.value} for boot {marker.boot_id})"
-    # Only the boot records name previous boots; the journal describes them.
+    verdict = boot.previous_boot_verdict
+    ended = {None: "ended unknown", True: "crashed", False: "shut down cleanly"}[verdict.crashed]
+    said = f", as the {verdict.decided_by} says" if verdict.decided_by else ""
+    # Only the boot records name previous boots; the other witnesses say how one ended.
     records = (
         " or ".join(
             s for s, says in boot.witnesses if says != "not found" and s in ("wtmp", "wtmpdb")
@@ -385,20 +375,23 @@ def boot_line(boot: BootContext) -> str:
         or "wtmp"
     )
     if prev is None:
-        if crashed is None:
+        if verdict.crashed is None:
             return line + f"; no earlier boot in {records}"
-        return line + f"; previous boot {ended}{source}"
-    return (
-        line + f"; previous boot began {iso(prev.start)} ({boot.boots_source}) and {ended}{source}"
-    ) + _journal_says(boot)
+        return line + f"; previous boot {ended}{said}"
+    return line + f"; previous boot began {iso(prev.start)} ({boot.boots_source}) and {ended}{said}"
 
 
-def _journal_says(boot: BootContext) -> str:
-    """What the journal says of the previous boot, when it was consulted."""
-    journal = boot.journal
-    if journal is None or not journal.consulted or journal.previous is None:
-        return ""
-    return f"; the journal says it {journal.previous.ended}"
+def witness_lines(boot: BootContext) -> list[str]:
+    """Each witness of how the previous boot ended, and what it says; those not consulted
+    here say why."""
+    verdict = boot.previous_boot_verdict
+    lines = [
+        f"  witness {a.witness}: {a.ended if a.consulted else 'not consulted'} ({a.says})"
+        for a in verdict.accounts
+    ]
+    if verdict.disagreement:
+        lines.append(f"  witnesses disagree: {verdict.disagreement}")
+    return lines
 
 
 def entry_lines(result: EntryResult, verbose: bool) -> list[str]:

@@ -1,6 +1,8 @@
-"""The whole story on a booted node: a Debian bookworm image under qemu, systemd as PID 1, the
+"""The whole story on a booted node: a Debian image under qemu, systemd as PID 1, the
 cni-reaper package installed and its unit enabled as an image builder does it, containerd
-running pods; a real kernel crash while pods are set up; a real boot after it.
+running pods; a real kernel crash while pods are set up; a real boot after it. Two nodes:
+Debian 12 (bookworm: containerd 1.6, systemd writes wtmp) and Debian 13 (trixie: containerd 1.7,
+which still carries the seed bug; wtmpdb and no wtmp boot records; Python 3.13).
 
 The image is built in the test run (tests/vm/build_image.sh, from packages .ci/run fetched);
 each scenario boots its own copy-on-write layer of it. The driver in the guest
@@ -22,33 +24,49 @@ from tests.vm.machine import Boot, Image, Node, have_tools
 
 REPO = Path(__file__).resolve().parent.parent
 DEBS = Path(os.environ.get("CNI_REAPER_VM_DEBS", REPO / ".test-cache/vm-debs.tgz"))
+TRIXIE_DEBS = Path(
+    os.environ.get("CNI_REAPER_VM_DEBS_TRIXIE", REPO / ".test-cache/vm-debs-trixie.tgz")
+)
 SEED_ERROR = 'failed to get network "podnet" cached result: decoding version from network config'
 pytestmark = pytest.mark.vm
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
+def deb(tmp_path_factory: pytest.TempPathFactory) -> str:
     if os.geteuid() != 0:
         cannot_run("needs root to build the image (debootstrap, chroot)")
     reason = have_tools()
     if reason:
         cannot_run(reason)
-    if not DEBS.is_file():
-        cannot_run(f"no packages at {DEBS}: run tests/vm/build_image.sh debs {DEBS}")
-    work = tmp_path_factory.mktemp("vm-image")
+    work = tmp_path_factory.mktemp("vm-deb")
     built = subprocess.run(
         [str(REPO / "packaging/build-deb.sh"), str(work)], capture_output=True, text=True
     )
     assert built.returncode == 0, built.stderr[-3000:]
-    deb = built.stdout.strip().splitlines()[-1]
+    return built.stdout.strip().splitlines()[-1]
+
+
+def build_image(suite: str, debs: Path, deb: str, work: Path) -> Image:
+    if not debs.is_file():
+        cannot_run(f"no packages at {debs}: run tests/vm/build_image.sh debs {suite} {debs}")
     made = subprocess.run(
-        [str(REPO / "tests/vm/build_image.sh"), "image", str(DEBS), deb, str(work / "image")],
+        [str(REPO / "tests/vm/build_image.sh"), "image", suite, str(debs), deb, str(work)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
-    return Image(work / "image")
+    return Image(work)
+
+
+@pytest.fixture(scope="module")
+def image(deb: str, tmp_path_factory: pytest.TempPathFactory) -> Image:
+    return build_image("bookworm", DEBS, deb, tmp_path_factory.mktemp("vm-image"))
+
+
+@pytest.fixture(scope="module")
+def trixie_image(deb: str, tmp_path_factory: pytest.TempPathFactory) -> Image:
+    return build_image("trixie", TRIXIE_DEBS, deb, tmp_path_factory.mktemp("vm-image-trixie"))
 
 
 def scenario(image: Image, work: Path, first: str, cmdline: str = "") -> tuple[Node, Boot, Boot]:
@@ -225,3 +243,140 @@ def test_after_a_clean_shutdown_the_reaper_touches_nothing(
     assert podnet_files(facts["results"]) == podnet_files(first.one("pods")["results"])
     assert not [r for r in reaper_records(second) if r.get("CNI_REAPER_EVENT") != "summary"]
     assert "reboot: Power down" in first.serial
+
+
+# --- Debian 13: containerd 1.7, wtmpdb, the journal, the file system's replay -----------------
+
+
+@pytest.fixture(scope="module")
+def trixie_crash(
+    trixie_image: Image, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Node, Boot, Boot]:
+    return scenario(trixie_image, tmp_path_factory.mktemp("vm-trixie-crash"), "setup-crash")
+
+
+@pytest.fixture(scope="module")
+def trixie_disabled(
+    trixie_image: Image, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Node, Boot, Boot]:
+    return scenario(
+        trixie_image,
+        tmp_path_factory.mktemp("vm-trixie-disabled"),
+        "setup-crash",
+        "cni-reaper.disable",
+    )
+
+
+@pytest.fixture(scope="module")
+def trixie_clean(
+    trixie_image: Image, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Node, Boot, Boot]:
+    return scenario(trixie_image, tmp_path_factory.mktemp("vm-trixie-clean"), "setup-clean")
+
+
+def witnesses(boot: Boot) -> dict[str, str]:
+    record = summary(boot)
+    prefix = "CNI_REAPER_WITNESS_"
+    return {k[len(prefix) :].lower(): v for k, v in record.items() if k.startswith(prefix)}
+
+
+def test_trixie_is_the_node_the_issue_names(trixie_crash: tuple[Node, Boot, Boot]) -> None:
+    _, _, second = trixie_crash
+    records = second.one("boot")["records"]
+    assert records["containerd"].split()[2].startswith("1.7."), records["containerd"]
+    # systemd 257 without utmp: wtmp (if agetty made one) holds no boot record; wtmpdb does.
+    assert not records["wtmp_boot_records"]
+    boot_rows = [row for row in records["wtmpdb_rows"] if row[1] == 1]
+    assert len(boot_rows) == 2, records["wtmpdb_rows"]
+    crashed_row, current_row = boot_rows
+    assert crashed_row[4] is None  # boot 1 never wrote its Logout
+    assert current_row[4] is None  # still running
+
+
+def test_trixie_reaper_ran_before_containerd_and_named_the_crash_from_every_witness(
+    trixie_crash: tuple[Node, Boot, Boot],
+) -> None:
+    _, first, second = trixie_crash
+    first.one("crashing")
+    facts = second.one("boot")
+    reaper, containerd = facts["reaper"], facts["containerd"]
+    assert (reaper["Result"], reaper["ExecMainStatus"]) == ("success", "0")
+    reaper_done = int(reaper["ExecMainExitTimestampMonotonic"])
+    assert 0 < reaper_done < int(containerd["ExecMainStartTimestampMonotonic"])
+    record = summary(second)
+    assert record["CNI_REAPER_PREVIOUS_BOOT_CRASHED"] == "1"
+    said = witnesses(second)
+    # Each witness on its own: wtmpdb's boot row without Logout, the journal's boot without a
+    # shutdown message, the root file system's journal replayed at this boot's mount (read,
+    # under the unit's hardening, from this boot's kernel messages in the journal).
+    assert said == {
+        "shutdown_marker": "crashed",
+        "file_system": "crashed",
+        "wtmp": "unknown",
+        "wtmpdb": "crashed",
+        "journal": "crashed",
+    }, record
+    assert record["CNI_REAPER_PREVIOUS_BOOT_DECIDED_BY"] == "shutdown marker"
+    assert "CNI_REAPER_WITNESSES_DISAGREE" not in record
+    assert "EXT4-fs (vda): recovery complete" in second.serial
+
+
+def test_trixie_every_sandbox_tears_down_and_no_address_is_left(
+    trixie_crash: tuple[Node, Boot, Boot],
+) -> None:
+    node, first, second = trixie_crash
+    repaired = [
+        r
+        for r in reaper_records(second)
+        if r.get("CNI_REAPER_EVENT") == "repaired"
+        and r["CNI_REAPER_ACTION"] == "del-and-quarantine"
+    ]
+    assert repaired, reaper_records(second)
+    assert summary(second)["CNI_REAPER_EXIT_CODE"] == "0"
+    teardown = second.one("teardown")
+    assert {p["id"] for p in first.one("pods")["pods"]} <= set(teardown["teardown"])
+    for outcome in teardown["teardown"].values():
+        assert outcome == {"stop": None, "remove": None}
+    assert (teardown["left"], teardown["reserved"], teardown["results"]) == ([], {}, {})
+    shown = node.read_disk("ls /var/lib/cni/results", "ls /var/lib/cni/networks/podnet")
+    assert "podnet-" not in shown and "10.88.0." not in shown
+
+
+def test_trixie_switched_off_containerd_1_7_is_stuck_on_the_seed_error(
+    trixie_disabled: tuple[Node, Boot, Boot],
+) -> None:
+    _, _, second = trixie_disabled
+    facts = second.one("boot")
+    assert facts["reaper"]["ConditionResult"] == "no"
+    empty = {
+        name.split("-", 1)[1].rsplit("-", 1)[0]
+        for name, size in podnet_files(facts["results"]).items()
+        if size == 0
+    }
+    assert empty, facts["results"]
+    teardown = second.one("teardown")
+    stuck = [i for i in empty if SEED_ERROR in (teardown["teardown"][i]["stop"] or "")]
+    # containerd 1.7.24 skips the teardown of a sandbox whose ADD never reached its metadata;
+    # one whose ADD did and whose cache file is empty is stuck on the seed error.
+    print(f"{len(stuck)} of {len(empty)} sandboxes with an empty cache file stuck")
+    assert stuck or teardown["reserved"], (teardown, facts["results"])
+    assert teardown["reserved"] or teardown["left"], teardown
+
+
+def test_trixie_after_a_clean_shutdown_every_witness_says_clean_and_nothing_is_touched(
+    trixie_clean: tuple[Node, Boot, Boot],
+) -> None:
+    _, first, second = trixie_clean
+    facts = second.one("boot")
+    record = summary(second)
+    assert record["CNI_REAPER_PREVIOUS_BOOT_CRASHED"] == "0", record
+    said = witnesses(second)
+    assert said["shutdown_marker"] == "clean" and said["wtmpdb"] == "clean", said
+    assert said["file_system"] == "clean", said
+    print(f"the journal says the clean boot was {said['journal']}")
+    assert record["CNI_REAPER_EXIT_CODE"] == "0"
+    assert facts["quarantine"] == []
+    assert podnet_files(facts["results"]) == podnet_files(first.one("pods")["results"])
+    assert not [r for r in reaper_records(second) if r.get("CNI_REAPER_EVENT") != "summary"]
+    rows = [row for row in facts["records"]["wtmpdb_rows"] if row[1] == 1]
+    assert rows[-2][4] is not None  # wtmpdb shutdown wrote boot 1's Logout

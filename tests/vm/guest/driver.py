@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import struct
 import subprocess
 import sys
 import threading
@@ -140,6 +142,29 @@ def setup_clean() -> None:
     )
 
 
+def boot_records() -> dict[str, Any]:
+    """What the node's boot records hold: wtmp's BOOT_TIME records (x86_64: 384-byte records,
+    ut_type first) and wtmpdb's rows, read here as facts to judge the reaper's account by."""
+    wtmp = Path("/var/log/wtmp")
+    boots = None
+    if wtmp.is_file():
+        data = wtmp.read_bytes()
+        types = [struct.unpack_from("<h", data, i)[0] for i in range(0, len(data) - 383, 384)]
+        boots = types.count(2)
+    rows = None
+    db = Path("/var/lib/wtmpdb/wtmp.db")
+    if db.exists():
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            rows = [
+                list(row)
+                for row in conn.execute(
+                    "SELECT ID, Type, User, Login, Logout FROM wtmp ORDER BY ID"
+                )
+            ]
+    version = subprocess.run(["containerd", "--version"], capture_output=True, text=True)
+    return {"wtmp_boot_records": boots, "wtmpdb_rows": rows, "containerd": version.stdout.strip()}
+
+
 def unit(name: str) -> dict[str, str]:
     props = "ActiveState,Result,ConditionResult,ExecMainStatus,ExecMainStartTimestampMonotonic,"
     props += "ExecMainExitTimestampMonotonic,ActiveEnterTimestampMonotonic"
@@ -174,6 +199,7 @@ def check() -> None:
         quarantine=quarantined(),
         reserved=reserved(),
         cmdline=Path("/proc/cmdline").read_text().strip(),
+        records=boot_records(),
     )
     runtime = client()
     teardown: dict[str, dict[str, str | None]] = {}

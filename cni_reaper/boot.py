@@ -217,8 +217,8 @@ def _file_system_account(record: FsCrashRecord | None) -> Account:
     name = "file system"
     if record is None:
         return Account(name, False, previous_boot.UNKNOWN, "not read")
-    if record.detail.startswith("not consulted"):
-        return Account(name, False, previous_boot.UNKNOWN, record.detail)
+    if record.detail.startswith("not consulted: "):
+        return Account(name, False, previous_boot.UNKNOWN, record.detail[len("not consulted: ") :])
     device = " ".join(x for x in (record.kernel_name, record.fs_type) if x) or record.path
     if record.verdict is FsVerdict.REPLAYED:
         ended, says = previous_boot.CRASHED, f"{device}: replayed at mount ({record.evidence})"
@@ -411,7 +411,7 @@ class FirstReading(NamedTuple):
     runs of the boot still know it after the clock, and so btime, has been stepped."""
 
     btime: float | None
-    wtmp_boot: float | None  # this boot's wtmp boot record, as the first run found it
+    boot_record: float | None  # this boot's wtmp or wtmpdb boot record, as the first run found it
 
 
 def load(
@@ -464,7 +464,7 @@ def load(
         estimates.append((first.btime, "btime as this boot's first run read it"))
     last = boots[-1] if boots else None
     if last is not None and last.end is BootEnd.RUNNING:
-        known = first is not None and first.wtmp_boot == last.start
+        known = first is not None and first.boot_record == last.start
         near_btime = (
             btime is not None and btime - margin <= last.start <= btime + MAX_USERSPACE_START_DELAY
         )
@@ -482,7 +482,7 @@ def load(
     )
     if current_start is not None:
         previous = tuple(b for b in previous if b.start < current_start)
-    wtmp_boot = next((start for start, src in estimates if src.startswith("wtmp")), None)
+    boot_record = next((start for start, src in estimates if src.startswith("wtmp")), None)
     accounts = (
         _records_account("wtmp", wtmp_boots, wtmp_found, current_start),
         _records_account("wtmpdb", db_boots, bool(db_read), current_start),
@@ -497,7 +497,7 @@ def load(
         margin=margin,
         warnings=tuple(warnings),
         shutdown=shutdown_marker.read(paths, boot_id) if boot_id else None,
-        first=FirstReading(btime, wtmp_boot),
+        first=FirstReading(btime, boot_record),
         witnesses=tuple(witnesses),
         boots_source=source,
         journal=journal if journal.consulted else None,

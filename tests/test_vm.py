@@ -115,6 +115,27 @@ def podnet_files(sizes: dict[str, int]) -> dict[str, int]:
     return {name: size for name, size in sizes.items() if name.startswith("podnet-")}
 
 
+def emptied_sandboxes(facts: dict[str, Any]) -> set[str]:
+    """The sandboxes whose podnet cache file the crash left empty."""
+    return {
+        name.split("-", 1)[1].rsplit("-", 1)[0]
+        for name, size in podnet_files(facts["results"]).items()
+        if size == 0
+    }
+
+
+def every_sandbox_torn_down(node: Node, first: Boot, second: Boot) -> None:
+    """The driver stopped and removed every sandbox, boot 1's among them, without an error, and
+    left no sandbox, reservation or cache file: as it said, and as the disk shows afterwards."""
+    teardown = second.one("teardown")
+    assert {p["id"] for p in first.one("pods")["pods"]} <= set(teardown["teardown"])
+    for outcome in teardown["teardown"].values():
+        assert outcome == {"stop": None, "remove": None}
+    assert (teardown["left"], teardown["reserved"], teardown["results"]) == ([], {}, {})
+    shown = node.read_disk("ls /var/lib/cni/results", "ls /var/lib/cni/networks/podnet")
+    assert "podnet-" not in shown and "10.88.0." not in shown
+
+
 # --- a crash during pod setup, cni-reaper in its place in the boot -----------------------------
 
 
@@ -181,18 +202,7 @@ def test_the_reaper_named_the_crash_replayed_del_and_quarantined(
 def test_then_containerd_tears_every_sandbox_down_and_no_ip_is_left(
     crash: tuple[Node, Boot, Boot],
 ) -> None:
-    node, first, second = crash
-    teardown = second.one("teardown")
-    boot_1_ids = {p["id"] for p in first.one("pods")["pods"]}
-    assert boot_1_ids <= set(teardown["teardown"])
-    for outcome in teardown["teardown"].values():
-        assert outcome == {"stop": None, "remove": None}
-    assert teardown["left"] == []
-    assert teardown["reserved"] == {}
-    assert teardown["results"] == {}
-    # The same, read from the disk afterwards.
-    shown = node.read_disk("ls /var/lib/cni/results", "ls /var/lib/cni/networks/podnet")
-    assert "podnet-" not in shown and "10.88.0." not in shown
+    every_sandbox_torn_down(*crash)
 
 
 # --- the same crash with cni-reaper switched off on the kernel command line ---------------------
@@ -206,11 +216,7 @@ def test_switched_off_the_runtime_is_stuck_on_the_seed_error(
     assert "cni-reaper.disable" in facts["cmdline"]
     assert facts["reaper"]["ConditionResult"] == "no"
     assert reaper_records(second) == []
-    empty = {
-        name.split("-", 1)[1].rsplit("-", 1)[0]
-        for name, size in podnet_files(facts["results"]).items()
-        if size == 0
-    }
+    empty = emptied_sandboxes(facts)
     assert empty, facts["results"]
     teardown = second.one("teardown")["teardown"]
     for sandbox_id in empty:
@@ -339,13 +345,7 @@ def test_trixie_every_sandbox_tears_down_and_no_address_is_left(
     ]
     assert repaired, reaper_records(second)
     assert summary(second)["CNI_REAPER_EXIT_CODE"] == "0"
-    teardown = second.one("teardown")
-    assert {p["id"] for p in first.one("pods")["pods"]} <= set(teardown["teardown"])
-    for outcome in teardown["teardown"].values():
-        assert outcome == {"stop": None, "remove": None}
-    assert (teardown["left"], teardown["reserved"], teardown["results"]) == ([], {}, {})
-    shown = node.read_disk("ls /var/lib/cni/results", "ls /var/lib/cni/networks/podnet")
-    assert "podnet-" not in shown and "10.88.0." not in shown
+    every_sandbox_torn_down(node, first, second)
 
 
 def test_trixie_switched_off_containerd_1_7_is_stuck_on_the_seed_error(
@@ -354,11 +354,7 @@ def test_trixie_switched_off_containerd_1_7_is_stuck_on_the_seed_error(
     _, _, second = trixie_disabled
     facts = second.one("boot")
     assert facts["reaper"]["ConditionResult"] == "no"
-    empty = {
-        name.split("-", 1)[1].rsplit("-", 1)[0]
-        for name, size in podnet_files(facts["results"]).items()
-        if size == 0
-    }
+    empty = emptied_sandboxes(facts)
     assert empty, facts["results"]
     teardown = second.one("teardown")
     stuck = [i for i in empty if SEED_ERROR in (teardown["teardown"][i]["stop"] or "")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import gzip
 import os
 import re
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cni_reaper import __version__
+from cni_reaper import __version__, replay
 from cni_reaper.cli import build_parser
 from tests.private_node import cannot_run, unshare
 
@@ -213,10 +214,110 @@ def test_man_page_documents_every_option_and_the_version() -> None:
             continue
         for option in action.option_strings:
             assert option.replace("-", "\\-") in page, option
-    if shutil.which("groff"):
-        proc = subprocess.run(
-            ["groff", "-man", "-Tutf8", "-ww", "-z", str(REPO / "man/cni-reaper.8")],
-            capture_output=True,
-            text=True,
-        )
-        assert (proc.returncode, proc.stderr) == (0, "")
+
+
+MAN_PAGE = REPO / "man/cni-reaper.8"
+
+
+def man_section(name: str) -> str:
+    """The roff source of one .SH section of the page, up to the next."""
+    found = re.search(rf"^\.SH {name}\n(.*?)(?=^\.SH |\Z)", MAN_PAGE.read_text(), re.M | re.S)
+    assert found, name
+    return found.group(1)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["mandoc", "-Tlint", "-W", "warning"],
+        ["groff", "-man", "-Tutf8", "-ww", "-z"],
+    ],
+    ids=["mandoc", "groff"],
+)
+def test_man_page_lints_clean(argv: list[str]) -> None:
+    if shutil.which(argv[0]) is None:
+        cannot_run(f"no {argv[0]} to lint the man page with")
+    proc = subprocess.run([*argv, str(MAN_PAGE)], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_man_page_breaks_no_path_with_a_hyphen(columns: int) -> None:
+    """Rendered for a terminal that wide (2 columns spare, as man(1) leaves): no line ends in a
+    hyphen inside a path."""
+    if shutil.which("groff") is None:
+        cannot_run("no groff to render the man page with")
+    proc = subprocess.run(
+        ["groff", "-man", "-Tascii", f"-rLL={columns - 2}n", "-P", "-cbou", str(MAN_PAGE)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = proc.stdout.splitlines()
+    assert any("/var/lib/cni" in line for line in lines)  # the page was rendered
+    broken = [line for line in lines if line.endswith("-") and "/" in line.split()[-1]]
+    assert broken == []
+
+
+def test_man_page_sees_also_the_tools_that_read_its_traces() -> None:
+    refs = re.findall(r"^\.BR (?:\\%)?(\S+) \((\d)\)", man_section("SEE ALSO"), re.M)
+    pages = [(section, name.replace("\\-", "-")) for name, section in refs]
+    assert ("1", "journalctl") in pages
+    assert ("1", "systemd-analyze") in pages
+    assert pages == sorted(pages)  # man-pages(7): by section, then by name
+
+
+def _is_environ(expr: ast.expr) -> bool:
+    name = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", "")
+    return str(name).endswith("environ")
+
+
+def _key_read(node: ast.AST) -> ast.expr | None:
+    """X of os.environ[X], environ.get(X) or os.getenv(X), the mapping named ...environ."""
+    if isinstance(node, ast.Subscript) and _is_environ(node.value):
+        return node.slice
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+        return None
+    if node.func.attr == "getenv" or (node.func.attr == "get" and _is_environ(node.func.value)):
+        return node.args[0]
+    return None
+
+
+def environment_read() -> set[str]:
+    """The variables cni_reaper's own code reads, each named by a literal or a module constant."""
+    found: set[str] = set()
+    for path in sorted((REPO / "cni_reaper").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        constants = {
+            target.id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(tree):
+            key = _key_read(node)
+            if key is None:
+                continue
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                found.add(key.value)
+            else:
+                name = constants.get(key.id) if isinstance(key, ast.Name) else None
+                assert name is not None, f"{path.name}:{key.lineno}: cannot tell what is read"
+                found.add(name)
+    return found
+
+
+def test_man_page_environment_names_what_the_code_reads() -> None:
+    read = environment_read()
+    # The finder finds what is known to be read: it cannot go blind and pass on nothing.
+    assert {"JOURNAL_STREAM", "NOTIFY_SOCKET"} <= read
+    # What every plugin gets instead of the reaper's environment.
+    plugin = set(replay.plugin_env(replay.Attachment("c0ffee", "eth0"), []))
+    assert {"PATH", "CNI_COMMAND", "CNI_PATH"} <= plugin
+    section = man_section("ENVIRONMENT")
+    named = set(re.findall(r"^\.TP\n\.B (?:\\%)?([A-Z_]+)$", section, re.M))  # the items
+    assert read | plugin <= named
+    assert named <= read | plugin  # and names none the code does not read or set

@@ -243,7 +243,7 @@ def test_man_page_lints_clean(argv: list[str]) -> None:
 
 @pytest.mark.parametrize("columns", [60, 80])
 def test_man_page_breaks_no_path_with_a_hyphen(columns: int) -> None:
-    """Rendered for a terminal that wide (2 columns spare, as man(1) leaves): no line ends in a
+    """Rendered for a terminal that wide, 2 columns spare: no line ends in a
     hyphen inside a path."""
     if shutil.which("groff") is None:
         cannot_run("no groff to render the man page with")

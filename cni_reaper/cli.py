@@ -306,9 +306,14 @@ def _refuse_early(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error("--parallel must be at least 1")
     if args.mark_clean_shutdown and args.dry_run:
         parser.error("--mark-clean-shutdown writes the marker: it cannot be a --dry-run")
-    if not os.path.isdir(args.root):
-        why = "not a directory" if os.path.exists(args.root) else "no such directory"
-        parser.error(f"--root {args.root}: {why}")
+    try:
+        root_is_dir = stat.S_ISDIR(os.stat(args.root).st_mode)
+    except FileNotFoundError:
+        parser.error(f"--root {args.root}: no such directory")
+    except (OSError, ValueError) as e:  # EACCES on the way, ELOOP, a NUL in the path
+        parser.error(f"--root {args.root}: {getattr(e, 'strerror', None) or e}")
+    if not root_is_dir:
+        parser.error(f"--root {args.root}: not a directory")
     if not args.dry_run and os.geteuid() != 0:
         what = "--mark-clean-shutdown" if args.mark_clean_shutdown else "a real run"
         raise NoPermissionError(

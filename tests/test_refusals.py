@@ -122,6 +122,17 @@ def test_a_real_run_not_as_root_is_refused_in_one_line_and_changes_nothing(
     assert "--mark-clean-shutdown needs root" in one_line_refusal(done.stderr)
     assert snapshot(open_root) == before
 
+    # A root the user cannot reach is named as such, not as missing.
+    hidden = open_root / "var/lib/cni"
+    hidden.chmod(0o700)
+    done = cli_run(
+        ["--dry-run", "--root", str(hidden / "results")], python=python, prefix=tuple(SETPRIV)
+    )
+    assert done.returncode == ExitCode.USAGE
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[0].endswith("/var/lib/cni/results: Permission denied")
+    hidden.chmod(0o755)
+
     # A dry run is anyone's: it shows the plan and writes nothing.
     done = cli_run(["--dry-run", "--root", str(open_root)], python=python, prefix=tuple(SETPRIV))
     assert "Traceback" not in done.stderr

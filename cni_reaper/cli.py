@@ -23,7 +23,14 @@ from cni_reaper import (
     pre_runtime,
 )
 from cni_reaper.cache import CacheEntry
-from cni_reaper.errors import ExitCode, ReaperError, RefusedError, UnsafeInputError, UsageError
+from cni_reaper.errors import (
+    ExitCode,
+    NoPermissionError,
+    ReaperError,
+    RefusedError,
+    UnsafeInputError,
+    UsageError,
+)
 from cni_reaper.escape import printable, printable_lines
 from cni_reaper.evidence import shutdown_marker
 from cni_reaper.journal import (
@@ -74,12 +81,33 @@ EXIT_FOR_ERROR: dict[type[BaseException], ExitCode] = {
     UsageError: ExitCode.USAGE,
     RefusedError: ExitCode.REFUSED,
     UnsafeInputError: ExitCode.DATA,
+    NoPermissionError: ExitCode.NOPERM,
 }
+
+
+# The end of --help, as laid out here: the exit statuses of the man page's EXIT STATUS.
+EXIT_STATUS_HELP = """\
+exit status:
+  0    nothing wrong, or everything repaired
+  1    internal error (a bug)
+  2    usage error, or a --root that is not a directory
+  65   damage found that the policy leaves alone, or an unsafe input
+  73   an action failed: a DEL or a quarantine move
+  75   refused: the lock is held, a runtime runs, or the plugins cannot be confined
+  77   a real run, or --mark-clean-shutdown, not as root
+  130  interrupted (SIGINT)
+
+See man cni-reaper.
+"""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message}\n{self.format_usage().strip()}")
+
+    def format_help(self) -> str:
+        # Not an epilog: argparse would refill its lines into one paragraph.
+        return f"{super().format_help()}\n{EXIT_STATUS_HELP}"
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -115,9 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--json", action="store_true", help="print one JSON document (schema 1) on stdout"
     )
-    p.add_argument("--root", default="/", help="prefix for every default path (default: /)")
     p.add_argument(
-        "--cache-dir", help="libcni cache dir holding results/ (default: ROOT/var/lib/cni)"
+        "--root", default="/", metavar="DIR", help="prefix for every default path (default: /)"
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="libcni cache dir holding results/ (default: ROOT/var/lib/cni)",
     )
     p.add_argument(
         "--conf-dir",
@@ -141,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="wtmp file; FILE.1 is read first (default: ROOT/var/log/wtmp)",
     )
-    p.add_argument("--state-dir", help="quarantine and state (default: ROOT/var/lib/cni-reaper)")
+    p.add_argument(
+        "--state-dir", metavar="DIR", help="quarantine and state (default: ROOT/var/lib/cni-reaper)"
+    )
     p.add_argument(
         "--plugin-timeout",
         type=float,
@@ -200,8 +234,10 @@ def run(
     env = os.environ if environ is None else environ
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
-    except UsageError as e:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        _refuse_early(parser, args)
+    except (UsageError, NoPermissionError) as e:
         if "--json" in argv:
             _json_failure(JsonWriter(sys.stdout), None, bare_header("--dry-run" in argv, ""), e)
         raise
@@ -236,12 +272,6 @@ def run(
         writer = TextWriter(sys.stdout, verbose=args.verbose)
     made: list[Report] = []  # the report, once the run has one
     try:
-        if not 0 < args.plugin_timeout < math.inf:
-            raise UsageError("--plugin-timeout must be a positive number of seconds")
-        if not 0 < args.deadline < math.inf:
-            raise UsageError("--deadline must be a positive number of seconds")
-        if args.parallel < 1:
-            raise UsageError("--parallel must be at least 1")
         if args.mark_clean_shutdown:
             boot_id = boot.read_boot_id(paths.boot_id)
             if not boot_id:
@@ -265,6 +295,33 @@ def run(
         events.flush()
 
 
+def _refuse_early(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argv alone, or the root and who runs it, rule out: refused before anything on the
+    node is read or made. A usage error ends with the usage, as argparse's own do."""
+    if not 0 < args.plugin_timeout < math.inf:  # nan too
+        parser.error("--plugin-timeout must be a positive number of seconds")
+    if not 0 < args.deadline < math.inf:
+        parser.error("--deadline must be a positive number of seconds")
+    if args.parallel < 1:
+        parser.error("--parallel must be at least 1")
+    if args.mark_clean_shutdown and args.dry_run:
+        parser.error("--mark-clean-shutdown writes the marker: it cannot be a --dry-run")
+    try:
+        root_is_dir = stat.S_ISDIR(os.stat(args.root).st_mode)
+    except FileNotFoundError:
+        parser.error(f"--root {args.root}: no such directory")
+    except (OSError, ValueError) as e:  # EACCES on the way, ELOOP, a NUL in the path
+        parser.error(f"--root {args.root}: {getattr(e, 'strerror', None) or e}")
+    if not root_is_dir:
+        parser.error(f"--root {args.root}: not a directory")
+    if not args.dry_run and os.geteuid() != 0:
+        what = "--mark-clean-shutdown" if args.mark_clean_shutdown else "a real run"
+        raise NoPermissionError(
+            f"{what} needs root: it takes the node's lock and writes its CNI state"
+            + ("" if args.mark_clean_shutdown else "; --dry-run shows the plan as any user")
+        )
+
+
 def _json_failure(
     writer: JsonWriter, report: Report | None, header: dict[str, Any], error: BaseException
 ) -> None:
@@ -282,7 +339,7 @@ def _json_failure(
 
 def exit_code_for(error: BaseException) -> ExitCode:
     if isinstance(error, KeyboardInterrupt):
-        return ExitCode.REFUSED
+        return ExitCode.INTERRUPTED
     for kind in type(error).__mro__:
         if kind in EXIT_FOR_ERROR:
             return EXIT_FOR_ERROR[kind]
@@ -880,7 +937,8 @@ def main(
         print(f"cni-reaper: {printable(message)}{usage}", file=sys.stderr)
         return int(exit_code_for(e))
     except KeyboardInterrupt:
-        return int(ExitCode.REFUSED)
+        print("cni-reaper: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
     except Exception:
         import traceback  # noqa: PLC0415 (only for a bug)
 

@@ -12,6 +12,8 @@ class ExitCode(IntEnum):
     DATA = 65  # damage found that the policy leaves alone (EX_DATAERR)
     ACTION_FAILED = 73  # a DEL or a quarantine move failed (EX_CANTCREAT)
     REFUSED = 75  # lock held, or a runtime is running (EX_TEMPFAIL)
+    NOPERM = 77  # a real run not as root (EX_NOPERM)
+    INTERRUPTED = 130  # SIGINT (Ctrl-C): 128 + 2, as a shell reports it
 
 
 class ReaperError(Exception):
@@ -24,6 +26,10 @@ class UsageError(ReaperError):
 
 class RefusedError(ReaperError):
     pass
+
+
+class NoPermissionError(ReaperError):
+    """What it was asked to do needs root."""
 
 
 class UnsafeInputError(ReaperError):

@@ -237,7 +237,7 @@ def test_the_reaper_repairs_a_rescued_disk_and_never_the_machine_it_runs_on(
 
 
 def test_the_reaper_refuses_a_rescued_disk_it_cannot_confine(tmp_path: Path) -> None:
-    seen = run_case("rescued-disk-as-nobody", tmp_path, unprivileged=True)
+    seen = run_case("rescued-disk-without-sys-admin", tmp_path, unprivileged=True)
     assert seen["exit"] == 75, seen["stderr"]
     assert "cannot make a private mount namespace" in seen["stderr"]
     assert seen["report"]["error"]["exit_code"] == 75

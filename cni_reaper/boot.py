@@ -238,10 +238,13 @@ def _journal_account(journal: JournalWitness | None, says: str) -> Account:
 
 
 def _records_account(name: str, boots: Sequence[Boot], found: bool, start: float | None) -> Account:
-    """What one boot record file says of the boot before this one (begun before start)."""
+    """What one boot record file says of the boot before this one: the newest begun clearly
+    before this boot's start (a record within the margin of it is this boot's own)."""
     if not found:
         return Account(name, False, previous_boot.UNKNOWN, "not found")
-    earlier = [b for b in boots if start is None or b.start < start]
+    earlier = [b for b in boots if start is None or b.start < start - DEFAULT_MARGIN]
+    if start is None and earlier and earlier[-1].end is BootEnd.RUNNING:
+        earlier = earlier[:-1]  # with no other estimate, the open boot is this one
     if not earlier:
         return Account(name, True, previous_boot.UNKNOWN, "names no earlier boot")
     prev = earlier[-1]

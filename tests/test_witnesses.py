@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from cni_reaper import cli
+from cni_reaper import boot, cli
 from cni_reaper.evidence.previous_boot import CLEAN, CRASHED, UNKNOWN, Account, combine
 from cni_reaper.journal import EventLog
+from cni_reaper.paths import NodePaths
 from tests import journal_files
 from tests.nodetree import NodeTree, host_local_conflist
 from tests.private_node import cannot_run
@@ -232,3 +233,18 @@ def test_without_systemd_python_and_pyudev_the_run_is_the_same_and_says_what_it_
     assert [(e["written"], e["action"]) for e in report["entries"]] == [
         (e["written"], e["action"]) for e in with_all["entries"]
     ]
+
+
+def test_this_boots_own_row_is_never_the_previous_boot(tmp_path: Path) -> None:
+    """wtmpdb's row for this boot says the boot's start in µs, btime in whole seconds: a row
+    within the margin of this boot's start is this boot's, still open, never a crash."""
+    node = NodeTree(tmp_path)
+    node.wtmpdb_boot(T0 - 3600)
+    node.wtmpdb_shutdown(T0 - 30)
+    node.wtmpdb_boot(T0 - 0.5)  # a clock read a moment apart from btime's
+    node.write_boot_world(btime=T0, boot_id=CURRENT)
+
+    ctx = boot.load(NodePaths.build(root=str(tmp_path)), lambda: T0 + 60)
+
+    [wtmpdb] = [a for a in ctx.previous_boot_verdict.accounts if a.witness == "wtmpdb"]
+    assert (wtmpdb.consulted, wtmpdb.ended) == (True, CLEAN), wtmpdb

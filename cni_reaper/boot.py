@@ -217,8 +217,8 @@ def _file_system_account(record: FsCrashRecord | None) -> Account:
     name = "file system"
     if record is None:
         return Account(name, False, previous_boot.UNKNOWN, "not read")
-    if record.detail.startswith("not consulted: "):
-        return Account(name, False, previous_boot.UNKNOWN, record.detail[len("not consulted: ") :])
+    if not record.consulted:
+        return Account(name, False, previous_boot.UNKNOWN, record.detail)
     device = " ".join(x for x in (record.kernel_name, record.fs_type) if x) or record.path
     if record.verdict is FsVerdict.REPLAYED:
         ended, says = previous_boot.CRASHED, f"{device}: replayed at mount ({record.evidence})"

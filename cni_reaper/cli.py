@@ -555,7 +555,6 @@ def _pipeline(run: _Run) -> Report:
         runtime_paths=run.runtimes.all_paths,
     )
     run.made.append(report)
-    report.file_system = boot_ctx.file_system
     stores = list(host_local.stores(run.configs, paths.root))
     # Every address reserved before any DEL: the pools' "before" (pool.py).
     reserved_before = {network: host_local.addresses(store) for network, store in stores}

@@ -68,10 +68,14 @@ class Report:
         # host-local's: those acted on or left alone (with -v, those kept too)
         self.reservations: list[dict[str, Any]] = []
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
-        # what the file system holding the cache says of its last unmount (evidence/fs_crash.py)
-        self.file_system: FsCrashRecord | None = None
         # what the runtimes' own records say of the sandboxes they will know
         self.runtime_records = runtime_records if runtime_records is not None else []
+
+    @property
+    def file_system(self) -> FsCrashRecord | None:
+        """What the file system holding the cache says of its last unmount: one of the boot's
+        witnesses (evidence/fs_crash.py)."""
+        return self.boot.file_system
 
     def add(self, result: EntryResult) -> None:
         planned = result.planned

@@ -121,6 +121,7 @@ def test_a_root_other_than_slash_gets_no_verdict(tmp_path: Path) -> None:
     record = crash_record(str(tmp_path), root=str(tmp_path), kernel_log=log)
     assert record.verdict is Verdict.UNKNOWN
     assert "describe this machine" in record.detail
+    assert record.consulted is False
     assert record.kernel_name is None  # udev was not asked either
 
 

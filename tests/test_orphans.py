@@ -280,3 +280,4 @@ def test_under_root_the_file_system_witness_says_it_cannot_speak_for_the_root(
     record = report["file_system"]
     assert record["verdict"] == "unknown"
     assert "describe this machine, not the root's" in record["detail"]
+    assert record["consulted"] is False

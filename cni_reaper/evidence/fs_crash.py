@@ -117,6 +117,7 @@ class FsCrashRecord(NamedTuple):
     evidence: str | None
     detail: str
     log: str | None = None  # the kernel log that decided: "kmsg" or "journal"
+    consulted: bool = True  # False under a --root other than "/": detail says why
 
     def to_json(self) -> dict[str, object]:
         doc = self._asdict()
@@ -387,8 +388,9 @@ def crash_record(
             "none",
             Verdict.UNKNOWN,
             None,
-            f"not consulted: the root is {root}, and the live kernel log and udev describe "
-            "this machine, not the root's",
+            f"the root is {root}, and the live kernel log and udev describe this machine, "
+            "not the root's",
+            consulted=False,
         )
     try:
         st_dev = os.stat(path).st_dev

@@ -100,17 +100,18 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
         "MESSAGE_ID": event.message_id,
         "PRIORITY": str(event.priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
-        "CNI_NETWORK": split.network if split else "",
-        "CNI_CONTAINERID": split.container_id if split else "",
-        "CNI_IFNAME": split.ifname if split else "",
-        "CNI_REAPER_FILE": name,
-        "CNI_REAPER_CONTENT": content,
-        "CNI_REAPER_WRITTEN": written,
-        "CNI_REAPER_ACTION": action,
-        "CNI_REAPER_OUTCOME": outcome,
-        "CNI_REAPER_EVENT": event.value,
-        "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
     }
+    if split is not None:  # a name that does not split has none of them: left out, not empty
+        fields["CNI_NETWORK"] = split.network
+        fields["CNI_CONTAINERID"] = split.container_id
+        fields["CNI_IFNAME"] = split.ifname
+    fields["CNI_REAPER_FILE"] = name
+    fields["CNI_REAPER_CONTENT"] = content
+    fields["CNI_REAPER_WRITTEN"] = written
+    fields["CNI_REAPER_ACTION"] = action
+    fields["CNI_REAPER_OUTCOME"] = outcome
+    fields["CNI_REAPER_EVENT"] = event.value
+    fields["CNI_REAPER_DRY_RUN"] = "1" if dry_run else "0"
     if result.plugin_errors:
         fields["CNI_REAPER_PLUGIN_ERRORS"] = "; ".join(map(str, result.plugin_errors))
     if result.problems:
@@ -137,8 +138,12 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
         "PRIORITY": str(event.priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
         "CNI_NETWORK": str(doc["network"]),
-        "CNI_CONTAINERID": "",
-        "CNI_IFNAME": "",
+    }
+    owner = doc.get("owner")
+    if owner:  # an ID-only reservation names no ifname: that field is then left out
+        fields["CNI_CONTAINERID"] = str(owner["container_id"])
+        fields["CNI_IFNAME"] = str(owner["ifname"] or "")
+    fields |= {
         "CNI_REAPER_FILE": str(doc["path"]),
         "CNI_REAPER_CONTENT": str(doc["content"]),
         "CNI_REAPER_WRITTEN": str(doc["written"]),
@@ -151,7 +156,7 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
         fields["CNI_REAPER_QUARANTINED_TO"] = str(doc["quarantined_to"])
     if doc.get("problem"):
         fields["CNI_REAPER_PROBLEMS"] = str(doc["problem"])
-    return fields
+    return _without_empty(fields)
 
 
 def summary_fields(report: Report) -> dict[str, str]:
@@ -203,7 +208,15 @@ def summary_fields(report: Report) -> dict[str, str]:
         )
     if fullest is not None:
         fields["CNI_REAPER_FULLEST_POOL"] = f"{fullest.network}/{fullest.range_set.number}"
-    return fields
+    return _without_empty(fields)
+
+
+def _without_empty(fields: dict[str, str]) -> dict[str, str]:
+    """A field with no value is left out: journald would keep it as a bare FIELD=, which
+    says nothing, and a catalog entry's @FIELD@ shows its name where the value is missing.
+    For the records whose values come from the report's documents (reservations, the
+    summary); entry_fields, which runs per file, leaves its optional fields out as it goes."""
+    return {name: value for name, value in fields.items() if value}
 
 
 class EventLog:
@@ -293,5 +306,18 @@ def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:
         journal = importlib.import_module("systemd.journal")
     except ImportError:
         return None
-    send: Send = journal.send
+    return _send_without_code_location(journal.sendv)
+
+
+def _send_without_code_location(sendv: Callable[..., None]) -> Send:
+    """A send for the records' fields alone. systemd-python's own send adds CODE_FILE,
+    CODE_LINE and CODE_FUNC of its caller, found on the stack: that caller is EventLog.emit,
+    the same line for every record. No other line says more: a record is written from the
+    report once the stage that decided it is done, and its MESSAGE_ID and CNI_REAPER_*
+    fields say what happened. So they are left out, through the native protocol's sendv,
+    which sends exactly the fields it is given (and skips reading the stack per record)."""
+
+    def send(**fields: str) -> None:
+        sendv(*[f"{name}={value}" for name, value in fields.items()])
+
     return send

@@ -19,14 +19,10 @@ from tests.notify_socket import status_lines
 from tests.private_node import cannot_run
 
 REPO = Path(__file__).resolve().parent.parent
-ENTRY_FIELDS = {
-    "CNI_NETWORK",
-    "CNI_CONTAINERID",
-    "CNI_IFNAME",
-    "CNI_REAPER_CONTENT",
-    "CNI_REAPER_ACTION",
-    "CNI_REAPER_OUTCOME",
-}
+ENTRY_FIELDS = {"CNI_REAPER_FILE", "CNI_REAPER_CONTENT", "CNI_REAPER_ACTION", "CNI_REAPER_OUTCOME"}
+# What a file's name says; a name that does not split says none of it.
+SPLIT_FIELDS = {"CNI_NETWORK", "CNI_CONTAINERID", "CNI_IFNAME"}
+UNSPLITTABLE = "no-way-to-split"
 
 
 class Recorder:
@@ -39,16 +35,26 @@ class Recorder:
         self.sent.append(fields)
 
 
-def mixed_node(crashed: Crashed, wall_clock: bool = False) -> dict[str, str]:
+def mixed_node(
+    crashed: Crashed, wall_clock: bool = False, every_kind: bool = False
+) -> dict[str, str]:
     """A repaired, a kept, a left and a reported entry; returns file name -> expected event.
 
     wall_clock: the reaper will run with the real clock, so the reboot must really come after
     the damaged file's last change.
+    every_kind: also an entry whose repair fails (its network has no config) and an address
+    whose results entry is gone (an orphan reservation, released by a DEL): with -v, and a
+    dry run, a run then makes a record of every MESSAGE_ID.
     """
     kept = crashed.add(CONTAINER_IDS[0])
     repaired = crashed.add(CONTAINER_IDS[1])
     repaired.write_bytes(b"")
-    odd = crashed.node.write_result("no-way-to-split", b"")
+    odd = crashed.node.write_result(UNSPLITTABLE, b"")
+    expected = {}
+    if every_kind:
+        failed = crashed.node.write_result(f"gone-net-{CONTAINER_IDS[3]}-eth0", b"")
+        crashed.add(CONTAINER_IDS[4]).unlink()
+        expected[failed.name] = "repair-failed"
     if wall_clock:
         time.sleep(3.2)
         crashed.reboot_now()
@@ -56,7 +62,8 @@ def mixed_node(crashed: Crashed, wall_clock: bool = False) -> dict[str, str]:
         crashed.reboot()
     # The boot's first run recorded the state; then the runtime started and set up a pod
     # whose cache file is not yet written: it may be a write in flight.
-    crashed.node.record_before_runtime(crashed.t0 + 20)
+    stores = (crashed.ipam / "hl",) if every_kind else ()
+    crashed.node.record_before_runtime(crashed.t0 + 20, *stores)
     crashed.node.runtime_starts()
     fresh = crashed.add(CONTAINER_IDS[2])
     fresh.write_bytes(b"")
@@ -65,7 +72,20 @@ def mixed_node(crashed: Crashed, wall_clock: bool = False) -> dict[str, str]:
         repaired.name: "repaired",
         fresh.name: "left",
         odd.name: "needs-attention",
+        **expected,
     }
+
+
+def records_of_every_kind(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> list[dict[str, str]]:
+    """What real runs send for every kind of record (entries, reservations, the summary) and
+    every MESSAGE_ID: a run with -v and a dry run over the every_kind node, before and after."""
+    mixed_node(crashed, every_kind=True)
+    recorder = Recorder()
+    crashed.run(capsys, "-v", "--dry-run", events=EventLog(send=recorder))
+    crashed.run(capsys, "-v", events=EventLog(send=recorder))
+    return recorder.sent
 
 
 def test_every_action_is_one_structured_record_plus_a_summary(
@@ -83,6 +103,9 @@ def test_every_action_is_one_structured_record_plus_a_summary(
     for record in entries:
         assert record["SYSLOG_IDENTIFIER"] == "cni-reaper"
         assert record.keys() >= ENTRY_FIELDS
+        # Left out, never sent empty, when the name does not say them.
+        has_split = record["CNI_REAPER_FILE"] != UNSPLITTABLE
+        assert (record.keys() & SPLIT_FIELDS) == (SPLIT_FIELDS if has_split else set())
         assert record["MESSAGE_ID"] == Event(record["CNI_REAPER_EVENT"]).message_id
     repaired = next(r for r in entries if r["CNI_REAPER_EVENT"] == "repaired")
     assert repaired["CNI_NETWORK"] == "hl"
@@ -160,7 +183,8 @@ def test_native_logging_is_chosen_only_for_the_stream_systemd_named(tmp_path: Pa
     except ImportError:
         assert chosen is None
     else:
-        assert chosen is journal.send
+        assert chosen is not None
+        assert chosen is not journal.send  # whose CODE_* would name our own send call
 
 
 def test_status_lines_reach_the_notify_socket(
@@ -219,6 +243,38 @@ def test_records_arrive_in_a_real_journald(crashed: Crashed, tmp_path: Path) -> 
     summary = [r for r in records if r.get("CNI_REAPER_EVENT") == "summary"]
     assert len(summary) == 1
     assert summary[0]["MESSAGE_ID"] == Event.SUMMARY.message_id
+    # As journald stored them: no empty field, none of what a name that does not split
+    # cannot say, and no code location (systemd-python's would be our own send call).
+    for record in records:
+        assert [name for name, value in record.items() if value in ("", None)] == []
+        assert [name for name in record if name.startswith("CODE_")] == []
+    assert not SPLIT_FIELDS & by_file[UNSPLITTABLE].keys()
+
+
+def test_no_record_of_any_kind_has_an_empty_field(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = records_of_every_kind(crashed, capsys)
+    assert {r["MESSAGE_ID"] for r in records} == {e.message_id for e in Event}
+    kinds = {"entry", "reservation", "summary"}
+    seen = {
+        "summary"
+        if r["MESSAGE_ID"] == Event.SUMMARY.message_id
+        else "reservation"
+        if r["CNI_REAPER_ACTION"].endswith("-reservation")
+        else "entry"
+        for r in records
+    }
+    assert seen == kinds
+    for record in records:
+        assert [name for name, value in record.items() if not value] == [], record["MESSAGE"]
+    # A reservation names its owner's container and interface, as its file says them.
+    released = next(
+        r
+        for r in records
+        if r.get("CNI_REAPER_ACTION") == "del-reservation" and r["CNI_REAPER_OUTCOME"] == "done"
+    )
+    assert (released["CNI_CONTAINERID"], released["CNI_IFNAME"]) == (CONTAINER_IDS[4], "eth0")
 
 
 def test_a_dry_run_writes_every_line_though_in_blocks(

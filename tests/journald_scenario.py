@@ -8,12 +8,15 @@ journald runs outside PID 1 here, its sockets and journal on tmpfs private to th
 namespace. The command's stderr is a stream connection to journald, exactly as systemd hands it
 to a service, with $JOURNAL_STREAM naming it; its stdout is kept. Every journal record the
 command made is read back with journalctl and written to OUT.json with the command's exit code.
+With $JOURNAL_COPY set, the journal files are also copied there, for journalctl to read later
+(with a message catalog, say).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -45,17 +48,21 @@ def stream_to_journald(identifier: str) -> socket.socket:
     return stream
 
 
-def reaper_in_journald(root: Path, out: Path, *extra: str) -> dict[str, Any]:
+def reaper_in_journald(
+    root: Path, out: Path, *extra: str, journal_copy: Path | None = None
+) -> dict[str, Any]:
     """The installed cni-reaper on root with the real plugins, as systemd runs it with a
     journald of its own (this module, run in a private mount and PID namespace): its exit
-    code, its stdout and its journal records."""
+    code, its stdout and its journal records; with journal_copy, the journal's files too."""
     from tests.nodetree import PLUGIN_DIR  # noqa: PLC0415
     from tests.private_node import reaper_command, unshare  # noqa: PLC0415
 
     scenario = [*unshare(pid=True), sys.executable, "-m", "tests.journald_scenario", str(out)]
     reaper = [*reaper_command(), "--root", str(root), "--bin-dir", PLUGIN_DIR, *extra]
+    env = {**os.environ, "JOURNAL_COPY": str(journal_copy)} if journal_copy else None
     proc = subprocess.run(
         [*scenario, "--", *reaper],
+        env=env,
         cwd=Path(__file__).resolve().parent.parent,
         capture_output=True,
         text=True,
@@ -67,6 +74,7 @@ def reaper_in_journald(root: Path, out: Path, *extra: str) -> dict[str, Any]:
 
 
 def main(out: Path, command: list[str]) -> None:
+    copy = os.environ.pop("JOURNAL_COPY", None)  # the scenario's, not the command's
     for path in (Path("/run/systemd"), Path("/run/log"), Path("/var/log/journal")):
         if path.exists() or path.parent.exists():
             private_tmpfs(path)
@@ -94,6 +102,8 @@ def main(out: Path, command: list[str]) -> None:
             if any(r.get("CNI_REAPER_EVENT") == "summary" for r in records):
                 break
             time.sleep(0.2)
+        if copy:
+            shutil.copytree("/run/log/journal", copy)
         out.write_text(
             json.dumps(
                 {

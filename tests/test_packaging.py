@@ -15,6 +15,7 @@ import pytest
 
 from cni_reaper import __version__
 from cni_reaper.evidence import wtmp
+from cni_reaper.journal import Event
 from tests.nodetree import NodeTree
 from tests.private_node import cannot_run, tree_digest, unshare
 
@@ -54,6 +55,7 @@ def test_deb_is_named_for_the_version_and_holds_the_layout(deb: Path) -> None:
         "./lib/systemd/system/containerd.service.d/10-cni-reaper.conf",
         "./lib/systemd/system/crio.service.d/10-cni-reaper.conf",
         "./usr/share/man/man8/cni-reaper.8.gz",
+        "./usr/lib/systemd/catalog/cni-reaper.catalog",
         "./usr/lib/python3/dist-packages/cni_reaper/cli.py",
         "./usr/lib/python3/dist-packages/cni_reaper/evidence/wtmp.py",
         "./usr/lib/python3/dist-packages/cni_reaper/runtime/config.py",
@@ -102,6 +104,19 @@ def test_installed_into_a_fresh_debian_root(deb: Path, tmp_path: Path) -> None:
         installed = root / "lib/systemd/system" / shipped
         assert installed.read_bytes() == (REPO / "systemd" / shipped).read_bytes()
     assert (root / "usr/share/man/man8/cni-reaper.8.gz").is_file()
+    # Where systemd's dpkg trigger (interest in /usr/lib/systemd/catalog) has journalctl find
+    # it: what that trigger runs, run here, lists the reaper's IDs.
+    catalog = root / "usr/lib/systemd/catalog/cni-reaper.catalog"
+    assert catalog.read_bytes() == (REPO / "systemd/cni-reaper.catalog").read_bytes()
+    if shutil.which("journalctl"):
+        subprocess.run(["journalctl", f"--root={root}", "--update-catalog"], check=True)
+        listed = subprocess.run(
+            ["journalctl", f"--root={root}", "--list-catalog"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert listed.count(" cni-reaper: ") == len(Event)
     version = chroot(root, "cni-reaper", "--version")
     assert (version.returncode, version.stdout.strip()) == (0, f"cni-reaper {__version__}")
 
@@ -155,6 +170,7 @@ def test_rpm_spec_parses_with_the_same_layout() -> None:
     defines = [
         "--define=_unitdir /usr/lib/systemd/system",
         "--define=_presetdir /usr/lib/systemd/system-preset",
+        "--define=_journalcatalogdir /usr/lib/systemd/catalog",
     ]
     parsed = subprocess.run([rpmspec, "-P", *defines, str(spec)], capture_output=True, text=True)
     assert parsed.returncode == 0, parsed.stderr
@@ -170,6 +186,7 @@ def test_rpm_spec_parses_with_the_same_layout() -> None:
         "/usr/lib/systemd/system/containerd.service.d/10-cni-reaper.conf",
         "/usr/lib/systemd/system/crio.service.d/10-cni-reaper.conf",
         "/usr/lib/systemd/system-preset/80-cni-reaper.preset",
+        "/usr/lib/systemd/catalog/cni-reaper.catalog",
         "%{_mandir}/man8/cni-reaper.8*".replace("%{_mandir}", "/usr/share/man"),
     ):
         assert line in text, line

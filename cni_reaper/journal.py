@@ -165,7 +165,7 @@ def summary_fields(report: Report) -> dict[str, str]:
     released = sum(p.released for p in report.pools)
     fullest = max(pools, key=lambda p: p.left_total / p.capacity if p.capacity else 1, default=None)
     fields = {
-        "MESSAGE": f"{summary['entries']} entries; {counts}; "
+        "MESSAGE": f"{summary['entries']} entries; {counts}; {report.repairs()}; "
         f"{released} addresses released; exit {summary['exit_code']}",
         "MESSAGE_ID": Event.SUMMARY.message_id,
         "PRIORITY": str(Event.SUMMARY.priority),

@@ -26,9 +26,7 @@ class Sinks(NamedTuple):
     text_report: bool  # whether stdout gets the text report (when --json does not ask for JSON)
 
 
-def choose(
-    environ: Mapping[str, str], stdout: TextIO, stderr: TextIO, block: int = 1
-) -> Sinks:
+def choose(environ: Mapping[str, str], stdout: TextIO, stderr: TextIO, block: int = 1) -> Sinks:
     err = _fd(stderr)
     if err is not None and is_journal_stream(environ, err):
         return Sinks(EventLog(journal_send(environ, err), stderr, block), text_report=False)

@@ -446,9 +446,11 @@ class Shorthand:
             began = boot_began(boot.current_start, boot.current_start_source)
             self._run_wide.append((began, "this boot's start"))
         if proof is not None:
-            if proof.taking:
+            if proof.record is not None:
+                # Only the run that takes the record says FOUND; by the time a real run
+                # reports, the record is saved, and the header says when it was taken.
                 self._run_wide.append((FOUND, "in the pre-runtime record this run took"))
-            elif proof.record is None:
+            else:
                 self._run_wide.append((no_record(proof.why_missing), "no pre-runtime record"))
         self._named: dict[Boot, str] = {}
 

@@ -177,7 +177,7 @@ class BootContext(NamedTuple):
         newest, oldest = (mtime, ctime) if mtime > ctime else (ctime, mtime)
         if newest > now + margin:
             return WrittenVerdict(Written.UNKNOWN, f"{times}; later than the clock ({iso(now)})")
-        boundary = _boot_began(start, self.current_start_source)
+        boundary = boot_began(start, self.current_start_source)
         if newest < start - margin:
             # round() to an int formats as :.0f would (half to even), without the float
             # formatting, which showed at 100,000 entries.
@@ -206,7 +206,7 @@ class BootContext(NamedTuple):
         relation = f"{round(before)} s before" if before >= 0 else f"{round(-before)} s after"
         return WrittenVerdict(
             Written.PREVIOUS_BOOT,
-            f"{times}: {before_start}; {_written_in(writer)}, {relation} that boot's last "
+            f"{times}: {before_start}; {written_in(writer)}, {relation} that boot's last "
             f"{writer.source} record",
             writer,
             round(before, 3),
@@ -261,16 +261,17 @@ def _records_account(name: str, boots: Sequence[Boot], found: bool, start: float
     )
 
 
-# Every file's evidence names the same boots: their part of it is made once each.
+# Every file's evidence names the same boots: their part of it is made once each, and the text
+# report, which says each once, knows it by these.
 
 
 @functools.lru_cache(maxsize=8)
-def _boot_began(start: float, source: str) -> str:
+def boot_began(start: float, source: str) -> str:
     return f"this boot began {iso(start)} ({source})"
 
 
 @functools.lru_cache(maxsize=64)
-def _written_in(boot: Boot) -> str:
+def written_in(boot: Boot) -> str:
     if boot.end is BootEnd.CRASHED:
         how = "which crashed (no shutdown record before the next boot)"
     else:

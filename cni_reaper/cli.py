@@ -21,6 +21,7 @@ from cni_reaper import (
     outcome,
     pool,
     pre_runtime,
+    sinks,
 )
 from cni_reaper.cache import CacheEntry
 from cni_reaper.errors import (
@@ -38,7 +39,6 @@ from cni_reaper.journal import (
     EventLog,
     entry_fields,
     event_of,
-    journal_send,
     reservation_fields,
     summary_fields,
 )
@@ -264,11 +264,14 @@ def run(
     if events is None:
         # A dry run runs no plugin: its lines can wait for a block. A repair's line goes out
         # when the repair is done.
-        events = EventLog(journal_send(env), block=EVENT_BLOCK if args.dry_run else 1)
+        chosen = sinks.choose(env, sys.stdout, sys.stderr, EVENT_BLOCK if args.dry_run else 1)
+        events, text_report = chosen.events, chosen.text_report
+    else:
+        # Natively, the journal already holds every fact of the text report, with its fields.
+        text_report = not events.native
     if json_writer is not None:
         writer = json_writer
-    elif not events.native:
-        # Natively, the journal already holds every fact of the text report, with its fields.
+    elif text_report:
         writer = TextWriter(sys.stdout, verbose=args.verbose)
     made: list[Report] = []  # the report, once the run has one
     try:

@@ -2,8 +2,8 @@
 
 Under systemd, when stderr is the journal stream systemd named in $JOURNAL_STREAM and
 systemd-python is there, records go to the journal natively with their fields; otherwise the
-same facts go to stderr as plain lines. systemd-python is imported only then, so a run by hand
-never loads it.
+same facts go to stderr as plain lines where stderr is a log (cni_reaper/sinks.py says when).
+systemd-python is imported only then, so a run by hand never loads it.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def summary_fields(report: Report) -> dict[str, str]:
     released = sum(p.released for p in report.pools)
     fullest = max(pools, key=lambda p: p.left_total / p.capacity if p.capacity else 1, default=None)
     fields = {
-        "MESSAGE": f"{summary['entries']} entries; {counts}; "
+        "MESSAGE": f"{summary['entries']} entries; {counts}; {report.repairs()}; "
         f"{released} addresses released; exit {summary['exit_code']}",
         "MESSAGE_ID": Event.SUMMARY.message_id,
         "PRIORITY": str(Event.SUMMARY.priority),
@@ -228,12 +228,19 @@ class EventLog:
     """
 
     def __init__(
-        self, send: Send | None = None, stream: TextIO | None = None, block: int = 1
+        self,
+        send: Send | None = None,
+        stream: TextIO | None = None,
+        block: int = 1,
+        *,
+        discard: bool = False,
     ) -> None:
         self._send = send
         self._stream = stream if stream is not None else sys.stderr
         self._block = block
         self._lines: list[str] = []
+        # Nothing is written: the person the lines would reach reads the report already.
+        self._discard = discard
 
     @property
     def native(self) -> bool:
@@ -244,6 +251,8 @@ class EventLog:
         strings): it is escaped here, where it leaves, so that no field can forget it and no
         value can end a record or a line early. Nearly every record is printable as it is,
         which one check over all its text finds."""
+        if self._discard:
+            return
         if self._send is not None:
             if not is_printable("".join(fields.values())):
                 fields = _printable_fields(fields)
@@ -290,15 +299,20 @@ def _printable_fields(fields: Mapping[str, str]) -> dict[str, str]:
     return {key: printable(value) for key, value in fields.items()}
 
 
-def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:
-    """systemd-python's send, if stderr is the journal stream systemd set up for us."""
+def is_journal_stream(environ: Mapping[str, str], stderr_fd: int = 2) -> bool:
+    """Whether stderr is the journal stream systemd set up for us and named in $JOURNAL_STREAM."""
     stream = environ.get("JOURNAL_STREAM", "")
     try:
         device, inode = (int(part) for part in stream.split(":"))
         st = os.fstat(stderr_fd)
     except (ValueError, OSError):
-        return None
-    if (st.st_dev, st.st_ino) != (device, inode):
+        return False
+    return (st.st_dev, st.st_ino) == (device, inode)
+
+
+def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:
+    """systemd-python's send, if stderr is the journal stream systemd set up for us."""
+    if not is_journal_stream(environ, stderr_fd):
         return None
     try:
         # Loaded only here, under systemd; by name, since the source tree's systemd/ unit dir

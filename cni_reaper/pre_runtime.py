@@ -140,8 +140,7 @@ class Proof:
         if self.record is None:
             return WrittenVerdict(
                 Written.UNKNOWN,
-                f"no record of this boot's CNI state from before a runtime "
-                f"started ({self.why_missing}); clocks: {by_clock.evidence}",
+                f"{no_record(self.why_missing)}; clocks: {by_clock.evidence}",
                 by_clock.writing_boot,
                 by_clock.seconds_before_last_record,
             )
@@ -187,7 +186,13 @@ class Proof:
             self._writer.commit()
 
 
-_FOUND = "found by this run before any runtime started; clocks: "
+# How a file's evidence begins for every file of a run: the text report says these once.
+FOUND = "found by this run before any runtime started"
+_FOUND = FOUND + "; clocks: "
+
+
+def no_record(why_missing: str | None) -> str:
+    return f"no record of this boot's CNI state from before a runtime started ({why_missing})"
 
 
 class _RecordWriter:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from cni_reaper import __version__
-from cni_reaper.boot import BootContext, iso
+from cni_reaper.boot import Boot, BootContext, BootEnd, WrittenVerdict, boot_began, iso, written_in
 from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable_lines
@@ -16,7 +16,7 @@ from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import SourcedDir
 from cni_reaper.plan import Action
 from cni_reaper.pool import PoolHealth
-from cni_reaper.pre_runtime import Proof
+from cni_reaper.pre_runtime import FOUND, Proof, no_record
 
 if TYPE_CHECKING:
     from cni_reaper.evidence.fs_crash import FsCrashRecord
@@ -63,6 +63,7 @@ class Report:
         self._counts: dict[tuple[Content, Action, Outcome], int] = {}
         self.del_failures: Counter[str] = Counter()  # by plugin type
         self.plugin_errors = 0
+        self.planned_to_fail = 0  # a dry run's DELs that cannot run as things are
         self._failed = False
         self._left_alone = False
         # host-local's: those acted on or left alone (with -v, those kept too)
@@ -88,10 +89,11 @@ class Report:
             if outcome is Outcome.FAILED:
                 for error in result.del_outcome.errors:
                     self.del_failures[error.plugin or "none"] += 1
-        if outcome is Outcome.FAILED or (
+        if outcome is Outcome.PLANNED and planned.config_problem is not None:
             # A dry run says so of a DEL that will fail, as the real run would fail it.
-            outcome is Outcome.PLANNED and planned.config_problem is not None
-        ):
+            self.planned_to_fail += 1
+            self._failed = True
+        elif outcome is Outcome.FAILED:
             self._failed = True
         elif outcome is Outcome.SKIPPED and action is not Action.KEEP:
             # Left as it is: to report, maybe in flight, or changed since the scan.
@@ -155,6 +157,34 @@ class Report:
             ),
             "exit_code": int(self.exit_code),
         }
+
+    def repairs(self) -> str:
+        """What became of the repairs, in a few words for the summary line and the journal's
+        summary record: how many failed is always said, even when none did."""
+        done = failed = planned = left = 0
+        for (_, action, outcome), n in self._counts.items():
+            if outcome is Outcome.DONE:
+                done += n
+            elif outcome is Outcome.FAILED:
+                failed += n
+            elif outcome is Outcome.PLANNED:
+                planned += n
+            elif action is not Action.KEEP:
+                left += n
+        if self.dry_run:
+            said = f"{planned} planned ({self.planned_to_fail} will fail)"
+        else:
+            said = f"{done} done, {failed} failed"
+        said += f", {left} left alone"
+        acted = Counter(str(r["outcome"]) for r in self.reservations if r["action"] != "keep")
+        if acted:
+            counts = (
+                f"{acted['planned']} planned"
+                if self.dry_run
+                else f"{acted['done']} done, {acted['failed']} failed"
+            )
+            said += f"; host-local reservations: {counts}, {acted['skipped']} left alone"
+        return said
 
     def header(self) -> dict[str, Any]:
         boot = self.boot.to_json()
@@ -288,6 +318,7 @@ class TextWriter:
         self._out = out
         self._verbose = verbose
         self._started = False
+        self._shorthand: Shorthand | None = None
 
     def _write(self, lines: list[str]) -> None:
         """Every line the report writes goes through here: file names, plugin errors, config
@@ -297,6 +328,7 @@ class TextWriter:
     def _start(self, report: Report) -> None:
         if not self._started:
             self._started = True
+            self._shorthand = Shorthand(report.boot, report.proof)
             mode = "dry run, nothing changed" if report.dry_run else "run"
             proof = [f"  {report.proof.summary}"] if report.proof is not None else []
             self._write(
@@ -319,7 +351,7 @@ class TextWriter:
     def entry(self, report: Report, result: EntryResult) -> None:
         self._start(report)
         if result.planned.action is not Action.KEEP or self._verbose:
-            self._write(entry_lines(result, self._verbose))
+            self._write(entry_lines(result, self._verbose, self._shorthand))
 
     def finish(self, report: Report) -> None:
         self._start(report)
@@ -350,7 +382,8 @@ class TextWriter:
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"
         lines.append(
-            f"summary: {s['entries']} entries ({counts}); {actions}; exit {s['exit_code']}"
+            f"summary: {s['entries']} entries ({counts}); {actions}; {report.repairs()}; "
+            f"exit {s['exit_code']}"
         )
         self._write(lines)
 
@@ -398,7 +431,62 @@ def witness_lines(boot: BootContext) -> list[str]:
     return lines
 
 
-def entry_lines(result: EntryResult, verbose: bool) -> list[str]:
+class Shorthand:
+    """A file's written evidence as the text report shows it: what every file of the run, or
+    of one earlier boot, has in its evidence is said once, and each file's line names it in a
+    few words. The header says this boot's start and its pre-runtime record; an earlier boot is
+    said at the first file it wrote, the previous one in the header already. The JSON report
+    and the sidecars keep every file's evidence whole."""
+
+    def __init__(self, boot: BootContext, proof: Proof | None) -> None:
+        self._boots = boot.previous_boots
+        # (as the evidence says it, as a line says it), for what the header says
+        self._run_wide: list[tuple[str, str]] = []
+        if boot.current_start is not None:
+            began = boot_began(boot.current_start, boot.current_start_source)
+            self._run_wide.append((began, "this boot's start"))
+        if proof is not None:
+            if proof.record is not None:
+                # Only the run that takes the record says FOUND; by the time a real run
+                # reports, the record is saved, and the header says when it was taken.
+                self._run_wide.append((FOUND, "in the pre-runtime record this run took"))
+            else:
+                self._run_wide.append((no_record(proof.why_missing), "no pre-runtime record"))
+        self._named: dict[Boot, str] = {}
+
+    def evidence(self, written: WrittenVerdict) -> list[str]:
+        """The evidence line, and before it, the first time an earlier boot is named, what
+        that boot was."""
+        text = written.evidence
+        for phrase, short in self._run_wide:
+            text = text.replace(phrase, short)
+        lines: list[str] = []
+        boot = written.writing_boot
+        if boot is not None:
+            phrase = written_in(boot)
+            if phrase in text:
+                name = self._named.get(boot)
+                if name is None:
+                    name = self._named[boot] = self._name(boot, lines)
+                text = text.replace(phrase, f"in {name}")
+        lines.append(f"    written: {text}")
+        return lines
+
+    def _name(self, boot: Boot, lines: list[str]) -> str:
+        back = len(self._boots) - self._boots.index(boot)
+        if back == 1:
+            return "the previous boot"  # the header's boot line says what it was
+        if boot.end is BootEnd.CRASHED:
+            ended = "crashed (no shutdown record before the next boot)"
+        else:
+            ended = f"shut down cleanly at {iso(boot.shutdown or boot.last_record)}"
+        lines.append(f"    boot -{back} ({boot.source}): began {iso(boot.start)}, {ended}")
+        return f"boot -{back}"
+
+
+def entry_lines(
+    result: EntryResult, verbose: bool, shorthand: Shorthand | None = None
+) -> list[str]:
     """An entry in the text report, its lines unescaped: the writer escapes them."""
     planned = result.planned
     entry = planned.entry
@@ -408,7 +496,10 @@ def entry_lines(result: EntryResult, verbose: bool) -> list[str]:
     ]
     lines.append(f"    why: {planned.reason}")
     if verbose or planned.action.changes_things:
-        lines.append(f"    written: {planned.written.evidence}")
+        if shorthand is not None:
+            lines.extend(shorthand.evidence(planned.written))
+        else:
+            lines.append(f"    written: {planned.written.evidence}")
     if planned.action is Action.DEL_AND_QUARANTINE:
         netlist, chain = planned.netlist, planned.chain
         if netlist is not None:

@@ -377,7 +377,7 @@ class TextWriter:
                 lines.append(f"    problem: {r['problem']}")
             if r["quarantined_to"]:
                 lines.append(f"    moved to {r['quarantined_to']}")
-        lines.extend(pool_line(p) for p in report.pools)
+        lines.extend(pool_line(p, report.dry_run) for p in report.pools)
         s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"
@@ -388,12 +388,13 @@ class TextWriter:
         self._write(lines)
 
 
-def pool_line(p: PoolHealth) -> str:
+def pool_line(p: PoolHealth, dry_run: bool = False) -> str:
+    """A dry run releases nothing: its count is of the addresses a real run would release."""
     which = "outside every range" if p.range_set.number < 0 else f"range set {p.range_set.number}"
     owners = ", ".join(f"{n} {state}" for state, n in sorted(p.left.items()))
     return (
         f"pool {p.network} {which}: {p.capacity} addresses, {p.reserved_before} reserved before, "
-        f"{p.released} released, {p.left_total} left{f' ({owners})' if owners else ''}"
+        f"{p.released} {'to release' if dry_run else 'released'}, {p.left_total} left{f' ({owners})' if owners else ''}"
     )
 
 

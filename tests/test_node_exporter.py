@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -147,3 +148,39 @@ def test_node_exporter_serves_what_a_run_under_umask_077_wrote(
         prom.stat().st_mtime, abs=1
     )
     assert metrics.FILE_MODE == 0o644
+
+
+# --- one textfile path everywhere -------------------------------------------------------------
+
+UNIT_METRICS_FILE = "/var/lib/prometheus/node-exporter/cni-reaper.prom"
+DOCUMENTS = (
+    "systemd/cni-reaper.service",
+    "README.md",
+    "man/cni-reaper.8",
+    "packaging/README.md",
+    "monitoring/cni-reaper.rules.yml",
+)
+
+
+def test_the_unit_writes_where_debians_node_exporter_reads() -> None:
+    if not os.access(NODE_EXPORTER, os.X_OK):
+        cannot_run(f"needs {NODE_EXPORTER} (Debian package prometheus-node-exporter)")
+    done = subprocess.run([NODE_EXPORTER, "--help"], capture_output=True, text=True)
+    default = re.search(r'--collector\.textfile\.directory="([^"]*)"', done.stdout + done.stderr)
+    assert default is not None, done.stderr
+    assert default.group(1) == os.path.dirname(UNIT_METRICS_FILE)
+
+    unit = (REPO / "systemd/cni-reaper.service").read_text()
+    assert f"ExecStart=/usr/bin/cni-reaper --metrics-file {UNIT_METRICS_FILE}\n" in unit
+    # Writable under ProtectSystem=strict; "-": a node without node_exporter lacks it.
+    read_write = re.findall(r"^ReadWritePaths=(.*)$", unit, re.M)
+    assert f"-{default.group(1)}" in " ".join(read_write).split()
+
+
+def test_every_document_names_the_same_textfile_path() -> None:
+    for document in DOCUMENTS:
+        text = (REPO / document).read_text().replace("\\-", "-").replace("\\%", "")
+        assert UNIT_METRICS_FILE in text, document
+        named = set(re.findall(r"/var/lib/[\w./-]*\.prom\b", text))
+        assert named == {UNIT_METRICS_FILE}, document
+        assert "/var/lib/node_exporter" not in text, document

@@ -357,9 +357,9 @@ def _write_metrics(path: str, text: str) -> None:
 
     try:
         metrics.write(path, text)
-    except OSError as e:
-        shown = printable(path)
-        print(f"cni-reaper: metrics not written to {shown}: {e.strerror}", file=sys.stderr)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the name
+        shown, why = printable(path), getattr(e, "strerror", None) or str(e)
+        print(f"cni-reaper: metrics not written to {shown}: {why}", file=sys.stderr)
 
 
 def _json_failure(

@@ -233,13 +233,16 @@ def run(
     started = time.time()
     env = os.environ if environ is None else environ
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Filled as argparse goes: a usage error after --metrics-file still finds it here.
+    parsed = argparse.Namespace()
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parser.parse_args(argv, namespace=parsed)
         _refuse_early(parser, args)
     except (UsageError, NoPermissionError) as e:
         if "--json" in argv:
             _json_failure(JsonWriter(sys.stdout), None, bare_header("--dry-run" in argv, ""), e)
+        _failure_metrics(parsed, e, started)
         raise
     writer: ReportWriter | None = None
     json_writer = JsonWriter(sys.stdout) if args.json else None
@@ -260,6 +263,7 @@ def run(
         error = UnsafeInputError(f"cannot take the node's paths under {args.root}: {e}")
         if json_writer is not None:
             _json_failure(json_writer, None, bare_header(args.dry_run, ""), error)
+        _failure_metrics(args, error, started)
         raise error from None
     if events is None:
         # A dry run runs no plugin: its lines can wait for a block. A repair's line goes out
@@ -293,6 +297,7 @@ def run(
                 args.dry_run, paths.results_dir, paths.sourced_conf_dirs, paths.sourced_bin_dirs
             )
             _json_failure(json_writer, made[0] if made else None, header, e)
+        _failure_metrics(args, e, started)
         raise
     finally:
         events.flush()
@@ -323,6 +328,41 @@ def _refuse_early(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             f"{what} needs root: it takes the node's lock and writes its CNI state"
             + ("" if args.mark_clean_shutdown else "; --dry-run shows the plan as any user")
         )
+
+
+def _failure_metrics(args: argparse.Namespace, error: BaseException, started: float) -> None:
+    """With --metrics-file, a run that refuses or fails still says so there: its exit code and
+    when it ended. Not for the ExecStop's --mark-clean-shutdown, which is no run of the repair."""
+    path = getattr(args, "metrics_file", None)
+    if path and not getattr(args, "mark_clean_shutdown", False):
+        from cni_reaper import metrics  # noqa: PLC0415 (only when asked for)
+
+        text = metrics.render_failure(
+            int(exit_code_for(error)), bool(getattr(args, "dry_run", False)), started, time.time()
+        )
+        _write_metrics(path, text)
+
+
+def _metrics_dir_missing(path: str) -> str | None:
+    """The directory the metrics file goes in, if it does not exist: node_exporter's textfile
+    directory exists only where node_exporter is installed, and the unit names it on every
+    node. Nothing is written then, and the report says so."""
+    directory = os.path.dirname(os.path.abspath(path))
+    return None if os.path.isdir(directory) else directory
+
+
+def _write_metrics(path: str, text: str) -> None:
+    """The metrics are one more report of the run: failing to write them is said, and changes
+    neither what the run did nor its exit code."""
+    if _metrics_dir_missing(path):
+        return
+    from cni_reaper import metrics  # noqa: PLC0415 (only when asked for)
+
+    try:
+        metrics.write(path, text)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the name
+        shown, why = printable(path), getattr(e, "strerror", None) or str(e)
+        print(f"cni-reaper: metrics not written to {shown}: {why}", file=sys.stderr)
 
 
 def _json_failure(
@@ -398,6 +438,9 @@ def _run(
     notifier.status(f"scanning {paths.results_dir}")
     warnings: list[str] = []
     warnings.extend(runtimes.warnings)
+    no_metrics_dir = args.metrics_file and _metrics_dir_missing(args.metrics_file)
+    if no_metrics_dir:
+        warnings.append(f"no metrics written: no directory {no_metrics_dir}")
     first_scan: list[list[liveness.RuntimeProcess]] = []
     running = _runtime_running(paths.root, runtimes, first_scan)
     if running:
@@ -462,7 +505,7 @@ def _run(
     if args.metrics_file:
         from cni_reaper import metrics  # noqa: PLC0415 (only when asked for)
 
-        metrics.write(args.metrics_file, metrics.render(report, started, time.time()))
+        _write_metrics(args.metrics_file, metrics.render(report, started, time.time()))
     return report.exit_code
 
 

@@ -171,7 +171,8 @@ def summary_fields(report: Report) -> dict[str, str]:
     fullest = max(pools, key=lambda p: p.left_total / p.capacity if p.capacity else 1, default=None)
     fields = {
         "MESSAGE": f"{summary['entries']} entries; {counts}; {report.repairs()}; "
-        f"{released} addresses {'to release' if report.dry_run else 'released'}; exit {summary['exit_code']}",
+        f"{released} addresses {'to release' if report.dry_run else 'released'}; "
+        f"exit {summary['exit_code']}",
         "MESSAGE_ID": Event.SUMMARY.message_id,
         "PRIORITY": str(Event.SUMMARY.priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,

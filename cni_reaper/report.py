@@ -392,9 +392,10 @@ def pool_line(p: PoolHealth, dry_run: bool = False) -> str:
     """A dry run releases nothing: its count is of the addresses a real run would release."""
     which = "outside every range" if p.range_set.number < 0 else f"range set {p.range_set.number}"
     owners = ", ".join(f"{n} {state}" for state, n in sorted(p.left.items()))
+    released = "to release" if dry_run else "released"
     return (
         f"pool {p.network} {which}: {p.capacity} addresses, {p.reserved_before} reserved before, "
-        f"{p.released} {'to release' if dry_run else 'released'}, {p.left_total} left{f' ({owners})' if owners else ''}"
+        f"{p.released} {released}, {p.left_total} left{f' ({owners})' if owners else ''}"
     )
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build cni-reaper_<version>_all.deb from this checkout with the Debian toolchain
+# Build cni-reaper_<version>_all.deb, and the native source package (.dsc, .tar.xz, .changes)
+# lintian checks with it, from this checkout with the Debian toolchain
 # (dpkg-buildpackage, dh-python/pybuild): packaging/debian becomes debian/ of a copy of the
 # source tree, so the checkout itself is never written to.
 #
@@ -19,10 +20,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 src="$work/cni-reaper-$version"
 mkdir "$src"
-cp -r "$repo"/{pyproject.toml,README.md,cni_reaper,systemd,man} "$src"/
+cp -r "$repo"/{pyproject.toml,setup.cfg,LICENSE,README.md,cni_reaper,systemd,man} "$src"/
 cp -r "$repo/packaging/debian" "$src/debian"
 find "$src" -name __pycache__ -prune -exec rm -rf {} +
 # The distribution's own Python builds the package, never one a PATH shim (pyenv) puts first.
-(cd "$src" && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b)
-cp "$work/cni-reaper_${version}_all.deb" "$out/"
+(cd "$src" && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc)
+cp "$work"/cni-reaper_"$version"{_all.deb,.dsc,.tar.xz,_*.changes,_*.buildinfo} "$out/"
 echo "$out/cni-reaper_${version}_all.deb"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # A minimal Debian bookworm root with what the cni-reaper package depends on, as a tar, for
-# the test that installs the package into a fresh root (tests/test_packaging.py). Built by
+# the test that installs the package into a fresh root (tests/test_packaging.py), and systemd,
+# whose systemd-delta and systemd-analyze show there that the drop-ins apply. Built by
 # .ci/run before the tests, since tests download nothing; reused while its inputs are the same.
 #
 # usage (as root): packaging/debian-root.sh OUT.tar
 set -euo pipefail
 out=$1
-include=python3,python3-pyudev,python3-systemd,init-system-helpers
+include=python3,python3-pyudev,python3-systemd,init-system-helpers,systemd
 stamp="bookworm minbase $include"
 if [ -s "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "up to date: $out"

@@ -5,9 +5,12 @@ need root."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,23 @@ class Crashed:
 
     def ips(self) -> dict[str, str]:
         return reserved_ips(self.ipam, "hl")
+
+    def results_dir_links_to(self, elsewhere: Path) -> None:
+        """The results dir replaced by a symlink to a directory elsewhere, then a reboot."""
+        elsewhere.mkdir(exist_ok=True)
+        (self.node.root / "var/lib/cni").mkdir(parents=True, exist_ok=True)
+        os.symlink(elsewhere, self.node.results)
+        self.reboot()
+
+    @contextlib.contextmanager
+    def containerd_answering(self) -> Iterator[None]:
+        """Something listens on containerd's default socket in the root, as a runtime does."""
+        sock_dir = self.node.root / "run/containerd"
+        sock_dir.mkdir(parents=True, exist_ok=True)
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(sock_dir / "containerd.sock"))
+            server.listen(1)
+            yield
 
 
 def by_path(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -4,8 +4,6 @@ error and the exit code; the message also goes to stderr, as without --json."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +49,7 @@ def test_another_run_holds_the_lock(crashed: Crashed, capsys: pytest.CaptureFixt
 
 def test_a_runtime_answers(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> None:
     crashed.reboot()
-    sock_dir = crashed.node.root / "run/containerd"
-    sock_dir.mkdir(parents=True)
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(str(sock_dir / "containerd.sock"))
-        server.listen(1)
+    with crashed.containerd_answering():
         assert crashed.run_main() == ExitCode.REFUSED
     doc = one_document(capsys.readouterr().out)
     assert doc["error"]["message"].startswith("a container runtime is running (it answers on")
@@ -65,11 +59,7 @@ def test_a_runtime_answers(crashed: Crashed, capsys: pytest.CaptureFixture[str])
 def test_the_results_dir_is_a_symlink(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (crashed.node.root / "var/lib/cni").mkdir(parents=True)
-    os.symlink(elsewhere, crashed.node.results)
-    crashed.reboot()
+    crashed.results_dir_links_to(tmp_path / "elsewhere")
     assert crashed.run_main("--dry-run") == ExitCode.DATA
     doc = one_document(capsys.readouterr().out)
     assert doc["error"]["exit_code"] == ExitCode.DATA

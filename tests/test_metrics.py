@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import stat
 import sys
 import tempfile
@@ -212,13 +211,9 @@ def test_a_run_refused_while_a_runtime_answers_writes_its_exit_code(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     crashed.reboot()
-    sock_dir = crashed.node.root / "run/containerd"
-    sock_dir.mkdir(parents=True)
     prom = tmp_path / "cni-reaper.prom"
     started = time.time()
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(str(sock_dir / "containerd.sock"))
-        server.listen(1)
+    with crashed.containerd_answering():
         assert crashed.run_main("--metrics-file", str(prom)) == ExitCode.REFUSED
     capsys.readouterr()
     failure_written(prom, 75, started)
@@ -228,11 +223,7 @@ def test_an_unsafe_input_writes_its_exit_code(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The results dir is a symlink: refused as unsafe, after the boot was read."""
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (crashed.node.root / "var/lib/cni").mkdir(parents=True)
-    os.symlink(elsewhere, crashed.node.results)
-    crashed.reboot()
+    crashed.results_dir_links_to(tmp_path / "elsewhere")
     prom = tmp_path / "cni-reaper.prom"
     started = time.time()
 

@@ -356,11 +356,7 @@ def test_running_runtime_refuses_unless_forced(
     assert code == ExitCode.ACTION_FAILED
     assert path.exists()
     assert crashed.ips() == {}
-    sock_dir = crashed.node.root / "run/containerd"
-    sock_dir.mkdir(parents=True)
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(str(sock_dir / "containerd.sock"))
-        server.listen(1)
+    with crashed.containerd_answering():
         assert cli.main(crashed.argv()) == ExitCode.REFUSED
         assert "answers on" in capsys.readouterr().err
         assert path.exists()

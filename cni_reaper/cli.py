@@ -39,6 +39,7 @@ from cni_reaper.journal import (
     EventLog,
     entry_fields,
     event_of,
+    more_fields,
     reservation_fields,
     summary_fields,
 )
@@ -499,7 +500,8 @@ def _run(
             else:
                 report = _pipeline(run)
     report.finish()
-    summary = summary_fields(report)
+    _emit_more(args, paths, report, events)
+    summary = summary_fields(report, sum(events.cut.values()))
     events.emit(summary)
     notifier.status(f"done: {summary['MESSAGE']}")
     if args.metrics_file:
@@ -507,6 +509,17 @@ def _run(
 
         _write_metrics(args.metrics_file, metrics.render(report, started, time.time()))
     return report.exit_code
+
+
+def _emit_more(
+    args: argparse.Namespace, paths: NodePaths, report: Report, events: EventLog
+) -> None:
+    """One record for each kind past the journal's bound, before the summary."""
+    moved_to = os.path.join(paths.quarantine_dir, report.boot.boot_id or "unknown-boot")
+    for kind, more in events.cut.items():
+        moved = not args.dry_run and kind in (Event.REPAIRED, Event.REPAIR_FAILED)
+        quarantine = moved_to if moved else None
+        events.emit(more_fields(kind, events.bound, more, args.dry_run, args.json, quarantine))
 
 
 def _runtime_running(
@@ -713,7 +726,8 @@ def _pipeline(run: _Run) -> Report:
         for result in results:
             report.add(result)
             _note_fate(result, fates)
-            if log_kept or event_of(result) is not Event.KEPT:
+            kind = event_of(result)
+            if (log_kept or kind is not Event.KEPT) and not events.counted_as_cut(kind):
                 events.emit(entry_fields(result, dry_run))
             if notify and result.planned.action.changes_things:
                 run.notifier.status(f"{result.outcome.value}: {result.planned.entry.name}")

@@ -34,6 +34,7 @@ class Event(str, Enum):
     LEFT = "left"
     NEEDS_ATTENTION = "needs-attention"
     KEPT = "kept"
+    MORE = "more"  # the records of one kind past RECORDS_PER_KIND, counted in one record
     SUMMARY = "summary"
 
     @property
@@ -52,6 +53,7 @@ _MESSAGE_IDS = {
     Event.LEFT: "2555a316e595483ab986f58054267ae4",
     Event.NEEDS_ATTENTION: "53f32876435644e29b4cbec508b4c40c",
     Event.KEPT: "cba8cac8fd334944a069e83d9a34fe19",
+    Event.MORE: "56ee09c1f831411289e89261cd26f4a4",
     Event.SUMMARY: "40d33e61a7024481a04d33a66d8dad96",
 }
 # syslog levels: 3 err, 4 warning, 5 notice, 6 info.
@@ -62,8 +64,21 @@ _PRIORITIES = {
     Event.LEFT: 4,
     Event.NEEDS_ATTENTION: 4,
     Event.KEPT: 6,
+    Event.MORE: 4,  # raised to its kind's where that is higher (err for repair-failed)
     Event.SUMMARY: 5,
 }
+
+# Records of each kind (one Event but MORE and SUMMARY) sent per run; the rest of that kind
+# is counted in one MORE record. journald drops what a unit sends past RateLimitBurst=
+# (10,000) in RateLimitIntervalSec= (30 s), counted per unit and per priority class (err,
+# warning, notice and info together), a burst it raises with the journal's free space but
+# never lowers below 10,000. A run is one start of the unit: at 1,000 a kind, the kinds that
+# share a class (repaired, planned, kept, their MORE records and the summary) make at most a
+# few thousand records, so even three runs in one 30 s window (a restart, a run by hand
+# under systemd-run) stay below the burst. And 1,000 records are plenty to read the causes
+# from; the full list is in the JSON report and in the quarantine's sidecars.
+RECORDS_PER_KIND = 1000
+_UNBOUNDED = frozenset({Event.SUMMARY.value, Event.MORE.value})
 
 Send = Callable[..., None]
 
@@ -159,8 +174,9 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     return _without_empty(fields)
 
 
-def summary_fields(report: Report) -> dict[str, str]:
-    """The run in one record: counts, exit code, and what the previous boot was and why."""
+def summary_fields(report: Report, not_logged: int = 0) -> dict[str, str]:
+    """The run in one record: counts, exit code, and what the previous boot was and why;
+    not_logged: the records cut at the bound (each kind's MORE record says which)."""
     summary = report.summary()
     actions, outcomes = summary["action"], summary["outcome"]
     counts = ", ".join(f"{n} {k}" for k, n in actions.items()) or "nothing to do"
@@ -193,6 +209,7 @@ def summary_fields(report: Report) -> dict[str, str]:
         if report.file_system
         else "unknown",
         "CNI_REAPER_ADDRESSES_LEFT": str(sum(p.left_total for p in report.pools)),
+        "CNI_REAPER_NOT_LOGGED": str(not_logged) if not_logged else "",
     }
     verdict = boot.previous_boot_verdict
     for account in verdict.accounts:
@@ -212,6 +229,37 @@ def summary_fields(report: Report) -> dict[str, str]:
     return _without_empty(fields)
 
 
+def more_fields(
+    kind: Event, logged: int, more: int, dry_run: bool, json_report: bool, quarantine: str | None
+) -> dict[str, str]:
+    """The records of one kind past the bound, as one: how many, and where each one is.
+
+    quarantine: the dir this run moved files to, for the kinds whose files it moved."""
+    listed = (
+        "this run's JSON report (--json) lists every one"
+        if json_report
+        else "the JSON report (cni-reaper --json) lists every one; a dry run, those still there"
+    )
+    where = f"; moved files are in {quarantine}, each beside its JSON sidecar" if quarantine else ""
+    fields = {
+        "MESSAGE": f"{more} more {kind.value} records not logged ({logged} logged, "
+        f"at most {logged} of a kind per run): {listed}{where}",
+        "MESSAGE_ID": Event.MORE.message_id,
+        # Never less urgent than the records it stands for: a filter by priority
+        # (journalctl -p err) still finds that failures were cut.
+        "PRIORITY": str(min(Event.MORE.priority, kind.priority)),
+        "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
+        "CNI_REAPER_EVENT": Event.MORE.value,
+        "CNI_REAPER_MORE_OF": kind.value,
+        "CNI_REAPER_NOT_LOGGED": str(more),
+        "CNI_REAPER_LOGGED": str(logged),
+        "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
+    }
+    if quarantine:
+        fields["CNI_REAPER_QUARANTINE_DIR"] = quarantine
+    return fields
+
+
 def _without_empty(fields: dict[str, str]) -> dict[str, str]:
     """A field with no value is left out: journald would keep it as a bare FIELD=, which
     says nothing, and a catalog entry's @FIELD@ shows its name where the value is missing.
@@ -226,6 +274,10 @@ class EventLog:
     Lines are written as they come, or, with block > 1, that many at a time and at flush():
     a dry run over a crashed node may report tens of thousands of files at once, and a write
     per line would be a system call per line.
+
+    Of each kind but the summary and MORE, at most `bound` records (RECORDS_PER_KIND) go out,
+    in the journal and as lines alike: a log file fed to a collector meets the same limits.
+    The others are counted (cut), for one MORE record each kind.
     """
 
     def __init__(
@@ -235,6 +287,7 @@ class EventLog:
         block: int = 1,
         *,
         discard: bool = False,
+        bound: int | None = None,
     ) -> None:
         self._send = send
         self._stream = stream if stream is not None else sys.stderr
@@ -242,10 +295,30 @@ class EventLog:
         self._lines: list[str] = []
         # Nothing is written: the person the lines would reach reads the report already.
         self._discard = discard
+        self.bound = RECORDS_PER_KIND if bound is None else bound
+        self._counts: dict[str, int] = {}  # records of each kind so far, sent or not
 
     @property
     def native(self) -> bool:
         return self._send is not None
+
+    def counted_as_cut(self, kind: Event) -> bool:
+        """Whether the bound of this kind is reached: the record is then only counted, and
+        the caller need not build it (a run may leave tens of thousands of one kind)."""
+        count = self._counts.get(kind._value_, 0)
+        if count < self.bound:
+            return False
+        self._counts[kind._value_] = count + 1
+        return True
+
+    @property
+    def cut(self) -> dict[Event, int]:
+        """The kinds past the bound, and how many of each were not sent."""
+        return {
+            Event(kind): count - self.bound
+            for kind, count in self._counts.items()
+            if count > self.bound
+        }
 
     def emit(self, fields: Mapping[str, str]) -> None:
         """One record. Every value may hold outside text (file names, plugin errors, config
@@ -254,6 +327,12 @@ class EventLog:
         which one check over all its text finds."""
         if self._discard:
             return
+        kind = fields.get("CNI_REAPER_EVENT", "")
+        if kind not in _UNBOUNDED:
+            count = self._counts.get(kind, 0) + 1
+            self._counts[kind] = count
+            if count > self.bound:
+                return
         if self._send is not None:
             if not is_printable("".join(fields.values())):
                 fields = _printable_fields(fields)

@@ -10,6 +10,14 @@ to a service, with $JOURNAL_STREAM naming it; its stdout is kept. Every journal 
 command made is read back with journalctl and written to OUT.json with the command's exit code.
 With $JOURNAL_COPY set, the journal files are also copied there, for journalctl to read later
 (with a message catalog, say).
+
+journald rate-limits a unit: the source it counts is the sender's unit, which it reads from the
+sender's cgroup. A command run here sits in this namespace's root cgroup, which names no unit,
+so nothing it sends is ever limited. With $JOURNAL_UNIT (a name such as cni-reaper-test.service)
+the command runs in a cgroup of that name, made for it and removed after, as systemd runs a
+service: journald then limits it as that unit. $JOURNALD_CONF is a journald.conf drop-in for
+this journald (in /run/systemd/journald.conf.d/, which it reads), $JOURNAL_SIZE the size of the
+tmpfs its journal is kept on (journald's burst grows with the journal's free room).
 """
 
 from __future__ import annotations
@@ -73,11 +81,34 @@ def reaper_in_journald(
     return result
 
 
+def unified_cgroup_mount() -> Path:
+    """Where the cgroup v2 hierarchy is that systemd (and journald) reads units from: the
+    cgroup mount itself, or on a hybrid layout its "unified" part."""
+    root = Path("/sys/fs/cgroup")
+    return root if (root / "cgroup.procs").exists() else root / "unified"
+
+
 def main(out: Path, command: list[str]) -> None:
-    copy = os.environ.pop("JOURNAL_COPY", None)  # the scenario's, not the command's
+    # The scenario's, not the command's.
+    copy = os.environ.pop("JOURNAL_COPY", None)
+    unit = os.environ.pop("JOURNAL_UNIT", None)
+    conf = os.environ.pop("JOURNALD_CONF", None)
+    size = os.environ.pop("JOURNAL_SIZE", None)
     for path in (Path("/run/systemd"), Path("/run/log"), Path("/var/log/journal")):
         if path.exists() or path.parent.exists():
             private_tmpfs(path)
+    if size:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"mode=0755,size={size}", "tmpfs", "/run/log"],
+            check=True,
+        )
+    if conf:
+        drop_ins = Path("/run/systemd/journald.conf.d")
+        drop_ins.mkdir(parents=True, exist_ok=True)
+        (drop_ins / "scenario.conf").write_text(conf)
+    cgroup = unified_cgroup_mount() / unit if unit else None
+    if cgroup is not None:
+        cgroup.mkdir()
     journald = subprocess.Popen([str(JOURNALD)], stdout=subprocess.DEVNULL)
     try:
         for name in ("socket", "stdout"):
@@ -85,8 +116,19 @@ def main(out: Path, command: list[str]) -> None:
         stream = stream_to_journald("cni-reaper")
         st = os.fstat(stream.fileno())
         env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+
+        def join_unit() -> None:
+            # Before the command runs, so that its first record counts for the unit.
+            if cgroup is not None:
+                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
         proc = subprocess.run(
-            command, stdout=subprocess.PIPE, stderr=stream.fileno(), env=env, timeout=120
+            command,
+            stdout=subprocess.PIPE,
+            stderr=stream.fileno(),
+            env=env,
+            timeout=120,
+            preexec_fn=join_unit if cgroup is not None else None,
         )
         stream.close()
         records: list[dict[str, str]] = []
@@ -110,12 +152,20 @@ def main(out: Path, command: list[str]) -> None:
                     "exit": proc.returncode,
                     "stdout": proc.stdout.decode(errors="replace"),
                     "records": [r for r in records if r.get("SYSLOG_IDENTIFIER") == "cni-reaper"],
+                    # journald's own ("Suppressed N messages from ..."), for the tests to read
+                    "journald": [
+                        r["MESSAGE"]
+                        for r in records
+                        if r.get("_TRANSPORT") == "driver" and isinstance(r.get("MESSAGE"), str)
+                    ],
                 }
             )
         )
     finally:
         journald.kill()
         journald.wait()
+        if cgroup is not None:
+            cgroup.rmdir()  # empty: the command has exited
 
 
 if __name__ == "__main__":

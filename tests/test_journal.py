@@ -6,12 +6,13 @@ import io
 import os
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from cni_reaper import cli
-from cni_reaper.journal import Event, EventLog, journal_send
+from cni_reaper.journal import Event, EventLog, journal_send, more_fields
 from tests.crashed import Crashed
 from tests.journald_scenario import reaper_in_journald
 from tests.nodetree import CONTAINER_IDS
@@ -79,11 +80,13 @@ def mixed_node(
 def records_of_every_kind(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> list[dict[str, str]]:
-    """What real runs send for every kind of record (entries, reservations, the summary) and
-    every MESSAGE_ID: a run with -v and a dry run over the every_kind node, before and after."""
+    """What real runs send for every kind of record (entries, reservations, the summary, the
+    records past the bound) and every MESSAGE_ID: a run with -v and a dry run over the
+    every_kind node, before and after, and a dry run with a bound of one record a kind."""
     mixed_node(crashed, every_kind=True)
     recorder = Recorder()
     crashed.run(capsys, "-v", "--dry-run", events=EventLog(send=recorder))
+    crashed.run(capsys, "-v", "--dry-run", events=EventLog(send=recorder, bound=1))
     crashed.run(capsys, "-v", events=EventLog(send=recorder))
     return recorder.sent
 
@@ -144,6 +147,7 @@ def test_message_ids_never_change() -> None:
         "left": "2555a316e595483ab986f58054267ae4",
         "needs-attention": "53f32876435644e29b4cbec508b4c40c",
         "kept": "cba8cac8fd334944a069e83d9a34fe19",
+        "more": "56ee09c1f831411289e89261cd26f4a4",
         "summary": "40d33e61a7024481a04d33a66d8dad96",
     }
 
@@ -256,10 +260,10 @@ def test_no_record_of_any_kind_has_an_empty_field(
 ) -> None:
     records = records_of_every_kind(crashed, capsys)
     assert {r["MESSAGE_ID"] for r in records} == {e.message_id for e in Event}
-    kinds = {"entry", "reservation", "summary"}
+    kinds = {"entry", "reservation", "more", "summary"}
     seen = {
-        "summary"
-        if r["MESSAGE_ID"] == Event.SUMMARY.message_id
+        r["CNI_REAPER_EVENT"]
+        if r["CNI_REAPER_EVENT"] in kinds
         else "reservation"
         if r["CNI_REAPER_ACTION"].endswith("-reservation")
         else "entry"
@@ -293,3 +297,52 @@ def test_a_dry_run_writes_every_line_though_in_blocks(
     planned = {line.split(":")[1].strip() for line in lines[:-1]}
     assert planned == damaged
     assert lines[-1].startswith("cni-reaper: 150 entries;")
+
+
+def test_past_the_bound_a_kind_is_counted_in_one_record_and_the_report_stays_whole(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As lines (a log file fed to a collector has journald's problem too): of each kind the
+    first `bound`, then one MORE record naming how many more and where they all are."""
+    repaired = [crashed.add(f"{n:064x}") for n in range(5)]
+    for path in repaired:
+        path.write_bytes(b"")
+    crashed.reboot()
+    crashed.node.record_before_runtime(crashed.t0 + 20)
+    crashed.node.runtime_starts()
+    left = [crashed.node.write_result(f"hl-{n + 100:064x}-eth0", b"") for n in range(4)]
+    stream = io.StringIO()
+
+    code, report = crashed.run(capsys, events=EventLog(stream=stream, bound=2))
+
+    assert code == 65
+    assert len(report["entries"]) == len(repaired) + len(left)  # the report has them all
+    lines = stream.getvalue().splitlines()
+    events = [line.split("cni_reaper_event=")[1].split()[0].rstrip(")") for line in lines]
+    assert Counter(events) == {"repaired": 2, "left": 2, "more": 2, "summary": 1}
+    more = {line.split("cni_reaper_more_of=")[1].split()[0]: line for line in lines[-3:-1]}
+    quarantine = crashed.node.quarantine / "11111111-2222-3333-4444-555555555555"
+    assert more["repaired"].startswith(
+        "cni-reaper: 3 more repaired records not logged (2 logged, at most 2 of a kind per "
+        "run): this run's JSON report (--json) lists every one; moved files are in "
+        f"{quarantine}, each beside its JSON sidecar ("
+    )
+    assert "cni_reaper_not_logged=3 " in more["repaired"]
+    assert "cni_reaper_not_logged=2 " in more["left"]
+    assert "quarantine" not in more["left"]  # left files stay where they are
+    assert "cni_reaper_not_logged=5 " in lines[-1]  # the summary counts them all
+
+
+def test_the_records_for_cut_failures_keep_their_priority() -> None:
+    recorder = Recorder()
+    events = EventLog(send=recorder, bound=1)
+    failed = {"MESSAGE": "x", "MESSAGE_ID": Event.REPAIR_FAILED.message_id, "PRIORITY": "3"}
+    for _ in range(3):
+        events.emit({**failed, "CNI_REAPER_EVENT": "repair-failed"})
+    assert events.cut == {Event.REPAIR_FAILED: 2}
+    assert len(recorder.sent) == 1
+    fields = more_fields(Event.REPAIR_FAILED, 1, 2, False, False, "/q/boot")
+    assert fields["PRIORITY"] == "3"  # err: journalctl -p err shows that failures were cut
+    assert more_fields(Event.KEPT, 1, 2, False, False, None)["PRIORITY"] == "4"
+    assert "cni-reaper --dry-run --json" not in fields["MESSAGE"]
+    assert "a dry run, those still there" in fields["MESSAGE"]

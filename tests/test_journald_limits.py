@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from cni_reaper.journal import RECORDS_PER_KIND, Event
+from tests.journald_scenario import unified_cgroup_mount
 from tests.nodetree import PLUGIN_DIR, NodeTree, host_local_conflist
 from tests.private_node import cannot_run, reaper_command, unshare
 from tests.test_journal import _why_no_journald
@@ -49,6 +50,8 @@ def left_alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reason = _why_no_journald()
     if reason:
         cannot_run(reason)
+    if not (unified_cgroup_mount() / "cgroup.procs").is_file():
+        cannot_run("needs the cgroup v2 hierarchy, where journald reads a sender's unit")
     node = NodeTree(tmp_path_factory.mktemp("left-alone"))
     node.write_conf("10-hl.conflist", host_local_conflist("hl", "10.1.0.0/16"))
     node.write_boot_world(btime=time.time() - 3600)

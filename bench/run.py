@@ -50,16 +50,16 @@ from tests.nodetree import NodeTree, cache_entry_bytes  # noqa: E402
 
 FLOOR = """
 import json, os, sys
-d = sys.argv[1]
-for name in os.listdir(d):
-    path = os.path.join(d, name)
-    os.stat(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        json.loads(data)
-    except ValueError:
-        pass
+for d in sys.argv[1:]:
+    for name in os.listdir(d):
+        path = os.path.join(d, name)
+        os.stat(path)
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            json.loads(data)
+        except ValueError:
+            pass
 """
 PLUGIN_DIR = "/usr/lib/cni"
 
@@ -208,6 +208,9 @@ class ScanPath(NamedTuple):
     name: str  # as the table shows it
     argv: Callable[[NodeTree], list[str]]  # the reaper's, after the interpreter
     before_each: Callable[[NodeTree], None] | None = None  # state a run changes, made anew
+    # The dirs whose every file the reaper must read, which the floor reads: the results dir,
+    # and where there is one, host-local's store.
+    read: Callable[[NodeTree], list[Path]] = lambda node: [node.results]
 
 
 def dry_run(node: NodeTree) -> list[str]:
@@ -248,6 +251,10 @@ def rebooted_and_damaged_again(entries: int, share: float) -> Callable[[NodeTree
     return reset
 
 
+def with_store(node: NodeTree) -> list[Path]:
+    return [node.results, node.root / "var/lib/cni/networks/podnet"]
+
+
 def scan_paths(entries: int, real_runs: bool) -> list[tuple[ScanPath, Callable[[Path], NodeTree]]]:
     share = 0.1
 
@@ -271,11 +278,11 @@ def scan_paths(entries: int, real_runs: bool) -> list[tuple[ScanPath, Callable[[
         reboot(node)
         return node
 
-    paths = [
+    paths: list[tuple[ScanPath, Callable[[Path], NodeTree]]] = [
         (ScanPath("all valid", dry_run), valid),
         (ScanPath("10 % damaged, earlier boot, dry run", dry_run), damaged),
         (ScanPath("10 % damaged, no boot evidence (left)", dry_run), damaged_no_evidence),
-        (ScanPath("host-local store, 10 % orphaned, dry run", dry_run), store),
+        (ScanPath("host-local store, 10 % orphaned, dry run", dry_run, read=with_store), store),
     ]
     if real_runs:
         reset = rebooted_and_damaged_again(entries, share)
@@ -304,7 +311,8 @@ def bench_scan(sizes: list[int], runs: int, work: Path, only: str | None) -> lis
                     path.before_each(node)
                 return timed([sys.executable, *path.argv(node), "--json"], env)
 
-            floor = functools.partial(timed, [sys.executable, "-c", FLOOR, str(node.results)], env)
+            floor_argv = [sys.executable, "-c", FLOOR, *map(str, path.read(node))]
+            floor = functools.partial(timed, floor_argv, env)
             (r_wall, r_rss), (f_wall, _) = medians(runs, reaper, floor)
             rows.append(
                 {

@@ -1,12 +1,22 @@
 """Boot-time budget: cni-reaper against the physical floor, side by side, in one run.
 
-    python bench/run.py                  # scan: 1,000 / 10,000 / 100,000 entries
+    python bench/run.py                  # scan: every path, 1,000 / 10,000 / 100,000 entries
+    python bench/run.py --python /usr/bin/python3 --python ~/.pyenv/versions/3.9.18/bin/python3
     python bench/run.py --del            # DEL replay with the real plugins (root; namespaces)
 
-Scan: node trees of libcni-format cache files (all valid; 10 % damaged), the whole cni-reaper
-process (`--dry-run --json` to /dev/null) against the floor program, a minimal loop that stats,
-reads and JSON-decodes every file of the results dir and nothing else. Both run with this
-interpreter, by its path, after a warm-up; medians of --runs runs (5).
+Scan: node trees of libcni-format cache files and the whole cni-reaper process (`--json` to
+/dev/null, stderr to a file) against the floor program, a minimal loop that stats, reads and
+JSON-decodes every file of the dirs the path must read (the results dir; and host-local's store
+where there is one) and nothing else. Both run with this interpreter, by its path, after a
+warm-up; medians of --runs runs (5), alternating. The paths, each at every size:
+- all valid, a dry run;
+- 10 % damaged (empty, NUL-filled, cut), left by an earlier boot that crashed: a dry run, and,
+  as root, a real run with an empty plugin dir (every DEL found unable to run before any process
+  starts, every damaged file quarantined with its sidecar: all of a real run but the plugins);
+- 10 % damaged with no boot evidence (no wtmp, a runtime already started): all left, and logged;
+- host-local's store with one reservation per entry, 10 % of them orphans (no results entry),
+  a dry run.
+--python runs the whole benchmark again under each interpreter given, one table each.
 
 DEL: 200 damaged attachments over 4 networks (bridge + host-local, ptp + host-local) in a
 private net and mount namespace, on a journalled ext4 mounted there; the reaper (for real)

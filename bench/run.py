@@ -1,12 +1,22 @@
 """Boot-time budget: cni-reaper against the physical floor, side by side, in one run.
 
-    python bench/run.py                  # scan: 1,000 / 10,000 / 100,000 entries
+    python bench/run.py                  # scan: every path, 1,000 / 10,000 / 100,000 entries
+    python bench/run.py --python /usr/bin/python3 --python ~/.pyenv/versions/3.9.18/bin/python3
     python bench/run.py --del            # DEL replay with the real plugins (root; namespaces)
 
-Scan: node trees of libcni-format cache files (all valid; 10 % damaged), the whole cni-reaper
-process (`--dry-run --json` to /dev/null) against the floor program, a minimal loop that stats,
-reads and JSON-decodes every file of the results dir and nothing else. Both run with this
-interpreter, by its path, after a warm-up; medians of --runs runs (5).
+Scan: node trees of libcni-format cache files and the whole cni-reaper process (`--json` to
+/dev/null, stderr to a file) against the floor program, a minimal loop that stats, reads and
+JSON-decodes every file of the dirs the path must read (the results dir; and host-local's store
+where there is one) and nothing else. Both run with this interpreter, by its path, after a
+warm-up; medians of --runs runs (5), alternating. The paths, each at every size:
+- all valid, a dry run;
+- 10 % damaged (empty, NUL-filled, cut), left by an earlier boot that crashed: a dry run, and,
+  as root, a real run with an empty plugin dir (every DEL found unable to run before any process
+  starts, every damaged file quarantined with its sidecar: all of a real run but the plugins);
+- 10 % damaged with no boot evidence (no wtmp, a runtime already started): all left, and logged;
+- host-local's store with one reservation per entry, 10 % of them orphans (no results entry),
+  a dry run.
+--python runs the whole benchmark again under each interpreter given, one table each.
 
 DEL: 200 damaged attachments over 4 networks (bridge + host-local, ptp + host-local) in a
 private net and mount namespace, on a journalled ext4 mounted there; the reaper (for real)
@@ -34,8 +44,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -48,16 +60,16 @@ from tests.nodetree import NodeTree, cache_entry_bytes  # noqa: E402
 
 FLOOR = """
 import json, os, sys
-d = sys.argv[1]
-for name in os.listdir(d):
-    path = os.path.join(d, name)
-    os.stat(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        json.loads(data)
-    except ValueError:
-        pass
+for d in sys.argv[1:]:
+    for name in os.listdir(d):
+        path = os.path.join(d, name)
+        os.stat(path)
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            json.loads(data)
+        except ValueError:
+            pass
 """
 PLUGIN_DIR = "/usr/lib/cni"
 
@@ -80,6 +92,20 @@ def conflist(name: str, kind: str, subnet: str, data_dir: str | None = None) -> 
     return json.dumps(doc, indent=2).encode()
 
 
+def result_doc(n: int, prefix: str = "10.88") -> dict[str, object]:
+    return {
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": f"/var/run/netns/cni-{n}"}],
+        "ips": [{"address": f"{prefix}.{n // 250 % 250}.{n % 250 + 2}/16", "interface": 0}],
+        "dns": {},
+    }
+
+
+def damaged_bytes(n: int, every: int, data: bytes) -> bytes:
+    """Empty, NUL-filled or cut in half, in turn: what a crash leaves of an unsynced write."""
+    return (b"", b"\0" * len(data), data[: len(data) // 2])[n // every % 3]
+
+
 def scan_tree(root: Path, entries: int, damaged_share: float) -> NodeTree:
     node = NodeTree(root)
     conf = conflist("podnet", "bridge", "10.88.0.0/16")
@@ -90,15 +116,38 @@ def scan_tree(root: Path, entries: int, damaged_share: float) -> NodeTree:
     every = round(1 / damaged_share) if damaged_share else 0
     for n in range(entries):
         cid = container_id(n)
-        result = {
-            "cniVersion": "1.0.0",
-            "interfaces": [{"name": "eth0", "sandbox": f"/var/run/netns/cni-{n}"}],
-            "ips": [{"address": f"10.88.{n // 250 % 250}.{n % 250 + 2}/16", "interface": 0}],
-            "dns": {},
-        }
-        data = cache_entry_bytes(conf, "podnet", cid, "eth0", result, f"/var/run/netns/cni-{n}")
+        data = cache_entry_bytes(
+            conf, "podnet", cid, "eth0", result_doc(n), f"/var/run/netns/cni-{n}"
+        )
         if every and n % every == 0:
-            data = (b"", b"\0" * len(data), data[: len(data) // 2])[n // every % 3]
+            data = damaged_bytes(n, every, data)
+        (results / f"podnet-{cid}-eth0").write_bytes(data)
+    return node
+
+
+def store_tree(root: Path, reservations: int, orphaned_share: float) -> NodeTree:
+    """host-local's store with one reservation per attachment, `<ip>` holding
+    `<containerID>\\r\\n<ifname>`; the results dir holds an entry for all but every tenth: those
+    reservations are orphans (reservations.py), which a crash between host-local's write and
+    libcni's cache write leaves. A /10 holds them all."""
+    node = NodeTree(root)
+    conf = conflist("podnet", "bridge", "10.64.0.0/10")
+    node.write_conf("10-podnet.conflist", conf)
+    node.boot(time.time() - 86400)
+    results = node.results
+    results.mkdir(parents=True, mode=0o700)
+    store = root / "var/lib/cni/networks/podnet"
+    store.mkdir(parents=True)
+    every = round(1 / orphaned_share)
+    for n in range(reservations):
+        cid = container_id(n)
+        ip = f"10.{64 + n // 62500}.{n // 250 % 250}.{n % 250 + 2}"
+        (store / ip).write_bytes(f"{cid}\r\neth0".encode())
+        if n % every == 0:
+            continue  # an orphan: no results entry names it
+        result = result_doc(n)
+        result["ips"] = [{"address": f"{ip}/10", "interface": 0}]
+        data = cache_entry_bytes(conf, "podnet", cid, "eth0", result, f"/var/run/netns/cni-{n}")
         (results / f"podnet-{cid}-eth0").write_bytes(data)
     return node
 
@@ -111,20 +160,47 @@ def reboot(node: NodeTree) -> None:
     node.write_boot_world(btime=now - 1)
 
 
+def boot_without_evidence(node: NodeTree) -> None:
+    """Nothing proves the files come from an earlier boot: /proc/stat says this boot began a
+    day ago, so they were written in it by their clocks; no wtmp (nor wtmpdb, a shutdown
+    marker or a journal, which the trees never have) names an earlier boot; and a runtime has
+    started (containerd's /run dir), so no record of the results dir from before it started
+    can be taken. Every damaged file is left alone, and logged."""
+    node.write_boot_world(btime=time.time() - 86400)
+    (node.root / "var/log/wtmp").unlink()
+    node.runtime_starts()
+
+
+# Starts the measured process and waits for it. A child's peak RSS counts the memory of the
+# process it was started from (the kernel keeps the old address space's high-water mark across
+# exec, and a vfork-like spawn shares this process's): started from the benchmark, with its
+# trees' names and the package imported, every run showed the benchmark's size. This launcher,
+# a bare interpreter, is smaller than anything it measures; the wall time is taken inside it.
+LAUNCHER = """
+import os, sys, time
+null = os.open(os.devnull, os.O_WRONLY)
+start = time.perf_counter()
+to_null = [(os.POSIX_SPAWN_DUP2, null, 1)]
+pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ, file_actions=to_null)
+_, status, usage = os.wait4(pid, 0)
+print(time.perf_counter() - start, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
 def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS (KiB) of one process, run to completion. Its output goes to
     /dev/null and a file, not to a terminal whose speed would be measured with it."""
-    with open(os.devnull, "wb") as null, tempfile.TemporaryFile() as errors:
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=null, stderr=errors, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        code = os.waitstatus_to_exitcode(status)
-        if code not in (0, 65, 73):
+    with tempfile.TemporaryFile() as errors:
+        launch = [sys.executable, "-I", "-S", "-c", LAUNCHER, *argv]
+        measured = subprocess.run(
+            launch, stdout=subprocess.PIPE, stderr=errors, env=env, check=True
+        )
+        wall, rss, code = measured.stdout.split()
+        if int(code) not in (0, 65, 73):
             errors.seek(0)
             tail = errors.read()[-2000:].decode(errors="replace")
-            raise RuntimeError(f"{argv[:4]} exited {code}:\n{tail}")
-    return wall, usage.ru_maxrss
+            raise RuntimeError(f"{argv[:4]} exited {code.decode()}:\n{tail}")
+    return float(wall), int(rss)
 
 
 def medians(runs: int, *commands: Callable[[], tuple[float, int]]) -> list[tuple[float, int]]:
@@ -138,24 +214,120 @@ def medians(runs: int, *commands: Callable[[], tuple[float, int]]) -> list[tuple
     return [(statistics.median(w for w, _ in s), max(rss for _, rss in s)) for s in samples]
 
 
-def bench_scan(sizes: list[int], runs: int, work: Path) -> list[dict[str, float]]:
-    rows = []
-    for entries in sizes:
-        for share in (0.0, 0.1):
-            root = work / f"scan-{entries}-{share}"
-            node = scan_tree(root, entries, share)
-            reboot(node)
-            reaper = [sys.executable, "-m", "cni_reaper", "--root", str(node.root)]
-            reaper += ["--bin-dir", PLUGIN_DIR, "--dry-run", "--json"]
-            floor = [sys.executable, "-c", FLOOR, str(node.results)]
-            env = {**os.environ, "PYTHONPATH": str(REPO)}
-            (r_wall, r_rss), (f_wall, _) = medians(
-                runs, functools.partial(timed, reaper, env), functools.partial(timed, floor, env)
+class ScanPath(NamedTuple):
+    name: str  # as the table shows it
+    argv: Callable[[NodeTree], list[str]]  # the reaper's, after the interpreter
+    before_each: Callable[[NodeTree], None] | None = None  # state a run changes, made anew
+    # The dirs whose every file the reaper must read, which the floor reads: the results dir,
+    # and where there is one, host-local's store.
+    read: Callable[[NodeTree], list[Path]] = lambda node: [node.results]
+
+
+def dry_run(node: NodeTree) -> list[str]:
+    return ["-m", "cni_reaper", "--root", str(node.root), "--bin-dir", PLUGIN_DIR, "--dry-run"]
+
+
+def real_run_without_plugins(node: NodeTree) -> list[str]:
+    """A real run, on a clock past this boot's start, whose plugin dir is empty: every DEL
+    is planned, found unable to run (no plugin) before any process starts, and fails; each
+    damaged file then goes to the quarantine with its sidecar, as after any failed DEL. So it
+    measures all a real run does but the plugins: the lock, the confinement (a mount
+    namespace), the scan and the plan, the pre-runtime record kept, the quarantine moves."""
+    empty = node.root / "empty-bin"
+    empty.mkdir(mode=0o755, exist_ok=True)
+    argv = ["-m", "tests.clocked_run", str(time.time() + 3600), "--"]
+    return [*argv, "--root", str(node.root), "--bin-dir", str(empty)]
+
+
+def rebooted_and_damaged_again(entries: int, share: float) -> Callable[[NodeTree], None]:
+    """Before each real run: the damaged files back in the results dir (the last run moved
+    them), a new boot begun after they were written (/run, a tmpfs, empty again), no
+    quarantine or state of an earlier run."""
+    every = round(1 / share)
+
+    def reset(node: NodeTree) -> None:
+        conf = (node.conf_dir / "10-podnet.conflist").read_bytes()
+        shutil.rmtree(node.root / "var/lib/cni-reaper", ignore_errors=True)
+        for n in range(0, entries, every):
+            name = f"podnet-{container_id(n)}-eth0"
+            whole = cache_entry_bytes(
+                conf, "podnet", container_id(n), "eth0", result_doc(n), f"/var/run/netns/cni-{n}"
             )
+            (node.results / name).write_bytes(damaged_bytes(n, every, whole))
+        now = time.time()
+        node.records.append(wtmp.boot_record(now + 5))
+        node.write_boot_world(btime=now + 4, boot_id=str(uuid.uuid4()))
+
+    return reset
+
+
+def with_store(node: NodeTree) -> list[Path]:
+    return [node.results, node.root / "var/lib/cni/networks/podnet"]
+
+
+def scan_paths(entries: int, real_runs: bool) -> list[tuple[ScanPath, Callable[[Path], NodeTree]]]:
+    share = 0.1
+
+    def valid(root: Path) -> NodeTree:
+        node = scan_tree(root, entries, 0.0)
+        reboot(node)
+        return node
+
+    def damaged(root: Path) -> NodeTree:
+        node = scan_tree(root, entries, share)
+        reboot(node)
+        return node
+
+    def damaged_no_evidence(root: Path) -> NodeTree:
+        node = scan_tree(root, entries, share)
+        boot_without_evidence(node)
+        return node
+
+    def store(root: Path) -> NodeTree:
+        node = store_tree(root, entries, share)
+        reboot(node)
+        return node
+
+    paths: list[tuple[ScanPath, Callable[[Path], NodeTree]]] = [
+        (ScanPath("all valid", dry_run), valid),
+        (ScanPath("10 % damaged, earlier boot, dry run", dry_run), damaged),
+        (ScanPath("10 % damaged, no boot evidence (left)", dry_run), damaged_no_evidence),
+        (ScanPath("host-local store, 10 % orphaned, dry run", dry_run, read=with_store), store),
+    ]
+    if real_runs:
+        reset = rebooted_and_damaged_again(entries, share)
+        real = ScanPath(
+            "10 % damaged, earlier boot, real run, no plugins", real_run_without_plugins, reset
+        )
+        paths.insert(2, (real, damaged))
+    return paths
+
+
+def bench_scan(sizes: list[int], runs: int, work: Path, only: str | None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    real_runs = os.geteuid() == 0
+    if not real_runs:
+        print("not root: the real run's path is left out (it confines the plugins' view)")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for entries in sizes:
+        for index, (path, build) in enumerate(scan_paths(entries, real_runs)):
+            if only and only not in path.name:
+                continue
+            root = work / f"scan-{entries}-{index}"
+            node = build(root)
+
+            def reaper(path: ScanPath = path, node: NodeTree = node) -> tuple[float, int]:
+                if path.before_each is not None:
+                    path.before_each(node)
+                return timed([sys.executable, *path.argv(node), "--json"], env)
+
+            floor_argv = [sys.executable, "-c", FLOOR, *map(str, path.read(node))]
+            floor = functools.partial(timed, floor_argv, env)
+            (r_wall, r_rss), (f_wall, _) = medians(runs, reaper, floor)
             rows.append(
                 {
+                    "path": path.name,
                     "entries": entries,
-                    "damaged": share,
                     "reaper": r_wall,
                     "floor": f_wall,
                     "ratio": r_wall / f_wall,
@@ -166,19 +338,23 @@ def bench_scan(sizes: list[int], runs: int, work: Path) -> list[dict[str, float]
     return rows
 
 
-def print_scan(rows: list[dict[str, float]]) -> None:
-    print(
-        f"{'entries':>8} {'damaged':>8} {'reaper s':>9} {'floor s':>8} {'ratio':>6} {'RSS MiB':>8}"
-    )
+def print_scan(rows: list[dict[str, Any]]) -> None:
+    """A Markdown table, as the README keeps it, and each path's growth."""
+    print("| path | entries | reaper (s) | floor (s) | ratio | reaper peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|")
     for row in rows:
         print(
-            f"{row['entries']:>8,.0f} {row['damaged']:>7.0%} {row['reaper']:>9.3f} "
-            f"{row['floor']:>8.3f} {row['ratio']:>6.2f} {row['rss_mib']:>8.1f}"
+            f"| {row['path']} | {row['entries']:,} | {row['reaper']:.3f} | {row['floor']:.3f} "
+            f"| {row['ratio']:.2f} | {row['rss_mib']:.1f} MiB |"
         )
-    damaged = {int(r["entries"]): r["reaper"] for r in rows if r["damaged"]}
-    if 10_000 in damaged and 100_000 in damaged:
-        growth = damaged[100_000] / damaged[10_000]
-        print(f"growth 10,000 -> 100,000 entries (10 % damaged): {growth:.1f}x")
+    by_path: dict[str, dict[int, float]] = {}
+    for row in rows:
+        by_path.setdefault(row["path"], {})[row["entries"]] = row["reaper"]
+    for name, walls in by_path.items():
+        if 10_000 in walls and 100_000 in walls:
+            print(
+                f"growth 10,000 -> 100,000 entries, {name}: {walls[100_000] / walls[10_000]:.1f}x"
+            )
 
 
 # --- DEL replay -------------------------------------------------------------------------------
@@ -320,10 +496,26 @@ def main() -> None:
     parser.add_argument(
         "--runs", type=int, help="timed runs of each command (default: 5 for the scan, 9 for DEL)"
     )
+    parser.add_argument("--only", help="only the scan paths whose name contains this")
     parser.add_argument("--del", dest="del_replay", action="store_true")
     parser.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL)
     parser.add_argument("--work", help="where to build the trees (default: a temp dir)")
+    parser.add_argument(
+        "--python",
+        action="append",
+        metavar="INTERPRETER",
+        help="run the whole benchmark with this interpreter, the reaper and the floor with it "
+        "too; repeat for several, one table each (default: the one running this)",
+    )
     args = parser.parse_args()
+    if args.python:
+        again = [a for a in sys.argv[1:] if a not in args.python and a != "--python"]
+        failed = 0
+        for interpreter in args.python:
+            sys.stdout.flush()
+            failed |= subprocess.run([interpreter, __file__, *again], check=False).returncode
+            print()
+        sys.exit(1 if failed else 0)
     if args.del_replay and os.environ.get("CNI_REAPER_BENCH_INSIDE") != "1":
         if os.geteuid() != 0:
             sys.exit("--del needs root: it runs the plugins in a private network namespace")
@@ -334,7 +526,8 @@ def main() -> None:
         compileall.compile_dir(REPO / package, quiet=1)
     print(
         f"{time.strftime('%Y-%m-%d')}, Python {platform.python_version()} ({sys.executable}), "
-        f"{os.cpu_count()} cores"
+        f"{os.cpu_count()} cores",
+        flush=True,
     )
     with tempfile.TemporaryDirectory(dir=args.work) as work:
         if args.del_replay:
@@ -342,7 +535,7 @@ def main() -> None:
             bench_del(args.runs or 9, Path(work), args.parallel)
         else:
             sizes = [int(s) for s in args.sizes.split(",")]
-            print_scan(bench_scan(sizes, args.runs or 5, Path(work)))
+            print_scan(bench_scan(sizes, args.runs or 5, Path(work), args.only))
 
 
 if __name__ == "__main__":

@@ -912,12 +912,26 @@ def _reservations(
         del_problems or {},
         args.dry_run,
     )
-    planned = [
-        planner(r)
-        for network, store in stores
-        for r in host_local.inventory(network, store, boot_ctx, proof)
-    ]
-    changing = [p for p in planned if p.action.changes_things]
+    # Only what changes things or is shown is kept whole; of the rest (at 100,000 reservations
+    # nearly all kept, at about 1.7 KiB each whole) only what the pools count.
+    changing: list[PlannedReservation] = []
+    left: list[PlannedReservation] = []
+    kept: list[PlannedReservation] = []
+    states: dict[str, dict[str, str]] = {}  # store -> address -> its owner's state
+    away: dict[str, set[str]] = {}  # store -> addresses planned to be released
+    for network, store in stores:
+        state, planned_away = states.setdefault(store, {}), away.setdefault(store, set())
+        for r in host_local.inventory(network, store, boot_ctx, proof):
+            p = planner(r)
+            state[r.ip] = p.owner_state
+            if p.action.changes_things or p.owner_state == "entry-del":
+                planned_away.add(r.ip)
+            if p.action.changes_things:
+                changing.append(p)
+            elif p.action is ReservationAction.LEAVE:
+                left.append(p)
+            elif args.verbose and p.action is ReservationAction.KEEP:
+                kept.append(p)
     settled: Iterable[Settled]
     if args.dry_run:
         settled = (Settled(p, "planned") for p in changing)
@@ -933,30 +947,24 @@ def _reservations(
         )
     else:
         settled = ()
-    shown = [Settled(p, "skipped") for p in planned if p.action is ReservationAction.LEAVE]
-    if args.verbose:
-        shown += [Settled(p, "skipped") for p in planned if p.action is ReservationAction.KEEP]
+    shown = [Settled(p, "skipped") for p in (*left, *kept)]
     for s in (*shown, *settled):
         doc = s.to_json()
         report.add_reservation(doc)
         run.events.emit(reservation_fields(doc, args.dry_run))
-    report.pools = _pool_health(run, stores, reserved_before, planned)
+    report.pools = _pool_health(run, stores, reserved_before, states, away)
 
 
 def _pool_health(
     run: _Run,
     stores: list[tuple[str, str]],
     reserved_before: Mapping[str, list[str]],
-    planned: list[PlannedReservation],
+    states: Mapping[str, Mapping[str, str]],
+    away: Mapping[str, set[str]],
 ) -> list[pool.PoolHealth]:
     """Each host-local range set: capacity, reserved before, released, and what is left and
-    why. A dry run counts what it plans as released."""
-    state = {p.reservation.path: p.owner_state for p in planned}
-    planned_away = {
-        p.reservation.path
-        for p in planned
-        if p.action.changes_things or p.owner_state == "entry-del"
-    }
+    why (states: each store's addresses' owners' states). A dry run counts what it plans
+    (away) as released."""
     pools = []
     for network, store in stores:
         netlist = run.configs.get(network)
@@ -971,8 +979,10 @@ def _pool_health(
                     break
         now_held = host_local.addresses(store)
         if run.args.dry_run:
-            now_held = [ip for ip in now_held if os.path.join(store, ip) not in planned_away]
-        after = {ip: state.get(os.path.join(store, ip), "unknown") for ip in now_held}
+            planned_away = away.get(store, set())
+            now_held = [ip for ip in now_held if ip not in planned_away]
+        state = states.get(store, {})
+        after = {ip: state.get(ip, "unknown") for ip in now_held}
         before = reserved_before.get(network, [])
         if sets or before or after:
             pools.extend(pool.health(network, sets, before, after))

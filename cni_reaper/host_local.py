@@ -9,7 +9,6 @@ each reservation is reservations.py's to decide, and release.py's to carry out.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import stat
@@ -20,6 +19,7 @@ from cni_reaper.boot import BootContext, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs, NetworkList
 from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
+from cni_reaper.pool import address_of
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.trust import untrusted
 
@@ -188,9 +188,7 @@ def _owners(store: str) -> dict[str, list[str]]:
     except OSError:
         return owners
     for name in names:
-        try:
-            ipaddress.ip_address(name)
-        except ValueError:
+        if not is_address(name):
             continue  # lock, last_reserved_ip.N
         owner = _read_reservation(store, name).strip()
         if owner:
@@ -233,9 +231,12 @@ def content_of(data: bytes) -> str:
     if not data.strip(b"\0"):
         return "zeroed"
     owner = data.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
-    if b"\0" in data or not owner.strip() or any(c < 0x21 or c > 0x7E for c in owner):
+    if b"\0" in data or not owner.strip() or not _PRINTABLE.fullmatch(owner):
         return "garbage"
     return "valid"
+
+
+_PRINTABLE = re.compile(rb"[\x21-\x7e]*")  # ASCII with no space or control
 
 
 def data_dirs(configs: NetworkConfigs) -> set[str]:
@@ -272,11 +273,7 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
 
 
 def is_address(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
+    return address_of(name) is not None
 
 
 def addresses(store: str) -> list[str]:

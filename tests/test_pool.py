@@ -3,12 +3,13 @@ leaves reserved in it."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from cni_reaper.pool import health, range_sets
+from cni_reaper.pool import address_of, health, range_sets
 
 
 def capacities(ipam: Mapping[str, Any]) -> list[int]:
@@ -77,3 +78,37 @@ def test_health_counts_before_released_and_left_by_owner() -> None:
         1,
         {"current-boot": 1},
     )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "10.22.0.7",
+        "0.0.0.0",  # noqa: S104 (a name, never bound)
+        "255.255.255.255",
+        "256.1.1.1",
+        "010.22.0.7",
+        "10.22.0",
+        "10.22.0.7.1",
+        "10.22.0.7\n",
+        " 10.22.0.7",
+        "10.22.0.\u0664",
+        "10.22.0.+7",
+        "10.22.0.-0",
+        "10.22.0.0_7",
+        "10.22.0.7 ",
+        "fd00::7",
+        "::ffff:10.22.0.7",
+        "lock",
+        "last_reserved_ip.0",
+        "",
+    ],
+)
+def test_a_store_file_name_is_an_address_exactly_when_ipaddress_says_so(name: str) -> None:
+    """The names host-local writes are read without ipaddress's parser; every other name
+    still goes through it, and the verdicts agree."""
+    try:
+        expected: object = ipaddress.ip_address(name)
+    except ValueError:
+        expected = None
+    assert address_of(name) == expected

@@ -27,6 +27,11 @@ DEBS = Path(os.environ.get("CNI_REAPER_VM_DEBS", REPO / ".test-cache/vm-debs.tgz
 TRIXIE_DEBS = Path(
     os.environ.get("CNI_REAPER_VM_DEBS_TRIXIE", REPO / ".test-cache/vm-debs-trixie.tgz")
 )
+# The clean reboot's results files besides its pods' (issue 17: the time the unit holds the
+# runtime back on a real boot, next to the floor program).
+TIMED_ENTRIES = 1000
+# The reaper's After= (its unit file) and what a service's default dependencies add.
+REAPER_AFTER = ("local-fs.target", "systemd-update-utmp.service", "sysinit.target", "basic.target")
 SEED_ERROR = 'failed to get network "podnet" cached result: decoding version from network config'
 pytestmark = pytest.mark.vm
 
@@ -69,9 +74,11 @@ def trixie_image(deb: str, tmp_path_factory: pytest.TempPathFactory) -> Image:
     return build_image("trixie", TRIXIE_DEBS, deb, tmp_path_factory.mktemp("vm-image-trixie"))
 
 
-def scenario(image: Image, work: Path, first: str, cmdline: str = "") -> tuple[Node, Boot, Boot]:
+def scenario(
+    image: Image, work: Path, first: str, cmdline: str = "", first_cmdline: str = ""
+) -> tuple[Node, Boot, Boot]:
     node = Node(image, work)
-    return node, node.boot(first), node.boot("check", cmdline)
+    return node, node.boot(first, first_cmdline), node.boot("check", cmdline)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +97,13 @@ def crash_disabled(
 
 @pytest.fixture(scope="module")
 def clean(image: Image, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Boot, Boot]:
-    return scenario(image, tmp_path_factory.mktemp("vm-clean"), "setup-clean")
+    # Boot 1 also writes TIMED_ENTRIES more valid cache entries: boot 2 is the timing boot.
+    return scenario(
+        image,
+        tmp_path_factory.mktemp("vm-clean"),
+        "setup-clean",
+        first_cmdline=f"vmtest.results={TIMED_ENTRIES}",
+    )
 
 
 def reaper_records(boot: Boot) -> list[dict[str, Any]]:
@@ -259,8 +272,99 @@ def test_after_a_clean_shutdown_the_reaper_touches_nothing(
     assert record["CNI_REAPER_EXIT_CODE"] == "0"
     assert facts["quarantine"] == []
     assert podnet_files(facts["results"]) == podnet_files(first.one("pods")["results"])
+    # The timing boot's 1,000 more valid entries too, byte for byte.
+    assert first.one("bulk")["count"] == TIMED_ENTRIES
+    assert second.one("timing")["bulk"] == first.one("bulk")
+    assert record["CNI_REAPER_ENTRIES"] == str(len(podnet_files(facts["results"])) + TIMED_ENTRIES)
     assert not [r for r in reaper_records(second) if r.get("CNI_REAPER_EVENT") != "summary"]
     assert "reboot: Power down" in first.serial
+
+
+def seconds(unit: dict[str, str], start: str, end: str) -> float:
+    return (int(unit[f"{end}TimestampMonotonic"]) - int(unit[f"{start}TimestampMonotonic"])) / 1e6
+
+
+def test_the_time_the_reaper_holds_the_runtime_back_next_to_the_floor_program(
+    clean: tuple[Node, Boot, Boot],
+) -> None:
+    """systemd's own timestamps of the clean reboot, 1,003 results files: the reaper as shipped,
+    then (test-only units, ordered after it and before containerd) bench/run.py's floor program
+    over the same dir with the same interpreter, first with the page cache dropped, as cold as
+    the reaper's at boot, then again warm. Printed, never asserted: under TCG both run slower
+    alike, and the ratio is what to read."""
+    _, _, second = clean
+    timing = second.one("timing")
+    units = timing["units"]
+    reaper, containerd = units["cni-reaper.service"], units["containerd.service"]
+    cold, warm = units["vmtest-floor.service"], units["vmtest-floor-warm.service"]
+    for name, state in (("reaper", reaper), ("floor", cold), ("warm floor", warm)):
+        assert (state["Result"], state["ExecMainStatus"]) == ("success", "0"), (name, state)
+    # The same interpreter: the one the package's script names, the one the floor units run.
+    assert timing["interpreter"] == "#!/usr/bin/python3"
+    # The floor program was given the very dir the reaper read: every file of it, the 1,000
+    # entries among them, and nothing changed between.
+    entries = int(summary(second)["CNI_REAPER_ENTRIES"])
+    assert timing["floor_files"] == {"count": entries, "missing_bulk": 0, "same_as_now": True}
+    assert entries == TIMED_ENTRIES + len(podnet_files(second.one("boot")["results"]))
+
+    def at(unit: dict[str, str], stamp: str) -> int:
+        value = int(unit[f"{stamp}TimestampMonotonic"])
+        assert value > 0, (stamp, unit)
+        return value
+
+    # The order systemd kept: everything the reaper is ordered after was up before it started;
+    # the reaper done before the floor program started, each floor run before the next and
+    # before containerd started; none overlapping another.
+    waited = {name: units[name] for name in REAPER_AFTER}
+    for name, state in waited.items():
+        assert state["ActiveState"] == "active", (name, state)
+        assert at(state, "ActiveEnter") <= at(reaper, "InactiveExit"), name
+    assert at(reaper, "InactiveExit") <= at(reaper, "ExecMainStart")
+    assert at(reaper, "ExecMainStart") < at(reaper, "ExecMainExit") <= at(reaper, "ActiveEnter")
+    assert at(reaper, "ActiveEnter") <= at(cold, "InactiveExit")
+    assert at(cold, "ExecMainStart") < at(cold, "ExecMainExit") <= at(cold, "ActiveEnter")
+    assert at(cold, "ActiveEnter") <= at(warm, "InactiveExit")
+    assert at(warm, "ExecMainStart") < at(warm, "ExecMainExit") <= at(warm, "ActiveEnter")
+    assert at(warm, "ActiveEnter") <= at(containerd, "InactiveExit")
+
+    userspace = int(timing["manager"]["UserspaceTimestampMonotonic"]) / 1e6
+    # The kernel's "Run /init as init process": the end of the kernel's own start, the
+    # initramfs's beginning (Debian's initramfs-tools: no systemd in it, so no InitRD stamp).
+    run_init = timing["run_init"]
+    assert run_init is not None, second.serial[-3000:]
+    reaper_start = at(reaper, "InactiveExit") / 1e6
+    last_name, last = max(
+        (
+            (n, u)
+            for n, u in units.items()
+            if n in timing["after"] and int(u.get("ActiveEnterTimestampMonotonic", "0")) > 0
+        ),
+        key=lambda item: int(item[1]["ActiveEnterTimestampMonotonic"]),
+    )
+    held = seconds(reaper, "InactiveExit", "ActiveEnter")
+    ran = seconds(reaper, "ExecMainStart", "ExecMainExit")
+    floor_cold = seconds(cold, "ExecMainStart", "ExecMainExit")
+    floor_warm = seconds(warm, "ExecMainStart", "ExecMainExit")
+    print(f"\non a real boot (qemu TCG, Debian 12), {entries} results files:")
+    print(
+        f"  kernel until /init: {run_init:.2f} s; initramfs until systemd: "
+        f"{userspace - run_init:.2f} s; systemd until the reaper's unit starts: "
+        f"{reaper_start - userspace:.2f} s (at {reaper_start:.2f} s of uptime)"
+    )
+    print(
+        "  the reaper waited for: "
+        + ", ".join(f"{n} {at(u, 'ActiveEnter') / 1e6:.2f} s" for n, u in waited.items())
+        + f"; the last of its After= units up: {last_name} at "
+        f"{int(last['ActiveEnterTimestampMonotonic']) / 1e6:.2f} s"
+    )
+    print(
+        f"  cni-reaper.service held the runtime back {held:.2f} s (its process {ran:.2f} s); "
+        f"the floor program {floor_cold:.2f} s cold, {floor_warm:.2f} s warm"
+    )
+    print(
+        f"  ratio, process to process: {ran / floor_cold:.2f}x the cold floor, "
+        f"{ran / floor_warm:.2f}x the warm floor; unit to cold floor {held / floor_cold:.2f}x"
+    )
 
 
 # --- Debian 13: containerd 1.7, wtmpdb, the journal, the file system's replay -----------------

@@ -86,6 +86,11 @@ image)
     (cd "$here/../.." && python3 -c 'import sys; from tests import pause_image; from pathlib import Path; pause_image.build(Path(sys.argv[1]))' "$lib/pause.tar")
     cp "$here/guest/vmtest.service" "$R/etc/systemd/system/"
     chroot "$R" systemctl enable vmtest.service >/dev/null 2>&1
+    # Test-only units, never in the package: bench/run.py's floor program over the results dir,
+    # next to the reaper in the timing boot, cold and then warm.
+    (cd "$here/../.." && python3 -c 'import sys; from bench.run import FLOOR; sys.stdout.write(FLOOR.lstrip())') >"$lib/floor.py"
+    cp "$here/guest/vmtest-floor.service" "$here/guest/vmtest-floor-warm.service" "$R/etc/systemd/system/"
+    chroot "$R" systemctl enable vmtest-floor.service vmtest-floor-warm.service >/dev/null 2>&1
 
     chroot "$R" apt-get clean
     rm -rf "$R"/usr/share/doc/* "$R"/usr/share/man/* "$R"/usr/share/locale/*

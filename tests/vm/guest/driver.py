@@ -78,12 +78,7 @@ def bulk_names() -> set[str]:
     """The extra results files of the timing boot, by name (none in other scenarios)."""
     if not BULK_FLAG.exists():
         return set()
-    count = int(BULK_FLAG.read_text())
-    return {f"podnet-{bulk_id(n)}-eth0" for n in range(count)}
-
-
-def bulk_id(n: int) -> str:
-    return f"b{n:063x}"
+    return set(BULK_FLAG.read_text().split())
 
 
 def files(directory: Path) -> dict[str, int]:
@@ -112,28 +107,31 @@ def bulk() -> dict[str, Any]:
 
 
 def write_bulk(count: int) -> None:
-    """count more valid cache entries of podnet, each made from one the runtime's libcni wrote
-    (another container ID, netns and address), for the next boot's reaper and floor program."""
-    template_path = next(p for p in sorted(RESULTS.iterdir()) if p.name.startswith("podnet-"))
-    template = json.loads(template_path.read_bytes())
-    old_id = template["containerId"]
-    BULK_FLAG.parent.mkdir(parents=True, exist_ok=True)
-    BULK_FLAG.write_text(f"{count}\n")
+    """count more valid cache entries of podnet, for the next boot's reaper and floor program:
+    more attachments (net1, net2, ...) of the sandboxes running now, each made from the entry
+    the runtime's libcni wrote for the sandbox's eth0 (another ifname and address). Of sandboxes
+    containerd has records of, so that the reaper keeps them; a sandbox it does not know would
+    be forgotten (DEL and quarantine), which is not the clean boot measured here."""
+    templates = [
+        json.loads(p.read_bytes())
+        for p in sorted(RESULTS.iterdir())
+        if p.name.startswith("podnet-") and p.name.endswith("-eth0")
+    ]
+    names = []
     for n in range(count):
-        doc = json.loads(json.dumps(template))
-        new_id = bulk_id(n)
-        doc["containerId"] = new_id
-        doc["cniArgs"] = [[k, new_id if v == old_id else v] for k, v in doc["cniArgs"]]
-        netns = f"/var/run/netns/cni-bulk-{n}"
-        if "netns" in doc:
-            doc["netns"] = netns
+        doc = json.loads(json.dumps(templates[n % len(templates)]))
+        ifname = f"net{1 + n // len(templates)}"
+        doc["ifName"] = ifname
         for interface in doc["result"].get("interfaces", []):
             if interface.get("sandbox"):
-                interface["sandbox"] = netns
+                interface["name"] = ifname
         for ip in doc["result"].get("ips", []):
             ip["address"] = f"10.88.{1 + n // 250}.{2 + n % 250}/24"
-        data = json.dumps(doc, separators=(",", ":")).encode()
-        (RESULTS / f"podnet-{new_id}-eth0").write_bytes(data)
+        name = f"podnet-{doc['containerId']}-{ifname}"
+        (RESULTS / name).write_bytes(json.dumps(doc, separators=(",", ":")).encode())
+        names.append(name)
+    BULK_FLAG.parent.mkdir(parents=True, exist_ok=True)
+    BULK_FLAG.write_text("\n".join(names) + "\n")
     os.sync()
 
 
@@ -247,7 +245,8 @@ def unit(name: str, props: str = "") -> dict[str, str]:
         props += "ExecMainStartTimestampMonotonic,ExecMainExitTimestampMonotonic,"
         props += "ActiveEnterTimestampMonotonic"
     shown = subprocess.run(
-        ["systemctl", "show", *([name] if name else []), "-p", props],
+        # "--": unit names such as -.mount are not options.
+        ["systemctl", "show", "-p", props, "--", *([name] if name else [])],
         capture_output=True,
         text=True,
     ).stdout

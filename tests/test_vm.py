@@ -288,7 +288,7 @@ def seconds(unit: dict[str, str], start: str, end: str) -> float:
 def test_the_time_the_reaper_holds_the_runtime_back_next_to_the_floor_program(
     clean: tuple[Node, Boot, Boot], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """systemd's own timestamps of the clean reboot, 1,003 results files: the reaper as shipped,
+    """systemd's own timestamps of the clean reboot, 1,006 results files: the reaper as shipped,
     then (test-only units, ordered after it and before containerd) bench/run.py's floor program
     over the same dir with the same interpreter, first with the page cache dropped, as cold as
     the reaper's at boot, then again warm. Printed, never asserted: under TCG both run slower

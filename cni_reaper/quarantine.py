@@ -27,7 +27,8 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # temp files
 SIDECAR_SUFFIX = ".json"
-# Threads that fsync a batch's sidecars at once. Past a few, they share commits anyway.
+# Threads that fsync the dirs of a flush at once. Past a few, they share commits anyway. (A
+# batch's sidecars need none: see _write_temp.)
 FSYNC_LANES = 8
 
 

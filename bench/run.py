@@ -12,7 +12,8 @@ warm-up; medians of --runs runs (5), alternating. The paths, each at every size:
 - all valid, a dry run;
 - 10 % damaged (empty, NUL-filled, cut), left by an earlier boot that crashed: a dry run, and,
   as root, a real run with an empty plugin dir (every DEL found unable to run before any process
-  starts, every damaged file quarantined with its sidecar: all of a real run but the plugins);
+  starts, every damaged file quarantined with its sidecar: all of a real run but the plugins),
+  its trees on a journalled ext4 mounted in a private mount namespace, as the DEL replay's;
 - 10 % damaged with no boot evidence (no wtmp, a runtime already started): all left, and logged;
 - host-local's store with one reservation per entry, 10 % of them orphans (no results entry),
   a dry run.
@@ -265,6 +266,9 @@ def with_store(node: NodeTree) -> list[Path]:
     return [node.results, node.root / "var/lib/cni/networks/podnet"]
 
 
+REAL_RUN = "10 % damaged, earlier boot, real run, no plugins"
+
+
 def scan_paths(entries: int, real_runs: bool) -> list[tuple[ScanPath, Callable[[Path], NodeTree]]]:
     share = 0.1
 
@@ -296,24 +300,38 @@ def scan_paths(entries: int, real_runs: bool) -> list[tuple[ScanPath, Callable[[
     ]
     if real_runs:
         reset = rebooted_and_damaged_again(entries, share)
-        real = ScanPath(
-            "10 % damaged, earlier boot, real run, no plugins", real_run_without_plugins, reset
-        )
+        real = ScanPath(REAL_RUN, real_run_without_plugins, reset)
         paths.insert(2, (real, damaged))
     return paths
 
 
 def bench_scan(sizes: list[int], runs: int, work: Path, only: str | None) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
     real_runs = os.geteuid() == 0
     if not real_runs:
         print("not root: the real run's path is left out (it confines the plugins' view)")
+    if not real_runs or (only and only not in REAL_RUN):
+        return scan_rows(sizes, runs, work, only, None)
+    # The real run creates a file and its sidecar for each one it moves, and its trees are
+    # deleted and made again between runs: it runs on a journalled ext4, as a node's /var is
+    # (see journalled_fs), room for the largest tree, its quarantine and their inodes.
+    largest = max(sizes)
+    (work / "journalled").mkdir()
+    with journalled_fs(work / "journalled", 256 + largest * 8 // 1024, largest * 3) as fs:
+        return scan_rows(sizes, runs, work, only, fs)
+
+
+def scan_rows(
+    sizes: list[int], runs: int, work: Path, only: str | None, journalled: Path | None
+) -> list[dict[str, Any]]:
+    """Every path at every size; the real run's trees on journalled, the others on work."""
+    rows: list[dict[str, Any]] = []
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for entries in sizes:
-        for index, (path, build) in enumerate(scan_paths(entries, real_runs)):
+        for index, (path, build) in enumerate(scan_paths(entries, journalled is not None)):
             if only and only not in path.name:
                 continue
-            root = work / f"scan-{entries}-{index}"
+            real = path.before_each is not None
+            root = (journalled if real and journalled else work) / f"scan-{entries}-{index}"
             node = build(root)
 
             def reaper(path: ScanPath = path, node: NodeTree = node) -> tuple[float, int]:
@@ -416,16 +434,20 @@ def shell_loop(calls: list[Call], work: Path) -> Path:
 
 
 @contextlib.contextmanager
-def journalled_fs(work: Path) -> Iterator[Path]:
+def journalled_fs(work: Path, mib: int = 512, inodes: int | None = None) -> Iterator[Path]:
     """An ext4 file system with its journal, mounted (in this private mount namespace) where
     the trees go: a node's /var is journalled. This machine's root file system is ext4
     without a journal, whose inode allocator then searches recently freed inodes for every
     file created; with trees made and deleted run after run, each sidecar the reaper wrote
-    took a millisecond to create, a cost of the benchmark, not of a node."""
+    took a millisecond to create, a cost of the benchmark, not of a node. Its inode tables
+    are written at once, not by the kernel's lazy-init thread in the measured runs."""
     image = work / "ext4.img"
     with open(image, "wb") as f:
-        f.truncate(512 << 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+        f.truncate(mib << 20)
+    mkfs = ["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]
+    if inodes is not None:
+        mkfs += ["-N", str(inodes)]
+    subprocess.run([*mkfs, str(image)], check=True)
     mount_point = work / "fs"
     mount_point.mkdir()
     subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)], check=True)
@@ -516,11 +538,14 @@ def main() -> None:
             failed |= subprocess.run([interpreter, __file__, *again], check=False).returncode
             print()
         sys.exit(1 if failed else 0)
-    if args.del_replay and os.environ.get("CNI_REAPER_BENCH_INSIDE") != "1":
-        if os.geteuid() != 0:
-            sys.exit("--del needs root: it runs the plugins in a private network namespace")
+    if args.del_replay and os.geteuid() != 0:
+        sys.exit("--del needs root: it runs the plugins in a private network namespace")
+    if os.geteuid() == 0 and os.environ.get("CNI_REAPER_BENCH_INSIDE") != "1":
+        # A private mount namespace for the journalled file system (both benchmarks mount
+        # one); the DEL replay's plugins get a network namespace of their own as well.
         inside = ["env", "CNI_REAPER_BENCH_INSIDE=1", sys.executable, *sys.argv]
-        unshare = ["unshare", "--net", "--mount", "--propagation", "private"]
+        unshare = ["unshare", *(["--net"] if args.del_replay else []), "--mount"]
+        unshare += ["--propagation", "private"]
         os.execvp("unshare", [*unshare, *inside])  # noqa: S606 (no shell wanted)
     for package in ("cni_reaper", "tests"):
         compileall.compile_dir(REPO / package, quiet=1)

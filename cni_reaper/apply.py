@@ -6,7 +6,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from cni_reaper import content
 from cni_reaper.host_local import Releases
@@ -14,7 +14,7 @@ from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.parallel import TICK_SECONDS, in_parallel
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError
-from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
+from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar_text
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 
 
@@ -29,13 +29,21 @@ class Executor(NamedTuple):
 def execute(plan: Iterable[PlannedEntry], executor: Executor) -> Iterator[EntryResult]:
     """Entries without a DEL are done (or skipped) in order as the plan streams by. DELs are
     gathered by network and, with more than one worker, replayed network by network in
-    parallel: never two DELs of one network at once, as a runtime never runs them. Files are
-    quarantined in batches (see _in_batches)."""
+    parallel: never two DELs of one network at once, as a runtime never runs them. A DEL the
+    plan knows fails before any plugin runs (no config, a plugin missing) is not gathered: it
+    is done in order, and its file quarantined as the plan streams by, not held in memory
+    with the others until the scan is over. Files are quarantined in batches (see
+    _in_batches)."""
     by_network: dict[str, list[PlannedEntry]] = defaultdict(list)
 
     def in_order() -> Iterator[_Replayed]:
         for planned in plan:
-            if planned.action is Action.DEL_AND_QUARANTINE and executor.tools.workers > 1:
+            if (
+                planned.action is Action.DEL_AND_QUARANTINE
+                and executor.tools.workers > 1
+                and planned.netlist is not None
+                and planned.config_problem is None
+            ):
                 by_network[planned.netlist.name if planned.netlist else ""].append(planned)
             elif planned.action.changes_things:
                 yield planned, _replay(planned, executor)
@@ -179,11 +187,12 @@ def _vet(planned: PlannedEntry) -> Callable[[bytes], str | None]:
 
 def _sidecar(
     planned: PlannedEntry, outcome: Outcome, del_outcome: DelOutcome | None, now: float
-) -> Callable[[str, str], dict[str, Any]]:
+) -> Callable[[str, str], str]:
     """The sidecar for a file about to be moved to dest: its report entry, plus the digest
-    of the bytes that move."""
+    of the bytes that move, written from the entry's own text."""
 
-    def for_dest(dest: str, sha256: str) -> dict[str, Any]:
-        return sidecar(EntryResult(planned, outcome, del_outcome, dest).to_json(), sha256, now)
+    def for_dest(dest: str, sha256: str) -> str:
+        entry = EntryResult(planned, outcome, del_outcome, dest).json_text()
+        return sidecar_text(entry, sha256, now)
 
     return for_dest

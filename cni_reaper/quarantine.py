@@ -11,23 +11,45 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
+import importlib
 import itertools
 import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, Union
 
 from cni_reaper import __version__, failpoint
 from cni_reaper.boot import iso
 from cni_reaper.filestat import FileStat
 
+
+class _Digest(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+    def hexdigest(self) -> str: ...
+
+
+def _interpreters_sha256() -> Callable[..., _Digest]:
+    """The interpreter's own SHA-256 (_sha2 from Python 3.12, _sha256 before), not OpenSSL's
+    through hashlib: loading libcrypto alone added about 3.5 MiB to a real run's peak RSS, to
+    hash files of a few KiB (about 2 us more each). hashlib's where it was built without."""
+    for module in ("_sha2", "_sha256"):
+        with contextlib.suppress(ImportError):
+            found: Callable[..., _Digest] = importlib.import_module(module).sha256
+            return found
+    import hashlib  # noqa: PLC0415
+
+    return hashlib.sha256
+
+
+sha256 = _interpreters_sha256()
+
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # temp files
 SIDECAR_SUFFIX = ".json"
-# Threads that fsync a batch's sidecars at once. Past a few, they share commits anyway.
+# Threads that fsync the dirs of a flush at once. Past a few, they share commits anyway. (A
+# batch's sidecars need none: see _write_temp.)
 FSYNC_LANES = 8
 
 
@@ -52,13 +74,18 @@ class FileChanged(Exception):
     results dir, and is reported as changed, never quarantined."""
 
 
+# A sidecar's record, or its JSON text already written out (compact, ASCII, one line with
+# no newline), as sidecar_text() makes it.
+Sidecar = Union[dict[str, Any], str]
+
+
 class Move(NamedTuple):
     """A file to quarantine: where it is, what the scan saw of it, and its sidecar."""
 
     dir_fd: int
     name: str
     expected: FileStat  # moved only if the file is still exactly this one
-    sidecar: Callable[[str, str], dict[str, Any]]  # (its path in quarantine, sha256) -> record
+    sidecar: Callable[[str, str], Sidecar]  # (its path in quarantine, sha256) -> the record
     # Why these bytes may not be moved (they are not what the plan judged), or None.
     vet: Callable[[bytes], str | None] | None = None
 
@@ -80,6 +107,19 @@ def sidecar(record: dict[str, Any], sha256: str | None, now: float) -> dict[str,
         "sha256": sha256,
         **record,
     }
+
+
+def sidecar_text(record_text: str, sha256: str, now: float) -> str:
+    """sidecar() as compact JSON text, from the report record's own text (an object): what
+    json.dumps would make of sidecar(json.loads(record_text), ...), without building the dict
+    and writing it out again, which cost a quarantined file as much as its moves did."""
+    head = f'{{"schema":1,"reaper_version":{_VERSION},"quarantined_at":"{iso(now)}"'
+    rest = record_text[1:]
+    return f'{head},"sha256":{_quoted(sha256)}{"," if rest != "}" else ""}{rest}'
+
+
+_quoted = json.encoder.encode_basestring_ascii
+_VERSION = _quoted(__version__)
 
 
 def _open_or_make_dir(parent_fd: int | None, path: str) -> int:
@@ -200,13 +240,12 @@ class Quarantine:
                     dest = self._free_name(fd, move.name, taken)
                     taken.add(dest)
                     record = move.sidecar(os.path.join(self.dir, dest), file.sha256)
-                    text = json.dumps(record, separators=(",", ":")) + "\n"  # as the report's
-                    temps.append(_write_temp(fd, dest + SIDECAR_SUFFIX, text))
+                    temps.append(_write_temp(fd, dest + SIDECAR_SUFFIX, _text(record)))
                     staged.append((index, dest, file))
                     moved.append(dest)  # until it is in place
                 except OSError as e:
                     moved.append(e)
-            synced = _fsync_together(temps)
+            synced = _fsync_all(temps)
             while temps:
                 os.close(temps.pop())
             for (index, dest, file), error in zip(staged, synced):
@@ -254,7 +293,7 @@ class Quarantine:
             os.link(dest, move.name, src_dir_fd=fd, dst_dir_fd=move.dir_fd, follow_symlinks=False)
         except FileExistsError:
             # It stays here, with a sidecar that says what it holds now and why it is here.
-            record = move.sidecar(os.path.join(self.dir, dest), sha256_of(fd, dest) or "")
+            record = _record(move.sidecar(os.path.join(self.dir, dest), sha256_of(fd, dest) or ""))
             record["problems"] = [*record.get("problems", []), change]
             _replace_sidecar(fd, dest + SIDECAR_SUFFIX, record)
             return QuarantineError(
@@ -270,7 +309,7 @@ class Quarantine:
         fd = self._dir_fd()
         data = _read_whole(file.fd, file.st.st_size)
         tmp = _temp_name(dest)
-        if hashlib.sha256(data).hexdigest() != file.sha256:
+        if sha256(data).hexdigest() != file.sha256:
             _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
             return FileChanged("its bytes changed as it was copied; left in place")
         copy = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=fd)
@@ -335,7 +374,7 @@ def _hold(move: Move) -> _Held:
         change = move.expected.changes(after)
         if change is not None or len(data) != after.st_size:
             raise FileChanged(f"{change or 'its size changed'} while it was read")
-        return _Held(fd, after, hashlib.sha256(data).hexdigest())
+        return _Held(fd, after, sha256(data).hexdigest())
     except BaseException:
         os.close(fd)
         raise
@@ -361,7 +400,7 @@ def _arrived_unchanged(file: _Held, fd: int, dest: str) -> str | None:
     now = os.fstat(file.fd)
     if now.st_size != file.st.st_size or now.st_mtime_ns != file.st.st_mtime_ns:
         return "it was written to as it was moved"
-    if hashlib.sha256(_read_whole(file.fd, now.st_size)).hexdigest() != file.sha256:
+    if sha256(_read_whole(file.fd, now.st_size)).hexdigest() != file.sha256:
         return "its bytes changed as it was moved"
     return None
 
@@ -383,7 +422,7 @@ def _short(name: str) -> str:
     raw = os.fsencode(name)
     if len(raw) <= MAX_NAME_BYTES:
         return name
-    return os.fsdecode(raw[:160]) + "~" + hashlib.sha256(raw).hexdigest()[:16]
+    return os.fsdecode(raw[:160]) + "~" + sha256(raw).hexdigest()[:16]
 
 
 def _exists(dir_fd: int, name: str) -> bool:
@@ -403,11 +442,31 @@ def _temp_name(name: str) -> str:
     return f".{name}.tmp"
 
 
+def _text(record: Sidecar) -> str:
+    """A sidecar's file content: its record as compact JSON, as the report's, on one line."""
+    if isinstance(record, str):
+        return record + "\n"
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+def _record(record: Sidecar) -> dict[str, Any]:
+    if isinstance(record, str):
+        doc: dict[str, Any] = json.loads(record)
+        return doc
+    return record
+
+
 def _write_temp(dir_fd: int, name: str, text: str) -> int:
-    """Write text to name's temp file; its descriptor, still open, for the fsync."""
+    """Write text to name's temp file; its descriptor, still open, for the fsync. Its write-
+    back is started at once (POSIX_FADV_DONTNEED writes a file's dirty pages out, without
+    waiting, then drops them from the cache): by the time the batch is fsynced, every sidecar
+    has its blocks allocated, so the first fsync's journal commit carries them all and the
+    others find their data already durable, where each fsync started its own file's writeback
+    and waited for a commit of its own. Only the fsync is relied on."""
     fd = os.open(_temp_name(name), TEMP_FLAGS, 0o600, dir_fd=dir_fd)
     try:
         _write_all(fd, text.encode())
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     except OSError:
         os.close(fd)
         raise
@@ -415,12 +474,26 @@ def _write_temp(dir_fd: int, name: str, text: str) -> int:
 
 
 def _replace_sidecar(dir_fd: int, name: str, record: dict[str, Any]) -> None:
-    temp = _write_temp(dir_fd, name, json.dumps(record, separators=(",", ":")) + "\n")
+    temp = _write_temp(dir_fd, name, _text(record))
     try:
         os.fsync(temp)
     finally:
         os.close(temp)
     os.rename(_temp_name(name), name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def _fsync_all(fds: Sequence[int]) -> list[OSError | None]:
+    """fsync each descriptor, one after another (their writeback already started: see
+    _write_temp); for each, the error if it failed."""
+    errors: list[OSError | None] = []
+    for fd in fds:
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            errors.append(e)
+        else:
+            errors.append(None)
+    return errors
 
 
 def _fsync_together(fds: Sequence[int]) -> list[OSError | None]:
@@ -474,7 +547,7 @@ def sha256_of(dir_fd: int, name: str) -> str | None:
         fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
-    digest = hashlib.sha256()
+    digest = sha256()
     with os.fdopen(fd, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 16), b""):
             digest.update(chunk)

@@ -191,8 +191,10 @@ print(time.perf_counter() - start, usage.ru_maxrss, os.waitstatus_to_exitcode(st
 def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS (KiB) of one process, run to completion. Its output goes to
     /dev/null and a file, not to a terminal whose speed would be measured with it."""
+    # posix_spawn does not search PATH: the DEL benchmark's shell loops are started as "sh".
+    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0]) or argv[0]
     with tempfile.TemporaryFile() as errors:
-        launch = [sys.executable, "-I", "-S", "-c", LAUNCHER, *argv]
+        launch = [sys.executable, "-I", "-S", "-c", LAUNCHER, program, *argv[1:]]
         measured = subprocess.run(
             launch, stdout=subprocess.PIPE, stderr=errors, env=env, check=True
         )

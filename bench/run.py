@@ -274,25 +274,22 @@ REAL_RUN = "10 % damaged, earlier boot, real run, no plugins"
 def scan_paths(entries: int, real_runs: bool) -> list[tuple[ScanPath, Callable[[Path], NodeTree]]]:
     share = 0.1
 
-    def valid(root: Path) -> NodeTree:
-        node = scan_tree(root, entries, 0.0)
-        reboot(node)
-        return node
+    def tree(
+        make: Callable[[Path, int, float], NodeTree],
+        damaged: float,
+        begin: Callable[[NodeTree], None],
+    ) -> Callable[[Path], NodeTree]:
+        def build(root: Path) -> NodeTree:
+            node = make(root, entries, damaged)
+            begin(node)
+            return node
 
-    def damaged(root: Path) -> NodeTree:
-        node = scan_tree(root, entries, share)
-        reboot(node)
-        return node
+        return build
 
-    def damaged_no_evidence(root: Path) -> NodeTree:
-        node = scan_tree(root, entries, share)
-        boot_without_evidence(node)
-        return node
-
-    def store(root: Path) -> NodeTree:
-        node = store_tree(root, entries, share)
-        reboot(node)
-        return node
+    valid = tree(scan_tree, 0.0, reboot)
+    damaged = tree(scan_tree, share, reboot)
+    damaged_no_evidence = tree(scan_tree, share, boot_without_evidence)
+    store = tree(store_tree, share, reboot)
 
     paths: list[tuple[ScanPath, Callable[[Path], NodeTree]]] = [
         (ScanPath("all valid", dry_run), valid),

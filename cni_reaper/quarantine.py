@@ -466,7 +466,9 @@ def _write_temp(dir_fd: int, name: str, text: str) -> int:
     fd = os.open(_temp_name(name), TEMP_FLAGS, 0o600, dir_fd=dir_fd)
     try:
         _write_all(fd, text.encode())
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        # A hint: a file system that refuses it must not fail the move; the fsync decides.
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     except OSError:
         os.close(fd)
         raise

@@ -725,6 +725,9 @@ def _pipeline(run: _Run) -> Report:
         log_kept, dry_run, notify = args.verbose, args.dry_run, run.notifier.enabled
         for result in results:
             report.add(result)
+            kept = result.outcome is Outcome.SKIPPED and result.planned.action is Action.KEEP
+            if kept and not log_kept:
+                continue  # nearly every entry: no fate to note (_note_fate), nothing to log or say
             _note_fate(result, fates)
             kind = event_of(result)
             if (log_kept or kind is not Event.KEPT) and not events.counted_as_cut(kind):

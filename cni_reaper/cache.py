@@ -189,7 +189,8 @@ def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
     for name in names:
         inspected = _inspect(dir_fd, name, name not in irregular)
         if inspected is not None:
-            yield _entry(name, *inspected, networks)
+            file, found = inspected
+            yield _entry(name, file, found, networks)
 
 
 def whole_entries(dir_fd: int, network: str, networks: Collection[str]) -> Iterator[CacheEntry]:

@@ -959,7 +959,7 @@ def _pool_health(
     run: _Run,
     stores: list[tuple[str, str]],
     reserved_before: Mapping[str, list[str]],
-    states: Mapping[str, Mapping[str, str]],
+    states: Mapping[str, dict[str, str]],  # each made the pool's "after" in place
     away: Mapping[str, set[str]],
 ) -> list[pool.PoolHealth]:
     """Each host-local range set: capacity, reserved before, released, and what is left and
@@ -981,12 +981,27 @@ def _pool_health(
         if run.args.dry_run:
             planned_away = away.get(store, set())
             now_held = [ip for ip in now_held if ip not in planned_away]
-        state = states.get(store, {})
-        after = {ip: state.get(ip, "unknown") for ip in now_held}
+        after = _held_now(states.get(store, {}), now_held)
         before = reserved_before.get(network, [])
         if sets or before or after:
             pools.extend(pool.health(network, sets, before, after))
     return pools
+
+
+def _held_now(state: dict[str, str], now_held: list[str]) -> dict[str, str]:
+    """Each address now held -> its owner's state ("unknown" if the inventory saw no such
+    reservation): state itself, made so in place, not a second dict of every address beside
+    it. By one walk of both in name order."""
+    now_held.sort()
+    position, count = 0, len(now_held)
+    for ip in sorted(state):
+        while position < count and now_held[position] < ip:
+            position += 1
+        if position == count or now_held[position] != ip:
+            del state[ip]  # released, or gone since the inventory
+    for ip in now_held:
+        state.setdefault(ip, "unknown")
+    return state
 
 
 def main(

@@ -615,8 +615,9 @@ def _pipeline(run: _Run) -> Report:
     )
     run.made.append(report)
     stores = list(host_local.stores(run.configs, paths.root))
-    # Every address reserved before any DEL: the pools' "before" (pool.py).
-    reserved_before = {network: host_local.addresses(store) for network, store in stores}
+    # Every address reserved before any DEL: the pools' "before" (pool.py). Kept as one string
+    # of NUL-separated names (no file name holds a NUL), not 100,000 strings.
+    reserved_before = {network: "\0".join(host_local.addresses(store)) for network, store in stores}
     fates = EntryFates()  # what became of each entry; told of the results dir once it is open
     chains = ChainCache(run.plugin_dirs)  # each config's plugins, resolved once for every DEL
     cached_configs = _CachedConfigs(run)
@@ -881,7 +882,7 @@ def _reservations(
     boot_ctx: boot.BootContext,
     proof: pre_runtime.Proof,
     stores: list[tuple[str, str]],
-    reserved_before: Mapping[str, list[str]],
+    reserved_before: Mapping[str, str],
     fates: EntryFates,
     cached_configs: Callable[[str], tuple[netconf.NetworkList | None, str | None]],
     chains: ChainCache,
@@ -961,8 +962,8 @@ def _reservations(
 def _pool_health(
     run: _Run,
     stores: list[tuple[str, str]],
-    reserved_before: Mapping[str, list[str]],
-    states: Mapping[str, Mapping[str, str]],
+    reserved_before: Mapping[str, str],
+    states: Mapping[str, dict[str, str]],  # each made the pool's "after" in place
     away: Mapping[str, set[str]],
 ) -> list[pool.PoolHealth]:
     """Each host-local range set: capacity, reserved before, released, and what is left and
@@ -984,12 +985,37 @@ def _pool_health(
         if run.args.dry_run:
             planned_away = away.get(store, set())
             now_held = [ip for ip in now_held if ip not in planned_away]
-        state = states.get(store, {})
-        after = {ip: state.get(ip, "unknown") for ip in now_held}
-        before = reserved_before.get(network, [])
+        after = _held_now(states.get(store, {}), now_held)
+        before = reserved_before.get(network, "")
         if sets or before or after:
-            pools.extend(pool.health(network, sets, before, after))
+            pools.extend(pool.health(network, sets, _joined_names(before), after))
     return pools
+
+
+def _joined_names(names: str) -> Iterator[str]:
+    """The names of a NUL-separated string, one at a time."""
+    start, end = 0, len(names)
+    while start < end:
+        stop = names.find("\0", start)
+        stop = end if stop < 0 else stop
+        yield names[start:stop]
+        start = stop + 1
+
+
+def _held_now(state: dict[str, str], now_held: list[str]) -> dict[str, str]:
+    """Each address now held -> its owner's state ("unknown" if the inventory saw no such
+    reservation): state itself, made so in place, not a second dict of every address beside
+    it. By one walk of both in name order."""
+    now_held.sort()
+    position, count = 0, len(now_held)
+    for ip in sorted(state):
+        while position < count and now_held[position] < ip:
+            position += 1
+        if position == count or now_held[position] != ip:
+            del state[ip]  # released, or gone since the inventory
+    for ip in now_held:
+        state.setdefault(ip, "unknown")
+    return state
 
 
 def main(

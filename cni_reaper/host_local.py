@@ -19,7 +19,7 @@ from cni_reaper.boot import BootContext, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs, NetworkList
 from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
-from cni_reaper.pool import address_of
+from cni_reaper.pool import is_address
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.trust import untrusted
 
@@ -270,10 +270,6 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
             yield Reservation(network, store, name, file, content, owner, written)
     finally:
         os.close(dir_fd)
-
-
-def is_address(name: str) -> bool:
-    return address_of(name) is not None
 
 
 def addresses(store: str) -> list[str]:

@@ -13,6 +13,8 @@ when every address of one set is reserved.
 from __future__ import annotations
 
 import ipaddress
+import re
+import socket
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, Union
 
@@ -50,6 +52,27 @@ class RangeSet(NamedTuple):
 
     def holds(self, address: Address) -> bool:
         return any(address in r for r in self.ranges)
+
+
+# An IPv4 address as Go's net.IP.String() writes it: four numbers 0-255 in plain decimal, no
+# sign, space, leading zero or other digits. Exactly the names address_of() reads without
+# ipaddress (below).
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_DOTTED_QUAD = re.compile(r"\.".join([_OCTET] * 4))
+
+
+def is_address(name: str) -> bool:
+    """Whether address_of(name) is an address, without making it: a store's every name is
+    asked, a few times a run."""
+    return _DOTTED_QUAD.fullmatch(name) is not None or address_of(name) is not None
+
+
+def address_value(name: str) -> tuple[int, int] | None:
+    """(version, the address as a number) of address_of(name), or None."""
+    if _DOTTED_QUAD.fullmatch(name) is not None:
+        return 4, int.from_bytes(socket.inet_aton(name), "big")
+    address = address_of(name)
+    return None if address is None else (address.version, int(address))
 
 
 def address_of(name: str) -> Address | None:
@@ -156,18 +179,21 @@ def health(
     after_by_set: dict[int, dict[str, int]] = {}
     released_by_set: dict[int, int] = {}
 
-    known: dict[str, int] = {}  # the addresses before and after are mostly the same
+    # Each set's ranges as numbers: a store's every address is placed, before and after.
+    bounds = [
+        (s.number, [(r.start.version, int(r.start), int(r.end)) for r in s.ranges]) for s in sets
+    ]
 
     def set_of(name: str) -> int:
-        index = known.get(name)
-        if index is None:
-            address = _address(name)
-            if address is None:
-                index = -1
-            else:
-                index = next((s.number for s in sets if s.holds(address)), -1)
-            known[name] = index
-        return index
+        """The first set holding the address name spells (RangeSet.holds), -1 if none."""
+        value = address_value(name)
+        if value is not None:
+            version, number = value
+            for index, ranges in bounds:
+                for range_version, start, end in ranges:
+                    if range_version == version and start <= number <= end:
+                        return index
+        return -1
 
     for name in before:
         index = set_of(name)

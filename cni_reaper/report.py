@@ -300,14 +300,25 @@ class JsonWriter:
         pools: list[PoolHealth],
     ) -> None:
         failed = f'  "error": {json.dumps(error)},\n' if error is not None else ""
-        self._pending.append(
-            f'\n  ],\n  "host_local": {json.dumps(reservations)},\n'
-            f'  "pools": {json.dumps([p.to_json() for p in pools])},\n{failed}'
+        pending = self._pending
+        # What json.dumps(reservations) writes, a reservation at a time: as one string (and
+        # the copies that joined it to the rest), 10,000 orphans took some 40 MB at once.
+        pending.append('\n  ],\n  "host_local": [')
+        separator = ""
+        for doc in reservations:
+            pending.append(separator)
+            pending.append(json.dumps(doc))
+            separator = ", "
+            if len(pending) >= 2 * self.BLOCK:
+                self._out.write("".join(pending))
+                pending.clear()
+        pending.append(
+            f'],\n  "pools": {json.dumps([p.to_json() for p in pools])},\n{failed}'
             f'  "summary": {json.dumps(summary)}\n}}\n'
         )
-        self._out.write("".join(self._pending))
+        self._out.write("".join(pending))
         self._out.flush()
-        self._pending.clear()
+        pending.clear()
         self._finished = True
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -181,7 +180,7 @@ def unaccounted_quarantine(facts: dict[str, Any]) -> list[str]:
         str(r["CNI_REAPER_QUARANTINED_TO"]) for r in records if "CNI_REAPER_QUARANTINED_TO" in r
     }
     data = [p for p in mine if not p.endswith(".json")]
-    loose = [p for p in data if p not in named and os.path.basename(p) not in named]
+    loose = [p for p in data if p not in named]
     loose += [p for p in data if p + ".json" not in mine]
     loose += [p for p in mine if p.endswith(".json") and p[: -len(".json")] not in mine]
     return sorted(set(loose))

@@ -35,7 +35,10 @@ def crashes(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     debs = Path(os.environ.get("CNI_REAPER_VM_DEBS", campaign.REPO / ".test-cache" / "vm-debs.tgz"))
     if not debs.is_file():
         cannot_run(f"no packages at {debs}: run tests/vm/build_image.sh debs bookworm {debs}")
-    work = tmp_path_factory.mktemp("vm-campaign")
+    # The serial logs and campaign.json kept where CI or a person can read them afterwards.
+    kept = os.environ.get("CNI_REAPER_CAMPAIGN_WORK")
+    work = Path(kept) if kept else tmp_path_factory.mktemp("vm-campaign")
+    work.mkdir(parents=True, exist_ok=True)
     image = campaign.ensure_image("bookworm", work, debs)
     return campaign.campaign(image, work, SEEDS, POLICIES)
 

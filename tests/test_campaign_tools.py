@@ -131,7 +131,15 @@ def test_a_stuck_sandbox_a_leaked_address_and_a_stray_file_are_each_named(
     ]
     assert outcome["leaked"] == {"ptpnet": ["10.99.0.7"]}
     table = campaign.table([{"policies": {"reaper": outcome}}], ["reaper"])
-    assert table.splitlines()[1].split()[:6] == ["reaper", "1", "1/2", "1/1", "1/1", "1"]
+    # The stuck sandbox, still listed, is counted once.
+    assert table.splitlines()[1].split()[:6] == ["reaper", "1", "1/1", "1/1", "1/1", "1"]
+
+
+def test_a_seed_run_again_replaces_its_entry_in_the_record(tmp_path: Path) -> None:
+    path = tmp_path / "campaign.json"
+    for crash in ({"seed": 5, "run": 1}, {"seed": 4, "run": 1}, {"seed": 5, "run": 2}):
+        campaign.record(path, crash)
+    assert json.loads(path.read_text()) == [{"seed": 4, "run": 1}, {"seed": 5, "run": 2}]
 
 
 def test_a_boot_that_never_reported_its_teardown_is_a_breach(tmp_path: Path) -> None:

@@ -25,8 +25,9 @@ usage: python3 -m tests.vm.campaign --suite bookworm --crashes N --seed S \\
            --policies reaper,none,rm-results --work DIR
 
 Exits 1 when the reaper policy broke an invariant after any crash; DIR/campaign.json holds every
-crash (seed, planned instant, what the churn did, per-policy outcome) and DIR/crash-<seed>/ the
-serial logs of its boots.
+crash run in DIR, by seed (seed, planned instant, what the churn did, per-policy outcome), and
+DIR/crash-<seed>/ the serial logs of its boots. A crash is run again by its seed alone
+(--seed S --crashes 1): the same plan, on a churn whose timing under emulation varies a little.
 """
 
 from __future__ import annotations
@@ -232,13 +233,20 @@ def judge(policy: str, boot: Boot, work: Path) -> dict[str, Any]:
     return outcome
 
 
+def stuck_sandboxes(outcome: dict[str, Any]) -> int:
+    """Sandboxes a Stop or Remove failed on, and any the runtime still lists (most often the
+    same ones), counted once each."""
+    return len({s["id"] for s in outcome["stuck"]} | set(outcome["left"]))
+
+
 def breaches(outcome: dict[str, Any]) -> list[str]:
     """The invariants of issue 18 this policy boot broke (all of them, for any policy)."""
     if "error" in outcome:
         return [f"no report: {outcome['error']}"]
     broke = []
-    if outcome["stuck"] or outcome["left"]:
-        broke.append(f"{len(outcome['stuck'])} sandboxes stuck")
+    stuck = stuck_sandboxes(outcome)
+    if stuck:
+        broke.append(f"{stuck} sandboxes stuck")
     leaked = sum(len(held) for held in outcome["leaked"].values())
     if leaked:
         broke.append(f"{leaked} addresses leaked")
@@ -282,6 +290,16 @@ def crash_once(
     return crash
 
 
+def record(path: Path, crash: dict[str, Any]) -> None:
+    """Add the crash to the work dir's record of every crash, by seed (as its crash-SEED dir):
+    a seed run again replaces its entry."""
+    crashes = json.loads(path.read_text()) if path.is_file() else []
+    crashes = [c for c in crashes if c["seed"] != crash["seed"]] + [crash]
+    crashes.sort(key=lambda c: c["seed"])
+    path.with_name(path.name + ".tmp").write_text(json.dumps(crashes, indent=1, sort_keys=True))
+    path.with_name(path.name + ".tmp").replace(path)
+
+
 def campaign(
     image: Image,
     work: Path,
@@ -294,7 +312,7 @@ def campaign(
     for seed in seeds:
         crash = crash_once(image, work, seed, policies, window)
         crashes.append(crash)
-        (work / "campaign.json").write_text(json.dumps(crashes, indent=1, sort_keys=True))
+        record(work / "campaign.json", crash)
         if log is not None:
             log(one_line(crash))
     return crashes
@@ -334,7 +352,7 @@ def table(crashes: list[dict[str, Any]], policies: list[str]) -> str:
     for policy in policies:
         outcomes = [c["policies"][policy] for c in crashes if policy in c["policies"]]
         judged = [o for o in outcomes if "error" not in o]
-        stuck = [len(o["stuck"]) + len(o["left"]) for o in judged]
+        stuck = [stuck_sandboxes(o) for o in judged]
         leaked = [sum(len(h) for h in o["leaked"].values()) for o in judged]
         left = [len(o["results_left"]) for o in judged]
         loose = [len(o["unaccounted"]) for o in judged]

@@ -55,8 +55,13 @@ def test_every_churn_boot_crashed_at_its_seeded_instant(crashes: list[dict[str, 
         assert crash_said is not None, story
         if plan["trigger"] == "call":
             assert crash_said["calls"] >= plan["crash_at"], (crash_said, plan)
+            assert crash_said["cause"][0] in ("run", "stop"), crash_said
         else:
             assert crash_said["writes"] >= plan["crash_at"], (crash_said, plan)
+            # [dir, file, what happened to it]: the planned file event, not a call.
+            assert crash_said["cause"][2] in ("created", "written", "moved-in", "deleted"), (
+                crash_said
+            )
         assert "containerd 1.6." in plan["containerd"], plan
 
 

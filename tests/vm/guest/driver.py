@@ -476,7 +476,8 @@ class Churn:
                 self.cni_calls += 1
                 number = self.cni_calls
         kmsg("op", w=worker, call=what, pod=name, n=number)
-        if number == self.crash_call:
+        # number 0: a Remove, never counted (and crash_call is 0 when a file event is planned).
+        if number and number == self.crash_call:
             threading.Thread(target=self.crash, args=(start, [what, name]), daemon=True).start()
         error = None
         result = None

@@ -91,6 +91,13 @@ image)
     (cd "$here/../.." && python3 -c 'import sys; from bench.run import FLOOR; sys.stdout.write(FLOOR.lstrip())') >"$lib/floor.py"
     cp "$here/guest/vmtest-floor.service" "$here/guest/vmtest-floor-warm.service" "$R/etc/systemd/system/"
     chroot "$R" systemctl enable vmtest-floor.service vmtest-floor-warm.service >/dev/null 2>&1
+    # The crash campaign's (tests/vm/campaign.py): the second network and the containerd config
+    # that attaches pods to both, which its churn boot puts in place (other scenarios keep one
+    # network); the EKS-like boot policy's unit, which runs only when the command line asks.
+    mkdir -p "$lib/campaign"
+    cp "$here/guest/20-ptpnet.conflist" "$here/guest/containerd-campaign.toml" "$lib/campaign/"
+    cp "$here/guest/vmtest-rm-results.service" "$R/etc/systemd/system/"
+    chroot "$R" systemctl enable vmtest-rm-results.service >/dev/null 2>&1
 
     chroot "$R" apt-get clean
     rm -rf "$R"/usr/share/doc/* "$R"/usr/share/man/* "$R"/usr/share/locale/*

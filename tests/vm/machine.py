@@ -46,6 +46,17 @@ class Node:
         self.overlay = image.disk
         self.retried: list[str] = []
 
+    def branch(self, work: Path) -> Node:
+        """Another node whose next boot starts from this node's disk as its last boot left it,
+        its layers in work: several branches of one disk state (a crash's) boot each on its
+        own, none writing to the layers below (qemu opens backing files read-only). This node
+        must boot no more while a branch lives, since its layers are the branch's."""
+        work.mkdir(parents=True, exist_ok=True)
+        child = Node(self.image, work)
+        child.overlay = self.overlay
+        child.boots = self.boots
+        return child
+
     def _layer(self, name: str) -> Path:
         layer = self.work / f"{name}.qcow2"
         layer.unlink(missing_ok=True)

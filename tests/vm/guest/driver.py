@@ -8,9 +8,13 @@ synchronously, so what was said before a crash is in the serial log.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import json
 import os
+import random
+import shutil
 import sqlite3
 import struct
 import subprocess
@@ -18,6 +22,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,9 @@ SOCKET = "/run/containerd/containerd.sock"
 PAUSE = Path(__file__).with_name("pause.tar")
 RESULTS = Path("/var/lib/cni/results")
 STORE = Path("/var/lib/cni/networks/podnet")
+# The crash campaign's networks: every pod on both (containerd-campaign.toml), as eth0 and eth1.
+NETWORKS = ("podnet", "ptpnet")
+CAMPAIGN = Path(__file__).with_name("campaign")
 QUARANTINE = Path("/var/lib/cni-reaper/quarantine")
 MARKER = Path("/var/lib/cni-reaper/clean-shutdown")
 CGROUP_PARENT = "/vmtest-pods"
@@ -367,6 +375,305 @@ def check() -> None:
     )
 
 
+# --- the crash campaign (tests/vm/campaign.py) ------------------------------------------------
+
+
+def kmsg(kind: str, **facts: Any) -> None:
+    """A report through the kernel's log: a panic flushes it to the console, so the lines said
+    just before the crash are not lost in the serial port's buffer (as /dev/console's may be).
+    One record holds about 1 kB: keep these short."""
+    line = "VMTEST-JSON " + json.dumps(
+        {"kind": kind, **facts}, sort_keys=True, separators=(",", ":")
+    )
+    fd = os.open("/dev/kmsg", os.O_WRONLY)
+    try:
+        os.write(fd, b"<5>" + line.encode())
+    finally:
+        os.close(fd)
+
+
+def stores() -> dict[str, dict[str, str]]:
+    """Every network's host-local reservations: address -> what the file holds."""
+    held = {}
+    for network in NETWORKS:
+        store = Path("/var/lib/cni/networks") / network
+        if store.is_dir():
+            held[network] = {
+                p.name: p.read_text(errors="replace")
+                for p in store.iterdir()
+                if p.name[0].isdigit() and p.is_file()
+            }
+        else:
+            held[network] = {}
+    return held
+
+
+INOTIFY_KINDS = {0x8: "written", 0x80: "moved-in", 0x100: "created", 0x200: "deleted"}
+
+
+class FileEvents:
+    """inotify over dirs (libc through ctypes: the guest has no inotify module): each file
+    created, written and closed, or deleted in them, as [dir, name, what]."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = libc.inotify_init1(0)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self.dirs: dict[int, str] = {}
+        for directory in dirs:
+            # As host-local and libcni make them (MkdirAll, 0755), so that they can be watched
+            # from the first pod on.
+            directory.mkdir(parents=True, exist_ok=True)
+            wd = libc.inotify_add_watch(self.fd, str(directory).encode(), sum(INOTIFY_KINDS))
+            if wd < 0:
+                raise OSError(ctypes.get_errno(), f"inotify_add_watch {directory}")
+            self.dirs[wd] = directory.name
+
+    def __iter__(self) -> Iterator[list[str]]:
+        header = struct.Struct("iIII")
+        while True:
+            data = os.read(self.fd, 65536)
+            offset = 0
+            while offset < len(data):
+                wd, mask, _cookie, size = header.unpack_from(data, offset)
+                start = offset + header.size
+                name = data[start : start + size].rstrip(b"\0").decode(errors="replace")
+                offset = start + size
+                what = next((k for bit, k in INOTIFY_KINDS.items() if mask & bit), hex(mask))
+                yield [self.dirs.get(wd, "?"), name, what]
+
+
+class Churn:
+    """Pod churn as kubelet makes it, from two workers, each with its own seeded random source:
+    RunPodSandbox, then later StopPodSandbox and RemovePodSandbox (sometimes apart, as kubelet
+    stops a pod before its garbage collection removes it). Every CNI call (Run, Stop) is
+    counted, and so is every file created, written or deleted in the results dir and the
+    host-local stores (inotify). The plan says which count triggers the crash: "call", the
+    kernel crashed a planned delay (up to seconds: a RunPodSandbox takes that long under TCG)
+    after the n-th CNI call started; "write", a delay of at most 50 ms after the n-th file event,
+    which lands in or right after libcni's or host-local's writes. The workers go on meanwhile.
+    delay after that call started, while both workers go on."""
+
+    def __init__(self, trigger: str, crash_at: int, crash_delay: float) -> None:
+        self.crash_call = crash_at if trigger == "call" else 0
+        self.crash_write = crash_at if trigger == "write" else 0
+        self.crash_delay = crash_delay
+        self.writes = 0
+        self.lock = threading.Lock()
+        self.cni_calls = 0
+        self.running: dict[str, str] = {}  # name -> sandbox id, RunPodSandbox returned
+        self.stopped: dict[str, str] = {}  # StopPodSandbox returned, not yet removed
+        self.in_flight: dict[str, tuple[str, str, float]] = {}  # worker -> call, pod, start
+        self.host_port = 20000
+
+    def call(self, worker: str, what: str, name: str, run: Any) -> Any:
+        with self.lock:
+            start = time.monotonic()
+            self.in_flight[worker] = (what, name, start)
+            number = 0
+            if what in ("run", "stop"):
+                self.cni_calls += 1
+                number = self.cni_calls
+        kmsg("op", w=worker, call=what, pod=name, n=number)
+        # number 0: a Remove, never counted (and crash_call is 0 when a file event is planned).
+        if number and number == self.crash_call:
+            threading.Thread(target=self.crash, args=(start, [what, name]), daemon=True).start()
+        error = None
+        result = None
+        try:
+            result = run()
+        except CriError as failed:
+            error = failed.details[:300]
+        took = round(time.monotonic() - start, 3)
+        with self.lock:
+            del self.in_flight[worker]
+        kmsg("done", w=worker, call=what, pod=name, s=took, error=error)
+        return result, error
+
+    def worker(self, worker: str, rng: random.Random, runtime: RuntimeClient) -> None:
+        mine: list[str] = []
+        for count in range(400):
+            running = [n for n in mine if n in self.running]
+            stopped = [n for n in mine if n in self.stopped]
+            if stopped and rng.random() < 0.3:
+                name = rng.choice(stopped)
+                sandbox_id = self.stopped[name]
+                _, error = self.call(
+                    worker,
+                    "remove",
+                    name,
+                    functools.partial(runtime.remove_pod_sandbox, sandbox_id),
+                )
+                if error is None:
+                    with self.lock:
+                        del self.stopped[name]
+                    mine.remove(name)
+            elif len(running) < 2 or (len(running) < 6 and rng.random() < 0.5):
+                name = f"{worker}-{count}"
+                with self.lock:
+                    self.host_port += 1
+                    port = self.host_port
+                sandbox_id, error = self.call(
+                    worker,
+                    "run",
+                    name,
+                    functools.partial(
+                        runtime.run_pod_sandbox, name, str(uuid.uuid4()), CGROUP_PARENT, port
+                    ),
+                )
+                if error is None:
+                    with self.lock:
+                        self.running[name] = sandbox_id
+                    mine.append(name)
+            else:
+                name = rng.choice(running)
+                sandbox_id = self.running[name]
+                _, error = self.call(
+                    worker, "stop", name, functools.partial(runtime.stop_pod_sandbox, sandbox_id)
+                )
+                if error is None:
+                    with self.lock:
+                        self.stopped[name] = self.running.pop(name)
+            time.sleep(rng.uniform(0, 0.4))
+
+    def watch(self, events: FileEvents) -> None:
+        """Count the CNI dirs' file events; start the crash at the planned one."""
+        for event in events:
+            self.writes += 1
+            if self.writes == self.crash_write:
+                start = time.monotonic()
+                threading.Thread(target=self.crash, args=(start, event), daemon=True).start()
+
+    def crash(self, start: float, cause: list[str]) -> None:
+        time.sleep(max(0.0, start + self.crash_delay - time.monotonic()))
+        now = time.monotonic()
+        with self.lock:
+            flight = {w: [c, n, round(now - s, 3)] for w, (c, n, s) in self.in_flight.items()}
+            kmsg(
+                "crash",
+                cause=cause,
+                calls=self.cni_calls,
+                writes=self.writes,
+                after=round(now - start, 3),
+                running=sorted(self.running),
+                stopped=sorted(self.stopped),
+                in_flight=flight,
+            )
+            # No sync, no unmount: the kernel stops here, as a node that loses power.
+            Path("/proc/sysrq-trigger").write_text("c\n")
+
+
+def churn() -> None:
+    """The crash campaign's first boot: both networks set up, then churn until the crash."""
+    seed = int(kernel_arg("seed") or 0)
+    rng = random.Random(seed)  # noqa: S311 (repeatable from its seed, not secret)
+    trigger = rng.choice(["call", "write"])
+    if trigger == "call":
+        crash_at = rng.randint(3, 24)
+        crash_delay = round(rng.uniform(0, float(kernel_arg("crash_window") or 8.0)), 3)
+    else:
+        # About a dozen file events per RunPodSandbox (a results file and a reservation per
+        # network, each created then written), a few per StopPodSandbox (deleted).
+        crash_at = rng.randint(1, 120)
+        crash_delay = round(rng.uniform(0, 0.05), 3)
+    # Both networks in this boot and the boots from its disk: the second conflist, and
+    # containerd told to attach every pod to both; then synced, so the crash keeps them.
+    shutil.copy(CAMPAIGN / "20-ptpnet.conflist", "/etc/cni/net.d/20-ptpnet.conflist")
+    shutil.copy(CAMPAIGN / "containerd-campaign.toml", "/etc/containerd/config.toml")
+    subprocess.run(["systemctl", "restart", "containerd.service"], check=True)
+    runtime = client()
+    import_pause_image()
+    os.sync()
+    Path("/proc/sys/kernel/sysrq").write_text("1\n")
+    # Every line through /dev/kmsg, none dropped by its rate limit.
+    Path("/proc/sys/kernel/printk_devkmsg").write_text("on\n")
+    version = subprocess.run(["containerd", "--version"], capture_output=True, text=True)
+    say(
+        "plan",
+        seed=seed,
+        trigger=trigger,
+        crash_at=crash_at,
+        crash_delay=crash_delay,
+        containerd=version.stdout.strip(),
+    )
+    state = Churn(trigger, crash_at, crash_delay)
+    watched = [RESULTS, *(Path("/var/lib/cni/networks") / network for network in NETWORKS)]
+    threading.Thread(target=state.watch, args=(FileEvents(watched),), daemon=True).start()
+    workers = [
+        threading.Thread(
+            target=state.worker,
+            args=(
+                f"w{n}",
+                random.Random(rng.getrandbits(64)),  # noqa: S311 (as above)
+                RuntimeClient(SOCKET, timeout=120),
+            ),
+            daemon=True,
+        )
+        for n in range(2)
+    ]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    # Both workers ran out of calls and the crash never came: say so (the host fails the run).
+    say("no-crash", cni_calls=state.cni_calls, writes=state.writes)
+    runtime.close()
+
+
+def policy_units() -> dict[str, dict[str, str]]:
+    names = ["cni-reaper.service", "vmtest-rm-results.service", "containerd.service"]
+    return {name: unit(name, TIMING_PROPS + ",ConditionResult") for name in names}
+
+
+def campaign_check() -> None:
+    """After the crash, under the boot policy of the command line (vmtest.policy=): what the
+    boot found and did before the runtime, then a kubelet-like teardown of every sandbox of
+    the crashed boot, each call tried twice as kubelet retries, and what is left after it."""
+    results = RESULTS
+    quarantine = (
+        sorted(str(p) for p in QUARANTINE.rglob("*") if p.is_file()) if QUARANTINE.is_dir() else []
+    )
+    say(
+        "boot",
+        policy=kernel_arg("policy"),
+        units=policy_units(),
+        journal=reaper_journal(),
+        results=files(results),
+        quarantine=quarantine,
+        reserved=stores(),
+        boot_id=Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        cmdline=Path("/proc/cmdline").read_text().strip(),
+    )
+    runtime = client()
+    teardown: dict[str, dict[str, str | None]] = {}
+    for sandbox_id in runtime.list_pod_sandbox():
+        name = runtime.pod_sandbox_status(sandbox_id).name
+        outcome: dict[str, str | None] = {"name": name, "stop": None, "remove": None}
+        for step, call in (
+            ("stop", runtime.stop_pod_sandbox),
+            ("remove", runtime.remove_pod_sandbox),
+        ):
+            for _attempt in (1, 2):
+                try:
+                    call(sandbox_id)
+                    outcome[step] = None
+                    break
+                except CriError as error:
+                    outcome[step] = error.details
+                    time.sleep(1)
+            if outcome[step] is not None:
+                break
+        teardown[sandbox_id] = outcome
+    say(
+        "teardown",
+        teardown=teardown,
+        left=runtime.list_pod_sandbox(),
+        results=files(results),
+        reserved=stores(),
+    )
+
+
 def main() -> None:
     step = mode()
     say("start", mode=step, uptime=Path("/proc/uptime").read_text().split()[0])
@@ -374,7 +681,13 @@ def main() -> None:
     # every unit stopped in order (cni-reaper's ExecStop among them); a failed one is reported
     # and its unit's FailureAction ends the boot at once.
     try:
-        {"setup-crash": setup_crash, "setup-clean": setup_clean, "check": check}[step]()
+        {
+            "setup-crash": setup_crash,
+            "setup-clean": setup_clean,
+            "check": check,
+            "churn": churn,
+            "campaign-check": campaign_check,
+        }[step]()
     except Exception as error:
         say("error", error=f"{type(error).__name__}: {error}")
         raise

@@ -1,0 +1,155 @@
+"""The crash campaign's host side without a VM: branches of one disk state (real qemu-img
+layers), and how a policy boot's reports become its figures and breaches."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.private_node import cannot_run
+from tests.vm import campaign
+from tests.vm.machine import Boot, Image, Node, _said
+
+
+def backing_chain(layer: Path) -> list[str]:
+    shown = subprocess.run(
+        ["qemu-img", "info", "--backing-chain", "--output=json", str(layer)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [Path(doc["filename"]).name for doc in json.loads(shown.stdout)]
+
+
+def test_two_branches_of_a_crashed_layer_each_stand_on_it_alone(tmp_path: Path) -> None:
+    if shutil.which("qemu-img") is None:
+        cannot_run("needs qemu-img (Debian package qemu-utils)")
+    image = Image(tmp_path / "image")
+    image.dir.mkdir()
+    subprocess.run(["truncate", "-s", "16M", str(image.disk)], check=True)
+    crashed = Node(image, tmp_path / "crash")
+    crashed.work.mkdir()
+    crashed.overlay = crashed._layer("boot-1-churn")
+    first = crashed.branch(tmp_path / "reaper")._layer("boot-2-campaign-check")
+    second = crashed.branch(tmp_path / "none")._layer("boot-2-campaign-check")
+    assert first != second
+    for layer in (first, second):
+        assert backing_chain(layer) == [
+            "boot-2-campaign-check.qcow2",
+            "boot-1-churn.qcow2",
+            "disk.img",
+        ]
+    # Making the second branch's layer left the first branch's as it was.
+    assert first.is_file() and second.is_file()
+
+
+def report(kind: str, **facts: object) -> str:
+    return "VMTEST-JSON " + json.dumps({"kind": kind, **facts}) + "\n"
+
+
+UNITS = {
+    "cni-reaper.service": {
+        "ActiveState": "active",
+        "Result": "success",
+        "ExecMainStatus": "0",
+        "InactiveExitTimestampMonotonic": "9000000",
+        "ExecMainStartTimestampMonotonic": "8999000",
+        "ActiveEnterTimestampMonotonic": "11500000",
+    },
+    "vmtest-rm-results.service": {"ActiveEnterTimestampMonotonic": "0"},
+    "containerd.service": {},
+}
+
+
+def policy_boot(tmp_path: Path, teardown: dict[str, object], quarantine: list[str]) -> Boot:
+    boot_id = "b0"
+    serial = report(
+        "boot",
+        policy="reaper",
+        units=UNITS,
+        journal=[
+            {
+                "CNI_REAPER_EVENT": "repaired",
+                "CNI_REAPER_QUARANTINED_TO": f"{campaign.QUARANTINE}{boot_id}/podnet-a-eth0",
+            }
+        ],
+        results={},
+        quarantine=quarantine,
+        reserved={},
+        boot_id=boot_id,
+        cmdline="",
+    ) + report("teardown", **teardown)
+    (tmp_path / "boot-2-campaign-check-1.log").write_text(serial)
+    return Boot(serial, 60.0, _said(serial))
+
+
+def test_a_clean_teardown_breaks_nothing_and_the_hold_is_systemds(tmp_path: Path) -> None:
+    q = f"{campaign.QUARANTINE}b0/podnet-a-eth0"
+    boot = policy_boot(
+        tmp_path,
+        {
+            "teardown": {"a": {"name": "w0-1", "stop": None, "remove": None}},
+            "left": [],
+            "results": {},
+            "reserved": {"podnet": {}, "ptpnet": {}},
+        },
+        [q, q + ".json"],
+    )
+    outcome = campaign.judge("reaper", boot, tmp_path)
+    assert campaign.breaches(outcome) == []
+    # From its fork (ExecMainStart, before InactiveExit) until it was up: 2.501 s.
+    assert outcome["held_back"] == 2.501
+    assert outcome["serial"] == [str(tmp_path / "boot-2-campaign-check-1.log")]
+
+
+def test_a_stuck_sandbox_a_leaked_address_and_a_stray_file_are_each_named(
+    tmp_path: Path,
+) -> None:
+    stray = f"{campaign.QUARANTINE}b0/ptpnet-b-eth1"
+    boot = policy_boot(
+        tmp_path,
+        {
+            "teardown": {
+                "b": {"name": "w1-2", "stop": "failed to destroy network", "remove": None}
+            },
+            "left": ["b"],
+            "results": {"ptpnet-b-eth1": 0},
+            "reserved": {"podnet": {}, "ptpnet": {"10.99.0.7": "b\r\neth1"}},
+        },
+        [stray],
+    )
+    outcome = campaign.judge("reaper", boot, tmp_path)
+    assert campaign.breaches(outcome) == [
+        "1 sandboxes stuck",
+        "1 addresses leaked",
+        "1 results files left",
+        "1 quarantined files unaccounted for",
+    ]
+    assert outcome["leaked"] == {"ptpnet": ["10.99.0.7"]}
+    table = campaign.table([{"policies": {"reaper": outcome}}], ["reaper"])
+    # The stuck sandbox, still listed, is counted once.
+    assert table.splitlines()[1].split()[:6] == ["reaper", "1", "1/1", "1/1", "1/1", "1"]
+
+
+def test_a_seed_run_again_replaces_its_entry_in_the_record(tmp_path: Path) -> None:
+    path = tmp_path / "campaign.json"
+    for crash in ({"seed": 5, "run": 1}, {"seed": 4, "run": 1}, {"seed": 5, "run": 2}):
+        campaign.record(path, crash)
+    assert json.loads(path.read_text()) == [{"seed": 4, "run": 1}, {"seed": 5, "run": 2}]
+
+
+def test_a_boot_that_never_reported_its_teardown_is_a_breach(tmp_path: Path) -> None:
+    serial = report("error", error="CriError: Version: deadline exceeded")
+    outcome = campaign.judge("reaper", Boot(serial, 1.0, _said(serial)), tmp_path)
+    assert campaign.breaches(outcome) == ["no report: CriError: Version: deadline exceeded"]
+
+
+@pytest.mark.parametrize("policy", sorted(campaign.POLICIES))
+def test_only_the_reaper_policy_leaves_the_reaper_switched_on(policy: str) -> None:
+    line = campaign.POLICIES[policy]
+    assert f"vmtest.policy={policy}" in line.split()
+    assert ("cni-reaper.disable" in line.split()) == (policy != "reaper")

@@ -280,6 +280,17 @@ def addresses(store: str) -> list[str]:
         return []
 
 
+def address_names(store: str) -> Iterator[str]:
+    """addresses(store), one at a time: no list of every name at once."""
+    try:
+        with os.scandir(store) as listing:
+            for entry in listing:
+                if is_address(entry.name):
+                    yield entry.name
+    except OSError:
+        return
+
+
 def read_owner(data: bytes) -> tuple[str, Owner | None]:
     """A reservation's content verdict, and its owner when it names one as host-local's DEL
     matches it: the trimmed content is '<id>\\r\\n<ifname>', or the ID alone."""

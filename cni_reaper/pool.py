@@ -60,18 +60,18 @@ class RangeSet(NamedTuple):
 # sign, space, leading zero or other digits. Exactly the names address_of() reads without
 # ipaddress (below).
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_DOTTED_QUAD = re.compile(r"\.".join([_OCTET] * 4))
+DOTTED_QUAD = re.compile(r"\.".join([_OCTET] * 4))
 
 
 def is_address(name: str) -> bool:
     """Whether address_of(name) is an address, without making it: a store's every name is
     asked, a few times a run."""
-    return _DOTTED_QUAD.fullmatch(name) is not None or address_of(name) is not None
+    return DOTTED_QUAD.fullmatch(name) is not None or address_of(name) is not None
 
 
 def address_value(name: str) -> tuple[int, int] | None:
     """(version, the address as a number) of address_of(name), or None."""
-    if _DOTTED_QUAD.fullmatch(name) is not None:
+    if DOTTED_QUAD.fullmatch(name) is not None:
         return 4, int.from_bytes(socket.inet_aton(name), "big")
     address = address_of(name)
     return None if address is None else (address.version, int(address))
@@ -82,7 +82,7 @@ class AddressStates:
     bytes an address (at 100,000 reservations a dict keyed by their names took some 10 MB).
     A name address_value() reads as a dotted quad is kept as its number in one sorted array,
     its state's code in the low byte; any other name (IPv6, nearly never) in a dict. A dotted
-    quad has one spelling (_DOTTED_QUAD), so its number stands for its name."""
+    quad has one spelling (DOTTED_QUAD), so its number stands for its name."""
 
     _AWAY = 0x80
 
@@ -103,7 +103,7 @@ class AddressStates:
                 raise ValueError(f"more than {self._AWAY} owner states")
         if away:
             code |= self._AWAY
-        if _DOTTED_QUAD.fullmatch(name) is not None:
+        if DOTTED_QUAD.fullmatch(name) is not None:
             v4 = self._v4
             item = int.from_bytes(socket.inet_aton(name), "big") << 8 | code
             if v4 and item < v4[-1]:
@@ -113,7 +113,7 @@ class AddressStates:
             self._others[name] = code
 
     def _code(self, name: str) -> int | None:
-        if _DOTTED_QUAD.fullmatch(name) is None:
+        if DOTTED_QUAD.fullmatch(name) is None:
             return self._others.get(name)
         v4 = self._v4
         if not self._sorted:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import math
 import os
 import stat
@@ -937,12 +938,12 @@ def _reservations(
                 kept.append(p)
     settled: Iterable[Settled]
     if args.dry_run:
-        settled = (Settled(p, "planned") for p in changing)
+        settled = (Settled(p, "planned") for p in _handed_over(changing))
     elif changing:
         from cni_reaper import release  # noqa: PLC0415 (real runs only)
 
         settled = release.settle(
-            changing,
+            _handed_over(changing),
             _del_tools(run),
             run.paths.quarantine_dir,
             boot_ctx.boot_id or "unknown-boot",
@@ -951,11 +952,20 @@ def _reservations(
     else:
         settled = ()
     shown = [Settled(p, "skipped") for p in (*left, *kept)]
-    for s in (*shown, *settled):
+    for s in itertools.chain(shown, settled):  # as each is settled, none kept after
         doc = s.to_json()
         report.add_reservation(doc)
         run.events.emit(reservation_fields(doc, args.dry_run))
+    del settled, shown, left, kept  # every reservation reported: only the counts are left
     report.pools = _pool_health(run, stores, reserved_before, states)
+
+
+def _handed_over(items: list[PlannedReservation]) -> Iterator[PlannedReservation]:
+    """Each of items in turn, the list letting go of it: the one who takes them decides how
+    long each is kept."""
+    items.reverse()
+    while items:
+        yield items.pop()
 
 
 def _pool_health(

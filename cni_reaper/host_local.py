@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -304,7 +305,8 @@ def read_owner(data: bytes) -> tuple[str, Owner | None]:
         return "garbage", None
     owner = Owner(
         container_id.decode("ascii"),
-        ifname.decode("utf-8", "replace") if separator else None,
+        # one string for each ifname (nearly all eth0), not one per reservation kept
+        sys.intern(ifname.decode("utf-8", "replace")) if separator else None,
     )
     if not _libcni_names(owner):
         return "garbage", None  # no ADD through libcni wrote it: no DEL is run with it

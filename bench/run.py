@@ -16,7 +16,9 @@ warm-up; medians of --runs runs (5), alternating. The paths, each at every size:
   its trees on a journalled ext4 mounted in a private mount namespace, as the DEL replay's;
 - 10 % damaged with no boot evidence (no wtmp, a runtime already started): all left, and logged;
 - host-local's store with one reservation per entry, 10 % of them orphans (no results entry),
-  a dry run.
+  a dry run, and, as root, a real run with an empty plugin dir (no DEL can run, so every orphan
+  goes to the quarantine under host-local's lock; the pre-runtime record kept in memory), on
+  the journalled ext4 as the other real run.
 --python runs the whole benchmark again under each interpreter given, one table each.
 
 DEL: 200 damaged attachments over 4 networks (bridge + host-local, ptp + host-local) in a
@@ -126,6 +128,13 @@ def scan_tree(root: Path, entries: int, damaged_share: float) -> NodeTree:
     return node
 
 
+STORE = "var/lib/cni/networks/podnet"
+
+
+def store_address(n: int) -> str:
+    return f"10.{64 + n // 62500}.{n // 250 % 250}.{n % 250 + 2}"
+
+
 def store_tree(root: Path, reservations: int, orphaned_share: float) -> NodeTree:
     """host-local's store with one reservation per attachment, `<ip>` holding
     `<containerID>\\r\\n<ifname>`; the results dir holds an entry for all but every tenth: those
@@ -137,12 +146,12 @@ def store_tree(root: Path, reservations: int, orphaned_share: float) -> NodeTree
     node.boot(time.time() - 86400)
     results = node.results
     results.mkdir(parents=True, mode=0o700)
-    store = root / "var/lib/cni/networks/podnet"
+    store = root / STORE
     store.mkdir(parents=True)
     every = round(1 / orphaned_share)
     for n in range(reservations):
         cid = container_id(n)
-        ip = f"10.{64 + n // 62500}.{n // 250 % 250}.{n % 250 + 2}"
+        ip = store_address(n)
         (store / ip).write_bytes(f"{cid}\r\neth0".encode())
         if n % every == 0:
             continue  # an orphan: no results entry names it
@@ -264,11 +273,30 @@ def rebooted_and_damaged_again(entries: int, share: float) -> Callable[[NodeTree
     return reset
 
 
+def orphans_back(reservations: int, share: float) -> Callable[[NodeTree], None]:
+    """Before each real run of the store path: the orphans' reservations back in the store
+    (the last run moved them to the quarantine), a new boot begun after they were written,
+    no quarantine or state of an earlier run."""
+    every = round(1 / share)
+
+    def reset(node: NodeTree) -> None:
+        shutil.rmtree(node.root / "var/lib/cni-reaper", ignore_errors=True)
+        store = node.root / STORE
+        for n in range(0, reservations, every):
+            (store / store_address(n)).write_bytes(f"{container_id(n)}\r\neth0".encode())
+        now = time.time()
+        node.records.append(wtmp.boot_record(now + 5))
+        node.write_boot_world(btime=now + 4, boot_id=str(uuid.uuid4()))
+
+    return reset
+
+
 def with_store(node: NodeTree) -> list[Path]:
-    return [node.results, node.root / "var/lib/cni/networks/podnet"]
+    return [node.results, node.root / STORE]
 
 
 REAL_RUN = "10 % damaged, earlier boot, real run, no plugins"
+STORE_REAL_RUN = "host-local store, 10 % orphaned, real run, no plugins"
 
 
 def scan_paths(entries: int, real_runs: bool) -> list[tuple[ScanPath, Callable[[Path], NodeTree]]]:
@@ -301,6 +329,10 @@ def scan_paths(entries: int, real_runs: bool) -> list[tuple[ScanPath, Callable[[
         reset = rebooted_and_damaged_again(entries, share)
         real = ScanPath(REAL_RUN, real_run_without_plugins, reset)
         paths.insert(2, (real, damaged))
+        store_real = ScanPath(
+            STORE_REAL_RUN, real_run_without_plugins, orphans_back(entries, share), with_store
+        )
+        paths.append((store_real, store))
     return paths
 
 
@@ -308,14 +340,14 @@ def bench_scan(sizes: list[int], runs: int, work: Path, only: str | None) -> lis
     real_runs = os.geteuid() == 0
     if not real_runs:
         print("not root: the real run's path is left out (it confines the plugins' view)")
-    if not real_runs or (only and only not in REAL_RUN):
+    if not real_runs or (only and only not in REAL_RUN and only not in STORE_REAL_RUN):
         return scan_rows(sizes, runs, work, only, None)
     # The real run creates a file and its sidecar for each one it moves, and its trees are
     # deleted and made again between runs: it runs on a journalled ext4, as a node's /var is
     # (see journalled_fs), room for the largest tree, its quarantine and their inodes.
     largest = max(sizes)
     (work / "journalled").mkdir()
-    with journalled_fs(work / "journalled", 256 + largest * 8 // 1024, largest * 3) as fs:
+    with journalled_fs(work / "journalled", 256 + largest * 10 // 1024, largest * 3) as fs:
         return scan_rows(sizes, runs, work, only, fs)
 
 

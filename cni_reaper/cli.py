@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import math
 import os
 import stat
@@ -921,15 +922,14 @@ def _reservations(
     changing: list[PlannedReservation] = []
     left: list[PlannedReservation] = []
     kept: list[PlannedReservation] = []
-    states: dict[str, dict[str, str]] = {}  # store -> address -> its owner's state
-    away: dict[str, set[str]] = {}  # store -> addresses planned to be released
+    # store -> address -> its owner's state, and whether it is planned to be released
+    states: dict[str, pool.AddressStates] = {}
     for network, store in stores:
-        state, planned_away = states.setdefault(store, {}), away.setdefault(store, set())
+        state = states.setdefault(store, pool.AddressStates())
         for r in host_local.inventory(network, store, boot_ctx, proof):
             p = planner(r)
-            state[r.ip] = p.owner_state
-            if p.action.changes_things or p.owner_state == "entry-del":
-                planned_away.add(r.ip)
+            away = p.action.changes_things or p.owner_state == "entry-del"
+            state.add(r.ip, p.owner_state, away)
             if p.action.changes_things:
                 changing.append(p)
             elif p.action is ReservationAction.LEAVE:
@@ -938,12 +938,12 @@ def _reservations(
                 kept.append(p)
     settled: Iterable[Settled]
     if args.dry_run:
-        settled = (Settled(p, "planned") for p in changing)
+        settled = (Settled(p, "planned") for p in _handed_over(changing))
     elif changing:
         from cni_reaper import release  # noqa: PLC0415 (real runs only)
 
         settled = release.settle(
-            changing,
+            _handed_over(changing),
             _del_tools(run),
             run.paths.quarantine_dir,
             boot_ctx.boot_id or "unknown-boot",
@@ -952,23 +952,31 @@ def _reservations(
     else:
         settled = ()
     shown = [Settled(p, "skipped") for p in (*left, *kept)]
-    for s in (*shown, *settled):
+    for s in itertools.chain(shown, settled):  # as each is settled, none kept after
         doc = s.to_json()
         report.add_reservation(doc)
         run.events.emit(reservation_fields(doc, args.dry_run))
-    report.pools = _pool_health(run, stores, reserved_before, states, away)
+    del settled, shown, left, kept  # every reservation reported: only the counts are left
+    report.pools = _pool_health(run, stores, reserved_before, states)
+
+
+def _handed_over(items: list[PlannedReservation]) -> Iterator[PlannedReservation]:
+    """Each of items in turn, the list letting go of it: the one who takes them decides how
+    long each is kept."""
+    items.reverse()
+    while items:
+        yield items.pop()
 
 
 def _pool_health(
     run: _Run,
     stores: list[tuple[str, str]],
     reserved_before: Mapping[str, str],
-    states: Mapping[str, dict[str, str]],  # each made the pool's "after" in place
-    away: Mapping[str, set[str]],
+    states: Mapping[str, pool.AddressStates],
 ) -> list[pool.PoolHealth]:
     """Each host-local range set: capacity, reserved before, released, and what is left and
     why (states: each store's addresses' owners' states). A dry run counts what it plans
-    (away) as released."""
+    (planned away) as released."""
     pools = []
     for network, store in stores:
         netlist = run.configs.get(network)
@@ -981,11 +989,7 @@ def _pool_health(
                     if problem:
                         run.warnings.append(f"pool of {network}: {problem}")
                     break
-        now_held = host_local.addresses(store)
-        if run.args.dry_run:
-            planned_away = away.get(store, set())
-            now_held = [ip for ip in now_held if ip not in planned_away]
-        after = _held_now(states.get(store, {}), now_held)
+        after = _held_now(states.get(store), store, run.args.dry_run)
         before = reserved_before.get(network, "")
         if sets or before or after:
             pools.extend(pool.health(network, sets, _joined_names(before), after))
@@ -1002,20 +1006,17 @@ def _joined_names(names: str) -> Iterator[str]:
         start = stop + 1
 
 
-def _held_now(state: dict[str, str], now_held: list[str]) -> dict[str, str]:
-    """Each address now held -> its owner's state ("unknown" if the inventory saw no such
-    reservation): state itself, made so in place, not a second dict of every address beside
-    it. By one walk of both in name order."""
-    now_held.sort()
-    position, count = 0, len(now_held)
-    for ip in sorted(state):
-        while position < count and now_held[position] < ip:
-            position += 1
-        if position == count or now_held[position] != ip:
-            del state[ip]  # released, or gone since the inventory
-    for ip in now_held:
-        state.setdefault(ip, "unknown")
-    return state
+def _held_now(state: pool.AddressStates | None, store: str, dry_run: bool) -> pool.AddressStates:
+    """Each address the store holds now -> its owner's state ("unknown" if the inventory saw
+    no such reservation); a dry run's planned away are counted as released."""
+    after = pool.AddressStates()
+    for name in host_local.address_names(store):
+        found = state.find(name) if state is not None else None
+        if found is None:
+            after.add(name, "unknown")
+        elif not (dry_run and found[1]):
+            after.add(name, found[0])
+    return after
 
 
 def main(

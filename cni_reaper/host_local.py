@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -280,6 +281,17 @@ def addresses(store: str) -> list[str]:
         return []
 
 
+def address_names(store: str) -> Iterator[str]:
+    """addresses(store), one at a time: no list of every name at once."""
+    try:
+        with os.scandir(store) as listing:
+            for entry in listing:
+                if is_address(entry.name):
+                    yield entry.name
+    except OSError:
+        return
+
+
 def read_owner(data: bytes) -> tuple[str, Owner | None]:
     """A reservation's content verdict, and its owner when it names one as host-local's DEL
     matches it: the trimmed content is '<id>\\r\\n<ifname>', or the ID alone."""
@@ -293,7 +305,8 @@ def read_owner(data: bytes) -> tuple[str, Owner | None]:
         return "garbage", None
     owner = Owner(
         container_id.decode("ascii"),
-        ifname.decode("utf-8", "replace") if separator else None,
+        # one string for each ifname (nearly all eth0), not one per reservation kept
+        sys.intern(ifname.decode("utf-8", "replace")) if separator else None,
     )
     if not _libcni_names(owner):
         return "garbage", None  # no ADD through libcni wrote it: no DEL is run with it

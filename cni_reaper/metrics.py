@@ -127,11 +127,7 @@ def render(report: Report, started: float, finished: float) -> str:
             for (a, o), n in _every(ENTRY_ACTION_OUTCOMES, report.actions)
         ],
     )
-    reservations: dict[tuple[str, str], int] = {}
-    for doc in report.reservations:
-        if doc["action"] != "keep":
-            key = (str(doc["action"]), str(doc["outcome"]))
-            reservations[key] = reservations.get(key, 0) + 1
+    reservations = {key: n for key, n in report.reservations.items() if key[0] != "keep"}
     lines += _series(
         "cni_reaper_reservations",
         "host-local reservations the last run acted on or left alone, by action and outcome "

@@ -12,10 +12,12 @@ when every address of one set is reserved.
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, Union
 
 Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
@@ -58,21 +60,98 @@ class RangeSet(NamedTuple):
 # sign, space, leading zero or other digits. Exactly the names address_of() reads without
 # ipaddress (below).
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_DOTTED_QUAD = re.compile(r"\.".join([_OCTET] * 4))
+DOTTED_QUAD = re.compile(r"\.".join([_OCTET] * 4))
 
 
 def is_address(name: str) -> bool:
     """Whether address_of(name) is an address, without making it: a store's every name is
     asked, a few times a run."""
-    return _DOTTED_QUAD.fullmatch(name) is not None or address_of(name) is not None
+    return DOTTED_QUAD.fullmatch(name) is not None or address_of(name) is not None
 
 
 def address_value(name: str) -> tuple[int, int] | None:
     """(version, the address as a number) of address_of(name), or None."""
-    if _DOTTED_QUAD.fullmatch(name) is not None:
+    if DOTTED_QUAD.fullmatch(name) is not None:
         return 4, int.from_bytes(socket.inet_aton(name), "big")
     address = address_of(name)
     return None if address is None else (address.version, int(address))
+
+
+class AddressStates:
+    """Each address of a store -> its owner's state, and whether it is planned away: a few
+    bytes an address (at 100,000 reservations a dict keyed by their names took some 10 MB).
+    A name address_value() reads as a dotted quad is kept as its number in one sorted array,
+    its state's code in the low byte; any other name (IPv6, nearly never) in a dict. A dotted
+    quad has one spelling (DOTTED_QUAD), so its number stands for its name."""
+
+    _AWAY = 0x80
+
+    def __init__(self) -> None:
+        self._v4 = array("Q")
+        self._sorted = True
+        self._others: dict[str, int] = {}
+        self._states: list[str] = []
+        self._codes: dict[str, int] = {}
+
+    def add(self, name: str, state: str, away: bool = False) -> None:
+        """A name not added before, with its owner's state."""
+        code = self._codes.get(state)
+        if code is None:
+            code = self._codes[state] = len(self._states)
+            self._states.append(state)
+            if code >= self._AWAY:
+                raise ValueError(f"more than {self._AWAY} owner states")
+        if away:
+            code |= self._AWAY
+        if DOTTED_QUAD.fullmatch(name) is not None:
+            v4 = self._v4
+            item = int.from_bytes(socket.inet_aton(name), "big") << 8 | code
+            if v4 and item < v4[-1]:
+                self._sorted = False
+            v4.append(item)
+        else:
+            self._others[name] = code
+
+    def _code(self, name: str) -> int | None:
+        if DOTTED_QUAD.fullmatch(name) is None:
+            return self._others.get(name)
+        v4 = self._v4
+        if not self._sorted:
+            self._v4 = v4 = array("Q", sorted(v4))
+            self._sorted = True
+        number = int.from_bytes(socket.inet_aton(name), "big")
+        index = bisect.bisect_left(v4, number << 8)
+        if index < len(v4) and v4[index] >> 8 == number:
+            return int(v4[index] & 0xFF)
+        return None
+
+    def find(self, name: str) -> tuple[str, bool] | None:
+        """(its owner's state, whether it is planned away), None if it was never added."""
+        code = self._code(name)
+        if code is None:
+            return None
+        return self._states[code & ~self._AWAY], bool(code & self._AWAY)
+
+    def __contains__(self, name: str) -> bool:
+        return self._code(name) is not None
+
+    def __len__(self) -> int:
+        return len(self._v4) + len(self._others)
+
+    def values(self) -> Iterator[tuple[tuple[int, int] | None, str]]:
+        """(address_value() of each name, its owner's state)."""
+        states = self._states
+        for item in self._v4:
+            yield (4, item >> 8), states[item & 0xFF & ~self._AWAY]
+        for name, code in self._others.items():
+            yield address_value(name), states[code & ~self._AWAY]
+
+    @classmethod
+    def of(cls, states: Mapping[str, str]) -> AddressStates:
+        made = cls()
+        for name, state in states.items():
+            made.add(name, state)
+        return made
 
 
 def address_of(name: str) -> Address | None:
@@ -171,10 +250,12 @@ def health(
     network: str,
     sets: Iterable[RangeSet],
     before: Iterable[str],
-    after: Mapping[str, str],  # address -> its owner's state
+    after: Mapping[str, str] | AddressStates,  # address -> its owner's state
 ) -> list[PoolHealth]:
     """Each range set's counts; addresses in no set are counted under set -1."""
     sets = list(sets)
+    if not isinstance(after, AddressStates):
+        after = AddressStates.of(after)
     before_by_set: dict[int, int] = {}
     after_by_set: dict[int, dict[str, int]] = {}
     released_by_set: dict[int, int] = {}
@@ -184,9 +265,8 @@ def health(
         (s.number, [(r.start.version, int(r.start), int(r.end)) for r in s.ranges]) for s in sets
     ]
 
-    def set_of(name: str) -> int:
-        """The first set holding the address name spells (RangeSet.holds), -1 if none."""
-        value = address_value(name)
+    def set_of(value: tuple[int, int] | None) -> int:
+        """The first set holding the address_value() value (RangeSet.holds), -1 if none."""
         if value is not None:
             version, number = value
             for index, ranges in bounds:
@@ -196,12 +276,12 @@ def health(
         return -1
 
     for name in before:
-        index = set_of(name)
+        index = set_of(address_value(name))
         before_by_set[index] = before_by_set.get(index, 0) + 1
         if name not in after:
             released_by_set[index] = released_by_set.get(index, 0) + 1
-    for name, state in after.items():
-        counts = after_by_set.setdefault(set_of(name), {})
+    for value, state in after.values():
+        counts = after_by_set.setdefault(set_of(value), {})
         counts[state] = counts.get(state, 0) + 1
     pools = [
         PoolHealth(

@@ -16,15 +16,20 @@ The record lies in ROOT/run/cni-reaper/pre-runtime/<boot id>, written by a real 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
+import socket
 import stat
+import struct
+from array import array
 from collections.abc import Callable
 from typing import NamedTuple
 
 from cni_reaper import failpoint
 from cni_reaper.boot import FirstReading, Written, WrittenVerdict, iso
 from cni_reaper.filestat import FileStat
+from cni_reaper.pool import DOTTED_QUAD
 from cni_reaper.trust import untrusted
 
 RECORD_DIR = "cni-reaper/pre-runtime"  # under ROOT/run
@@ -37,15 +42,94 @@ RECORD_WRITTEN = failpoint.declare("pre-runtime.record-written")
 
 def identity(file: FileStat) -> bytes:
     """A file as the record holds it, enough to tell that it is the same file, unchanged:
-    inode, size, mtime and ctime (ns), in decimal, as the record file writes them. Kept as
-    these bytes, not as a tuple of four ints: at 100,000 files that was about 20 MB more."""
+    inode, size, mtime and ctime (ns), in decimal, as the record file writes them (in memory,
+    FileIdentities keeps the numbers)."""
     return b"%d %d %d %d" % (file.inode, file.size, file.mtime_ns, file.ctime_ns)
+
+
+Numbers = tuple[int, int, int, int]  # inode, size, mtime and ctime (ns)
+
+
+class FileIdentities:
+    """name -> a file's numbers as a record holds them, in a few bytes a file: the record of
+    a host-local store of 100,000 reservations, as a dict of names and identity() bytes, was
+    about 18 MB. A name that is a dotted quad (pool.DOTTED_QUAD, one spelling per address:
+    host-local's IPv4 reservations) is kept as its number in a sorted array, its numbers
+    packed beside it; any other name, or numbers that do not pack, in a dict."""
+
+    _PACKED = struct.Struct("=QQqq")
+
+    def __init__(self) -> None:
+        self._keys = array("I")
+        self._packed = bytearray()
+        self._sorted = True
+        self._others: dict[str, Numbers] = {}
+
+    def set(self, name: str, numbers: Numbers) -> None:
+        if DOTTED_QUAD.fullmatch(name) is not None:
+            try:
+                packed = self._PACKED.pack(*numbers)
+            except struct.error:
+                pass  # out of 64 bits: kept as they are
+            else:
+                self._others.pop(name, None)
+                key = int.from_bytes(socket.inet_aton(name), "big")
+                if self._keys and key <= self._keys[-1]:
+                    self._sorted = False
+                self._keys.append(key)
+                self._packed += packed
+                return
+            self._drop(name)
+        self._others[name] = numbers
+
+    def get(self, name: str) -> Numbers | None:
+        if DOTTED_QUAD.fullmatch(name) is None:
+            return self._others.get(name)
+        found = self._others.get(name)
+        if found is not None:
+            return found
+        index = self._index(int.from_bytes(socket.inet_aton(name), "big"))
+        if index is None:
+            return None
+        unpacked: Numbers = self._PACKED.unpack_from(self._packed, index * self._PACKED.size)
+        return unpacked
+
+    def __len__(self) -> int:
+        return len(self._keys) + len(self._others)
+
+    def _index(self, key: int) -> int | None:
+        if not self._sorted:
+            self._sort()
+        keys = self._keys
+        index = bisect.bisect_left(keys, key)
+        return index if index < len(keys) and keys[index] == key else None
+
+    def _drop(self, name: str) -> None:
+        """A name set again (a record that names a file twice: the last one holds, as a dict
+        would have it) that no longer packs: its packed numbers go."""
+        index = self._index(int.from_bytes(socket.inet_aton(name), "big"))
+        if index is not None:
+            del self._keys[index]
+            size = self._PACKED.size
+            del self._packed[index * size : (index + 1) * size]
+
+    def _sort(self) -> None:
+        """By key; of a key set more than once, the last one set."""
+        keys, packed, size = self._keys, self._packed, self._PACKED.size
+        order = sorted(range(len(keys)), key=keys.__getitem__)  # stable: the last one last
+        new_keys, new_packed = array("I"), bytearray()
+        for position, index in enumerate(order):
+            if position + 1 < len(order) and keys[order[position + 1]] == keys[index]:
+                continue
+            new_keys.append(keys[index])
+            new_packed += packed[index * size : (index + 1) * size]
+        self._keys, self._packed, self._sorted = new_keys, new_packed, True
 
 
 class DirRecord(NamedTuple):
     device: int
     inode: int
-    files: dict[str, bytes]  # name -> identity()
+    files: FileIdentities
 
 
 class PreRuntimeRecord(NamedTuple):
@@ -144,7 +228,7 @@ class Proof:
         if seen is None:
             why = "not in this boot's pre-runtime record: written since a runtime could start"
             return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; {clocks}")
-        if seen != identity(file):
+        if seen != (file.inode, file.size, file.mtime_ns, file.ctime_ns):
             why = "changed since this boot's pre-runtime record was taken"
             return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; {clocks}")
         return _previous(by_clock, f"unchanged since this boot's pre-runtime record; {clocks}")
@@ -161,15 +245,12 @@ class Proof:
         assert self.taking and self.record is not None
         kept = self.record.dirs.get(directory)
         if kept is None:
-            kept = self.record.dirs[directory] = DirRecord(dir_st.st_dev, dir_st.st_ino, {})
-        seen = kept.files[name] = b"%d %d %d %d" % (
-            st.st_ino,
-            st.st_size,
-            st.st_mtime_ns,
-            st.st_ctime_ns,
-        )
+            files = FileIdentities()
+            kept = self.record.dirs[directory] = DirRecord(dir_st.st_dev, dir_st.st_ino, files)
+        numbers = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        kept.files.set(name, numbers)
         if self._writer is not None:
-            self._writer.add(b"%s %s\0" % (seen, os.fsencode(name)))
+            self._writer.add(b"%d %d %d %d %s\0" % (*numbers, os.fsencode(name)))
 
     def abandon(self, why: str) -> None:
         """Nothing this run found is proven after all."""
@@ -389,18 +470,18 @@ def _decode(data: bytes, boot_id: str) -> PreRuntimeRecord | None:
         taken_at = float(header[2])
         first = FirstReading(*(None if n == b"-" else float(n) for n in header[3:]))
         dirs: dict[str, DirRecord] = {}
-        files: dict[str, bytes] | None = None
+        files: FileIdentities | None = None
         for token in tokens[1:]:
             if token.startswith(b"D "):
                 _, device, inode, path = token.split(b" ", 3)
-                files = {}
+                files = FileIdentities()
                 dirs[os.fsdecode(path)] = DirRecord(int(device), int(inode), files)
             elif files is not None:
                 inode, size, mtime_ns, ctime_ns, name = token.split(b" ", 4)
-                # Read as numbers and written again: the same identity() as this file's now
-                # exactly when the numbers are equal, however a record spelled them.
+                # Read as numbers: the same as this file's now exactly when they are equal,
+                # however a record spelled them.
                 numbers = (int(inode), int(size), int(mtime_ns), int(ctime_ns))
-                files[os.fsdecode(name)] = b"%d %d %d %d" % numbers
+                files.set(os.fsdecode(name), numbers)
             else:
                 return None
     except ValueError:

@@ -30,6 +30,8 @@ class ReportWriter(Protocol):
 
     def entry(self, report: Report, result: EntryResult) -> None: ...
 
+    def reservation(self, report: Report, doc: dict[str, Any]) -> None: ...
+
     def finish(self, report: Report) -> None: ...
 
 
@@ -66,8 +68,10 @@ class Report:
         self.planned_to_fail = 0  # a dry run's DELs that cannot run as things are
         self._failed = False
         self._left_alone = False
-        # host-local's: those acted on or left alone (with -v, those kept too)
-        self.reservations: list[dict[str, Any]] = []
+        # host-local's: those acted on or left alone (with -v, those kept too), counted by
+        # (action, outcome); each goes to the writer as it is decided, not kept: 10,000
+        # orphans' docs were some 15 MB held to the end.
+        self.reservations: Counter[tuple[str, str]] = Counter()
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
         # what the runtimes' own records say of the sandboxes they will know
         self.runtime_records = runtime_records if runtime_records is not None else []
@@ -120,7 +124,7 @@ class Report:
         return counts
 
     def add_reservation(self, doc: dict[str, Any]) -> None:
-        self.reservations.append(doc)
+        self.reservations[(str(doc["action"]), str(doc["outcome"]))] += 1
         done = doc.get("del")
         if doc["outcome"] == "failed":
             self._failed = True
@@ -132,6 +136,8 @@ class Report:
         elif doc["outcome"] == "skipped" and doc["action"] != "keep":
             # Left as it is: maybe in flight, or changed. One kept (shown with -v) is not.
             self._left_alone = True
+        if self.writer is not None:
+            self.writer.reservation(self, doc)
 
     def finish(self) -> None:
         if self.writer is not None:
@@ -152,9 +158,7 @@ class Report:
             "action": self._tally(1),
             "outcome": self._tally(2),
             "plugin_errors": self.plugin_errors,
-            "host_local": dict(
-                sorted(Counter(f"{r['action']}/{r['outcome']}" for r in self.reservations).items())
-            ),
+            "host_local": dict(sorted((f"{a}/{o}", n) for (a, o), n in self.reservations.items())),
             "exit_code": int(self.exit_code),
         }
 
@@ -176,7 +180,10 @@ class Report:
         else:
             said = f"{done} done, {failed} failed"
         said += f", {left} left alone"
-        acted = Counter(str(r["outcome"]) for r in self.reservations if r["action"] != "keep")
+        acted: Counter[str] = Counter()
+        for (kind, result), n in self.reservations.items():
+            if kind != "keep":
+                acted[result] += n
         if acted:
             counts = (
                 f"{acted['planned']} planned"
@@ -256,6 +263,7 @@ class JsonWriter:
         self._finished = False
         self._pending: list[str] = []
         self._separator = "\n"
+        self._reservation_separator: str | None = None  # once the host_local list is begun
 
     def _start(self, report: Report | None, header: dict[str, Any] | None = None) -> None:
         if not self._started:
@@ -274,9 +282,28 @@ class JsonWriter:
             self._out.write("".join(pending))
             pending.clear()
 
+    def reservation(self, report: Report, doc: dict[str, Any]) -> None:
+        """A host-local reservation, as it is decided: every entry is written by then."""
+        self._start(report)
+        pending = self._pending
+        self._begin_reservations()
+        pending.append(self._reservation_separator or "")
+        pending.append(json.dumps(doc))
+        self._reservation_separator = ", "
+        if len(pending) >= 2 * self.BLOCK:
+            self._out.write("".join(pending))
+            pending.clear()
+
+    def _begin_reservations(self) -> None:
+        """The entries list ended and the host_local one begun, once: what json.dumps of the
+        list of every reservation writes, a reservation at a time."""
+        if self._reservation_separator is None:
+            self._pending.append('\n  ],\n  "host_local": [')
+            self._reservation_separator = ""
+
     def finish(self, report: Report) -> None:
         self._start(report)
-        self._end(report.reservations, None, report.summary(), report.pools)
+        self._end(None, report.summary(), report.pools)
 
     def fail(
         self, report: Report | None, header: dict[str, Any], message: str, exit_code: int
@@ -289,29 +316,17 @@ class JsonWriter:
         summary = report.summary() if report is not None else dict(_NOTHING_FOUND)
         summary["exit_code"] = exit_code
         error = {"message": message, "exit_code": exit_code}
-        reservations = report.reservations if report is not None else []
-        self._end(reservations, error, summary, report.pools if report is not None else [])
+        self._end(error, summary, report.pools if report is not None else [])
 
     def _end(
         self,
-        reservations: list[dict[str, Any]],
         error: dict[str, Any] | None,
         summary: dict[str, Any],
         pools: list[PoolHealth],
     ) -> None:
         failed = f'  "error": {json.dumps(error)},\n' if error is not None else ""
         pending = self._pending
-        # What json.dumps(reservations) writes, a reservation at a time: as one string (and
-        # the copies that joined it to the rest), 10,000 orphans took some 40 MB at once.
-        pending.append('\n  ],\n  "host_local": [')
-        separator = ""
-        for doc in reservations:
-            pending.append(separator)
-            pending.append(json.dumps(doc))
-            separator = ", "
-            if len(pending) >= 2 * self.BLOCK:
-                self._out.write("".join(pending))
-                pending.clear()
+        self._begin_reservations()  # the reservations themselves written as each was decided
         pending.append(
             f'],\n  "pools": {json.dumps([p.to_json() for p in pools])},\n{failed}'
             f'  "summary": {json.dumps(summary)}\n}}\n'
@@ -364,31 +379,33 @@ class TextWriter:
         if result.planned.action is not Action.KEEP or self._verbose:
             self._write(entry_lines(result, self._verbose, self._shorthand))
 
+    def reservation(self, report: Report, r: dict[str, Any]) -> None:
+        """A host-local reservation, as it is decided: after every entry, before the pools."""
+        self._start(report)
+        lines: list[str] = []
+        owner = r.get("owner")
+        whose = f" of {owner['container_id']} {owner['ifname'] or ''}".rstrip() if owner else ""
+        lines.append(
+            f"{r['path']}: host-local reservation {r['content']}{whose}, "
+            f"{r['written']} -> {r['action']} [{r['outcome']}]"
+        )
+        lines.append(f"    why: {r['reason']}")
+        done = r.get("del")
+        if done:
+            ran = ", ".join(done.get("plugins_run", [])) or "no plugin"
+            lines.append(f"    DEL {r['network']} as {done['ifname']} from {done['config']}: {ran}")
+            lines.extend(
+                f"    error: {e['plugin']}: {e['msg']}" for e in done.get("plugin_errors", [])
+            )
+        if r.get("problem"):
+            lines.append(f"    problem: {r['problem']}")
+        if r["quarantined_to"]:
+            lines.append(f"    moved to {r['quarantined_to']}")
+        self._write(lines)
+
     def finish(self, report: Report) -> None:
         self._start(report)
-        lines = []
-        for r in report.reservations:
-            owner = r.get("owner")
-            whose = f" of {owner['container_id']} {owner['ifname'] or ''}".rstrip() if owner else ""
-            lines.append(
-                f"{r['path']}: host-local reservation {r['content']}{whose}, "
-                f"{r['written']} -> {r['action']} [{r['outcome']}]"
-            )
-            lines.append(f"    why: {r['reason']}")
-            done = r.get("del")
-            if done:
-                ran = ", ".join(done.get("plugins_run", [])) or "no plugin"
-                lines.append(
-                    f"    DEL {r['network']} as {done['ifname']} from {done['config']}: {ran}"
-                )
-                lines.extend(
-                    f"    error: {e['plugin']}: {e['msg']}" for e in done.get("plugin_errors", [])
-                )
-            if r.get("problem"):
-                lines.append(f"    problem: {r['problem']}")
-            if r["quarantined_to"]:
-                lines.append(f"    moved to {r['quarantined_to']}")
-        lines.extend(pool_line(p, report.dry_run) for p in report.pools)
+        lines = [pool_line(p, report.dry_run) for p in report.pools]
         s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"

@@ -168,6 +168,11 @@ class EntryFates:
         return None, None
 
 
+# The reasons of every orphan, made once: a string made per orphan was 2 MB at 10,000 of them.
+_ORPHAN = "an orphan: no results entry for it, so no runtime will ever DEL it"
+_ORPHAN_NO_DEL = f"{_ORPHAN}; no DEL can run, so it is released into the quarantine"
+
+
 class ReservationPlanner:
     def __init__(
         self,
@@ -224,13 +229,10 @@ class ReservationPlanner:
             if problem is None:
                 chain = self._chain(netlist)
                 problem = chain.problem
-        reason = "an orphan: no results entry for it, so no runtime will ever DEL it"
-        if problem is not None:
-            reason += "; no DEL can run, so it is released into the quarantine"
         return PlannedReservation(
             r,
             ReservationAction.DEL,
-            reason,
+            _ORPHAN if problem is None else _ORPHAN_NO_DEL,
             "failed",
             netlist,
             chain,

@@ -277,6 +277,7 @@ def read_inventory(state: Path) -> dict[str, Any]:
     return {
         "known": sorted(found.known),
         "undecided": sorted(found.undecided),
+        "unsaved": sorted(found.unsaved),
         "unreadable": list(found.unreadable),
         "sources": list(found.sources),
     }

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cni_reaper.errors import ExitCode
-from tests.bolt_writer import containerd_sandbox, write_db
+from tests.bolt_writer import containerd_sandbox, sandbox_metadata, write_db
 from tests.crashed import Crashed, by_path
 from tests.nodetree import CONTAINER_IDS, cache_entry_bytes
 
@@ -64,6 +64,41 @@ def test_entries_of_sandboxes_containerd_forgot_are_deleted_and_their_addresses_
     assert report["host_local"] == []
     assert any("meta.db: 2 sandboxes" in line for line in report["runtime_records"])
     assert len(held) == 3
+
+
+def test_a_sandbox_whose_add_never_saved_its_result_is_deleted_whole(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The crash campaign's seed 2002 on Debian 13: the kernel died inside a RunPodSandbox, after
+    libcni had written a whole entry and before containerd saved the CNI result in its record.
+    containerd 1.7.24 never DELs such a sandbox, so its entry (there, a cni-loopback one) was
+    left for good; had it been a host-local network's, its address too. The reaper DELs the
+    entry as a forgotten sandbox's and moves it away; a release that does DEL it later finds
+    nothing left to undo."""
+    for container_id in (KNOWN, FORGOTTEN):
+        crashed.add(container_id)
+    containerd_knows(
+        crashed,
+        containerd_sandbox("k8s.io", KNOWN),
+        containerd_sandbox(
+            "k8s.io", FORGOTTEN, metadata=sandbox_metadata(FORGOTTEN, cni_result=False)
+        ),
+    )
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.OK, report
+    entry = by_path(report)[f"hl-{FORGOTTEN}-eth0"]
+    assert (entry["action"], entry["outcome"]) == ("del-and-quarantine", "done"), entry
+    assert "whose CNI ADD never saved its result" in entry["reason"], entry["reason"]
+    assert len(entry["del"]["released"]) == 1
+    assert not (crashed.node.results / f"hl-{FORGOTTEN}-eth0").exists()
+    assert list(crashed.ips().values()) == [f"{KNOWN}\r\neth0"]
+    assert any(
+        line.endswith("2 sandboxes (namespace k8s.io: 2), 1 whose CNI ADD never saved its result")
+        for line in report["runtime_records"]
+    ), report["runtime_records"]
 
 
 def test_the_del_carries_the_cached_result_args_and_capabilities(

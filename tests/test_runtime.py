@@ -290,8 +290,10 @@ def test_k3s_sandbox_never_persisted_what_containerd_1_6_leaves(k3s: dict[str, A
     (the task comes after the network). libcni wrote no results file for the pod network (it
     writes one when the whole chain has returned), but the loopback network's ADD had finished:
     its cni-loopback file is whole. host-local, inside bridge, had reserved the pod's address.
-    cni-reaper's inventory calls the sandbox undecided: containerd 1.6.37 and later skip the
-    DEL of a record without a CNI result, the 1.6.20 here runs it."""
+    cni-reaper's inventory calls the sandbox unsaved: containerd 1.6.37 and later skip the DEL
+    of a record without a CNI result (the crash campaign saw trixie's 1.7.24 leave such a
+    sandbox's cni-loopback entry for good), the 1.6.20 here runs it; so the reaper DELs the
+    whole cni-loopback entry itself and moves it away."""
     (held,) = pods_of(k3s, "held")
     record = k3s["held_record"]
     assert record["labels"]["io.cri-containerd.kind"] == "sandbox"
@@ -307,7 +309,13 @@ def test_k3s_sandbox_never_persisted_what_containerd_1_6_leaves(k3s: dict[str, A
     assert f"cni-loopback-{held['id']}-lo" in crashed["results"]
     assert crashed["ips"][held["ip"]] == f"{held['id']}\r\neth0"
     inventory = k3s["inventory_after_crash"]
-    assert inventory["undecided"] == [held["id"]]
+    assert (inventory["undecided"], inventory["unsaved"]) == ([], [held["id"]])
+    entry = {e["path"]: e for e in k3s["reaper"]["report"]["entries"]}[
+        f"cni-loopback-{held['id']}-lo"
+    ]
+    assert (entry["action"], entry["outcome"]) == ("del-and-quarantine", "done"), entry
+    assert entry["del"]["plugins_run"] == ["loopback"], entry["del"]
+    assert f"cni-loopback-{held['id']}-lo" not in k3s["after_reaper"]["results"]
     assert inventory["known"] == sorted(p["id"] for p in k3s["pods"] if p["fate"] != "held")
     assert inventory["unreadable"] == []
 
@@ -395,7 +403,12 @@ def test_k3s_damaged_entry_is_repaired_with_k3s_dirs(k3s: dict[str, Any]) -> Non
         "done",
     )
     assert pod["ip"] not in k3s["after_reaper"]["ips"]
-    assert sorted(Path(p).name for p in k3s["quarantine"]) == [name, name + ".json"]
+    # Beside it, the held sandbox's whole cni-loopback entry (its ADD never saved its result).
+    (held,) = pods_of(k3s, "held")
+    loopback = f"cni-loopback-{held['id']}-lo"
+    assert sorted(Path(p).name for p in k3s["quarantine"]) == sorted(
+        [name, name + ".json", loopback, loopback + ".json"]
+    )
 
 
 def test_k3s_node_is_found_without_flags(k3s: dict[str, Any]) -> None:
@@ -420,7 +433,8 @@ def test_k3s_node_is_found_without_flags(k3s: dict[str, Any]) -> None:
     records = [line for line in report["runtime_records"] if line.startswith("k3s: ")]
     assert records == [
         f"k3s: {on_node(k3s, '/var/lib/rancher/k3s/agent/containerd')}"
-        "/io.containerd.metadata.v1.bolt/meta.db: 6 sandboxes (namespace k8s.io: 6), 1 undecided"
+        "/io.containerd.metadata.v1.bolt/meta.db: 6 sandboxes (namespace k8s.io: 6), 1 whose "
+        "CNI ADD never saved its result"
     ]
     for doc in report["host_local"]:
         assert doc["del"]["config"] == on_node(k3s, K3S_CONF_DIR + "/10-cbr0.conflist")

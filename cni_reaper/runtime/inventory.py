@@ -7,8 +7,10 @@ After a reboot every sandbox of the earlier boot is dead. A runtime that still h
 record tears its network down when kubelet stops it (or, CRI-O, when it starts), with the cached
 result; a sandbox no runtime will tear down is one the reaper must DEL itself. So each sandbox
 ID found in a runtime's records is one of: known (its runtime will DEL it), dropped (a record,
-but its runtime will never DEL it) or undecided (which one cannot be told from disk). An ID in
-no record is dropped too: no runtime will ever DEL it.
+but its runtime will never DEL it), unsaved (containerd's record of an ADD that never saved its
+result: some releases never DEL it, the others' DEL after the reaper's is harmless) or
+undecided (which one cannot be told from disk). An ID in no record is dropped too: no runtime
+will ever DEL it. Dropped and unsaved sandboxes are the reaper's to DEL.
 
 containerd (1.6, 1.7 and 2.x alike; k3s and RKE2 run the same containerd with their own root):
 - At start, the CRI plugin's recover() (pkg/cri/server/restart.go in 1.6 and 1.7,
@@ -35,7 +37,10 @@ containerd (1.6, 1.7 and 2.x alike; k3s and RKE2 run the same containerd with th
 - StopPodSandbox (sandbox_stop.go) skips the CNI DEL when the record holds no CNI result in
   1.6.37 and later 1.6 releases, 1.7.23 to 1.7.30, 2.0.0 to 2.0.7, 2.1.0 to 2.1.6 and 2.2.0 to
   2.2.1; earlier and later releases run it (containerd PR #12923 restored it). Which release
-  will start is not on disk, so such a sandbox is undecided.
+  will start is not on disk. Such a sandbox is unsaved: its networks are DEL'd as a forgotten
+  sandbox's, since the skipping releases would leave its entries and addresses for good (the
+  crash campaign saw 1.7.24 leave a whole cni-loopback entry so), and the others' DEL, run
+  again with no cached result, finds nothing left to undo and succeeds.
 
 CRI-O (read in 1.20 to 1.36; internal/lib/container_server.go, server/server.go,
 internal/criocli/wipe.go, which was cmd/crio/wipe.go before 1.28):
@@ -133,12 +138,16 @@ class Fate(str, Enum):
 
     KNOWN = "known"  # it will know the sandbox and DEL its network itself
     UNDECIDED = "undecided"  # which it will do cannot be told from disk
+    # containerd's record of a sandbox whose CNI ADD never saved its result: some releases
+    # never DEL it, the others DEL it again after the reaper, which is harmless
+    UNSAVED = "unsaved"
     DROPPED = "dropped"  # it has a record but will never DEL it
 
 
 # Where records of one ID disagree (2.x keeps a sandbox both as a container and in its sandbox
-# store), a record its runtime DELs from wins over doubt, and doubt over a record it drops.
-_FATE_RANK = {Fate.DROPPED: 0, Fate.UNDECIDED: 1, Fate.KNOWN: 2}
+# store), a record its runtime DELs from wins over doubt, and doubt over a record it may or
+# will not DEL from.
+_FATE_RANK = {Fate.DROPPED: 0, Fate.UNSAVED: 1, Fate.UNDECIDED: 2, Fate.KNOWN: 3}
 
 
 class SandboxInventory(NamedTuple):
@@ -150,6 +159,8 @@ class SandboxInventory(NamedTuple):
     sources: tuple[str, ...]
     # IDs a runtime has records of whose fate cannot be told (knows() answers None)
     undecided: frozenset[str] = frozenset()
+    # IDs of containerd records whose CNI ADD never saved its result (knows() answers False)
+    unsaved: frozenset[str] = frozenset()
     # for every ID in some runtime's records: which runtime, and what it will do
     notes: Mapping[str, str] = MappingProxyType({})
     # whether any runtime's records were found at all
@@ -157,8 +168,8 @@ class SandboxInventory(NamedTuple):
 
     def knows(self, sandbox_id: str) -> bool | None:
         """True: a runtime will know the sandbox after this boot and DEL it itself. False:
-        proven that none will (no record, or a record its runtime drops without DEL). None:
-        cannot tell."""
+        proven that none will (no record, or a record its runtime drops without DEL), or that
+        the reaper's DEL must not wait for one (unsaved). None: cannot tell."""
         if sandbox_id in self.known:
             return True
         if self.unreadable or sandbox_id in self.undecided or not self.records_found:
@@ -196,6 +207,7 @@ class _Found:
             unreadable=tuple(self.unreadable),
             sources=tuple(self.sources),
             undecided=with_fate(Fate.UNDECIDED),
+            unsaved=with_fate(Fate.UNSAVED),
             notes=MappingProxyType({i: note for i, (_, note) in self.fates.items()}),
             records_found=self.records_found or bool(self.unreadable),
         )
@@ -318,9 +330,9 @@ def _cri_metadata_fate(extension: bytes | None, where: str) -> tuple[Fate, str]:
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return Fate.UNDECIDED, f"{where}; its CRI sandbox metadata could not be read here"
     if netns and result is None:
-        return Fate.UNDECIDED, (
+        return Fate.UNSAVED, (
             f"{where}, whose CNI ADD never saved its result: {DEL_SKIPPED_RELEASES} never DEL "
-            "such a sandbox, other releases do"
+            "such a sandbox; other releases DEL it again, with nothing left to undo"
         )
     return Fate.KNOWN, f"{where}: containerd loads it at start and DELs it when kubelet stops it"
 
@@ -402,14 +414,17 @@ def _containerd(root: str, located: LocatedPath, found: _Found) -> None:
     ids = {sandbox_id for sandbox_id, _, _ in records}
     namespaces = ", ".join(f"{name}: {n}" for name, n in sorted(per_namespace.items()))
     counted = f" (namespace {namespaces})" if namespaces else ""
-    undecided = sum(1 for _, fate, _ in records if fate is Fate.UNDECIDED)
-    dropped = sum(1 for _, fate, _ in records if fate is Fate.DROPPED)
-    extra = "".join(
-        f", {n} {what}"
-        for n, what in ((undecided, "undecided"), (dropped, "it will never DEL"))
-        if n
-    )
+    counts = {fate: sum(1 for _, f, _ in records if f is fate) for fate in _COUNTED}
+    extra = "".join(f", {counts[fate]} {what}" for fate, what in _COUNTED.items() if counts[fate])
     found.sources.append(f"{runtime}: {where}: {_sandboxes(len(ids))}{counted}{extra}")
+
+
+# How a records line counts the sandboxes not known, in this order.
+_COUNTED = {
+    Fate.UNDECIDED: "undecided",
+    Fate.UNSAVED: "whose CNI ADD never saved its result",
+    Fate.DROPPED: "it will never DEL",
+}
 
 
 def _sandboxes(n: int) -> str:

@@ -95,6 +95,8 @@ class FileIdentities:
         return unpacked
 
     def __len__(self) -> int:
+        if not self._sorted:
+            self._sort()  # a name set twice is one file
         return len(self._keys) + len(self._others)
 
     def _index(self, key: int) -> int | None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cni_reaper.pool import address_of, health, range_sets
+from cni_reaper.pool import AddressStates, address_of, address_value, health, range_sets
 
 
 def capacities(ipam: Mapping[str, Any]) -> list[int]:
@@ -132,3 +132,30 @@ def test_address_of_agrees_with_ipaddress_on_every_name(name: str) -> None:
     except ValueError:
         expected = None
     assert address_of(name) == expected
+
+
+@given(
+    st.dictionaries(
+        st.one_of(
+            st.builds("10.88.{}.{}".format, st.integers(0, 3), st.integers(0, 255)),
+            st.sampled_from(["10.88.0.01", "fd00::5", "lock", "last_reserved_ip.0"]),
+        ),
+        st.tuples(st.sampled_from(["runtime", "left", "alive", "unknown"]), st.booleans()),
+    ),
+    st.lists(st.builds("10.88.{}.{}".format, st.integers(0, 3), st.integers(0, 255))),
+)
+def test_address_states_answer_as_a_dict_of_names_would(
+    states: dict[str, tuple[str, bool]], probes: list[str]
+) -> None:
+    """The pools' compact table of each address's owner state (numbers for dotted quads, a dict
+    for the rest) against the dict it stands for, added in any order."""
+    table = AddressStates()
+    for name, (state, away) in states.items():
+        table.add(name, state, away)
+    assert len(table) == len(states)
+    for name in [*states, *probes]:
+        assert table.find(name) == states.get(name), name
+        assert (name in table) == (name in states)
+    assert sorted(table.values(), key=repr) == sorted(
+        ((address_value(n), s) for n, (s, _) in states.items()), key=repr
+    )

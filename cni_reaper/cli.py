@@ -60,6 +60,7 @@ from cni_reaper.reservations import (
     ReservationAction,
     ReservationPlanner,
     Settled,
+    handed_over,
 )
 from cni_reaper.runtime import config as runtime_config
 from cni_reaper.runtime import liveness
@@ -618,7 +619,9 @@ def _pipeline(run: _Run) -> Report:
     stores = list(host_local.stores(run.configs, paths.root))
     # Every address reserved before any DEL: the pools' "before" (pool.py). Kept as one string
     # of NUL-separated names (no file name holds a NUL), not 100,000 strings.
-    reserved_before = {network: "\0".join(host_local.addresses(store)) for network, store in stores}
+    reserved_before = {
+        network: "\0".join(host_local.address_names(store)) for network, store in stores
+    }
     fates = EntryFates()  # what became of each entry; told of the results dir once it is open
     chains = ChainCache(run.plugin_dirs)  # each config's plugins, resolved once for every DEL
     cached_configs = _CachedConfigs(run)
@@ -938,12 +941,12 @@ def _reservations(
                 kept.append(p)
     settled: Iterable[Settled]
     if args.dry_run:
-        settled = (Settled(p, "planned") for p in _handed_over(changing))
+        settled = (Settled(p, "planned") for p in handed_over(changing))
     elif changing:
         from cni_reaper import release  # noqa: PLC0415 (real runs only)
 
         settled = release.settle(
-            _handed_over(changing),
+            handed_over(changing),
             _del_tools(run),
             run.paths.quarantine_dir,
             boot_ctx.boot_id or "unknown-boot",
@@ -958,14 +961,6 @@ def _reservations(
         run.events.emit(reservation_fields(doc, args.dry_run))
     del settled, shown, left, kept  # every reservation reported: only the counts are left
     report.pools = _pool_health(run, stores, reserved_before, states)
-
-
-def _handed_over(items: list[PlannedReservation]) -> Iterator[PlannedReservation]:
-    """Each of items in turn, the list letting go of it: the one who takes them decides how
-    long each is kept."""
-    items.reverse()
-    while items:
-        yield items.pop()
 
 
 def _pool_health(

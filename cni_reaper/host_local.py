@@ -273,16 +273,9 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
         os.close(dir_fd)
 
 
-def addresses(store: str) -> list[str]:
-    """The addresses a store holds reserved, whatever their content."""
-    try:
-        return [name for name in os.listdir(store) if is_address(name)]
-    except OSError:
-        return []
-
-
 def address_names(store: str) -> Iterator[str]:
-    """addresses(store), one at a time: no list of every name at once."""
+    """The addresses a store holds reserved, whatever their content, one at a time: no list
+    of every name at once."""
     try:
         with os.scandir(store) as listing:
             for entry in listing:

@@ -23,7 +23,7 @@ from cni_reaper.host_local import read_owner, read_reservation
 from cni_reaper.parallel import in_parallel
 from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
-from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled
+from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled, handed_over
 
 # How often a lock someone else holds is tried again.
 LOCK_RETRY_SECONDS = 0.05
@@ -178,11 +178,9 @@ def _quarantine(
     settled: list[Settled], quarantine_dir: str, boot_id: str, now: float, budget: Budget
 ) -> Iterator[Settled]:
     # Each reservation let go of as it is reported, not held to the end: 10,000 orphans whole
-    # are some 12 MB. Taken from the ends of the lists, in the order they came.
+    # are some 12 MB. Batches taken from the end of the reversed list, in the order they came.
     by_store: dict[str, list[Settled]] = defaultdict(list)
-    settled.reverse()
-    while settled:
-        s = settled.pop()
+    for s in handed_over(settled):
         by_store[s.planned.reservation.store].append(s)
     for store, items in by_store.items():
         network = items[0].planned.reservation.network

@@ -87,12 +87,30 @@ def policy_boot(tmp_path: Path, teardown: dict[str, object], quarantine: list[st
     return Boot(serial, 60.0, _said(serial))
 
 
+def pod(**changes: object) -> dict[str, object]:
+    """The new pod's network as the guest reports it, whole unless changed."""
+    network: dict[str, object] = {
+        "ready": True,
+        "ip": "10.88.0.9",
+        "results": {"cni-loopback-l-lo": "5e6f", "podnet-l-eth0": "1f2e", "ptpnet-l-eth1": "3c4d"},
+        "reserved": {"podnet": ["10.88.0.9"], "ptpnet": ["10.99.0.9"]},
+        "inside": ["eth0 10.88.0.9/24", "eth1 10.99.0.9/24"],
+        "nat_rules": 6,
+    }
+    network.update(changes)
+    return network
+
+
+KEPT = {"id": "l", "error": None, "before": pod(), "after": pod(), "teardown": {}}
+
+
 def test_a_clean_teardown_breaks_nothing_and_the_hold_is_systemds(tmp_path: Path) -> None:
     q = f"{campaign.QUARANTINE}b0/podnet-a-eth0"
     boot = policy_boot(
         tmp_path,
         {
             "teardown": {"a": {"name": "w0-1", "stop": None, "remove": None}},
+            "live": {**KEPT, "teardown": {"stop": None, "remove": None}},
             "left": [],
             "results": {},
             "reserved": {"podnet": {}, "ptpnet": {}},
@@ -116,6 +134,7 @@ def test_a_stuck_sandbox_a_leaked_address_and_a_stray_file_are_each_named(
             "teardown": {
                 "b": {"name": "w1-2", "stop": "failed to destroy network", "remove": None}
             },
+            "live": KEPT,
             "left": ["b"],
             "results": {"ptpnet-b-eth1": 0},
             "reserved": {"podnet": {}, "ptpnet": {"10.99.0.7": "b\r\neth1"}},
@@ -133,6 +152,58 @@ def test_a_stuck_sandbox_a_leaked_address_and_a_stray_file_are_each_named(
     table = campaign.table([{"policies": {"reaper": outcome}}], ["reaper"])
     # The stuck sandbox, still listed, is counted once.
     assert table.splitlines()[1].split()[:6] == ["reaper", "1", "1/1", "1/1", "1/1", "1"]
+
+
+@pytest.mark.parametrize(
+    ("live", "breach"),
+    [
+        (
+            {**KEPT, "after": pod(reserved={"podnet": [], "ptpnet": ["10.99.0.9"]})},
+            "a new pod's network changed under the teardown: reserved",
+        ),
+        (
+            {**KEPT, "after": pod(inside=["eth1 10.99.0.9/24"], nat_rules=0)},
+            "a new pod's network changed under the teardown: inside, nat_rules",
+        ),
+        (
+            {**KEPT, "before": pod(results={"podnet-l-eth0": "1f2e"}), "after": None},
+            "a new pod started without ptpnet's results file",
+        ),
+        (
+            {"id": None, "error": "failed to setup network", "before": None, "after": None},
+            "a new pod could not start: failed to setup network",
+        ),
+    ],
+)
+def test_a_new_pod_that_lost_its_network_is_a_breach(
+    tmp_path: Path, live: dict[str, object], breach: str
+) -> None:
+    boot = policy_boot(
+        tmp_path,
+        {
+            "teardown": {"a": {"name": "w0-1", "stop": None, "remove": None}},
+            "live": live,
+            "left": [],
+            "results": {},
+            "reserved": {"podnet": {}, "ptpnet": {}},
+        },
+        [],
+    )
+    outcome = campaign.judge("none", boot, tmp_path)
+    assert campaign.breaches(outcome) == [breach]
+    table = campaign.table([{"policies": {"none": outcome}}], ["none"])
+    assert table.splitlines()[1].split()[5:7] == ["0", "1"]
+
+
+def test_a_new_pod_whose_own_teardown_failed_is_stuck(tmp_path: Path) -> None:
+    live = {**KEPT, "teardown": {"stop": None, "remove": "failed to remove sandbox"}}
+    boot = policy_boot(
+        tmp_path,
+        {"teardown": {}, "live": live, "left": [], "results": {}, "reserved": {}},
+        [],
+    )
+    outcome = campaign.judge("none", boot, tmp_path)
+    assert campaign.breaches(outcome) == ["1 sandboxes stuck"]
 
 
 def test_a_seed_run_again_replaces_its_entry_in_the_record(tmp_path: Path) -> None:

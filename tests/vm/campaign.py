@@ -15,11 +15,14 @@ crashed disk is then booted once per policy, each boot on its own branch of that
   rm-results  the results dir deleted before the runtime starts, as the EKS AMI's
               cni-cache-reset.service does (Bottlerocket: tmpfiles R! /var/lib/cni/results)
 
-Each policy boot reports what it found, then stops and removes every sandbox (tests/vm/guest/
-driver.py, mode campaign-check). Per policy: sandboxes stuck (a Stop or Remove that failed
-twice), addresses leaked (host-local reservations left in either store once no sandbox runs),
-results files left, quarantined files the reaper's journal records do not account for, and how
-long the policy's unit held containerd back (systemd's timestamps).
+Each policy boot reports what it found, starts a pod of its own (as kubelet starts new pods
+while it cleans up), then stops and removes every sandbox of the crashed boot, then the new pod
+too (tests/vm/guest/driver.py, mode campaign-check). Per policy: sandboxes stuck (a Stop or
+Remove that failed twice), addresses leaked (host-local reservations left in either store once
+no sandbox runs), results files left, quarantined files the reaper's journal records do not
+account for, whether the new pod lost any part of its network (its reservations, results
+files, addresses in its netns, portmap's rules) while the crashed boot's sandboxes were torn
+down, and how long the policy's unit held containerd back (systemd's timestamps).
 
 usage: python3 -m tests.vm.campaign --suite bookworm --crashes N --seed S \\
            --policies reaper,none,rm-results --work DIR
@@ -45,6 +48,7 @@ from typing import Any
 from tests.vm.machine import Boot, Image, Node, have_tools
 
 REPO = Path(__file__).resolve().parents[2]
+NETWORKS = ("podnet", "ptpnet")
 DEBS = {"bookworm": "vm-debs.tgz", "trixie": "vm-debs-trixie.tgz"}
 # What each policy adds to the kernel command line. The EKS-like unit runs only when asked
 # (vmtest-rm-results.service); neither it nor "none" runs the reaper.
@@ -217,7 +221,8 @@ def judge(policy: str, boot: Boot, work: Path) -> dict[str, Any]:
                 "quarantined": len([p for p in facts["quarantine"] if not p.endswith(".json")]),
             },
             "sandboxes": len(teardown["teardown"]),
-            "stuck": stuck,
+            "stuck": stuck + live_stuck(teardown["live"]),
+            "live": live_pod(teardown["live"]),
             "left": teardown["left"],
             "leaked": {net: sorted(held) for net, held in teardown["reserved"].items() if held},
             "results_left": sorted(teardown["results"]),
@@ -231,6 +236,48 @@ def judge(policy: str, boot: Boot, work: Path) -> dict[str, Any]:
         }
     )
     return outcome
+
+
+def live_stuck(live: dict[str, Any]) -> list[dict[str, Any]]:
+    """The new pod, when its own Stop or Remove failed."""
+    done = live.get("teardown") or {}
+    if done.get("stop") is None and done.get("remove") is None:
+        return []
+    return [{"id": live["id"], "name": "live-0", **done}]
+
+
+def live_pod(live: dict[str, Any]) -> dict[str, Any]:
+    """What became of the pod started in the policy boot before the crashed boot's sandboxes
+    were torn down: the parts of its network that were missing when it started, or that
+    changed while they were torn down (none, when it kept its network)."""
+    if live["error"] is not None or live["before"] is None:
+        return {"started": False, "error": live["error"], "missing": [], "changed": []}
+    before, after = live["before"], live["after"] or {}
+    missing = [n for n in NETWORKS if not before["reserved"].get(n)]
+    # Its results files: one per network (containerd 1.6 caches its loopback's too).
+    missing += [
+        n + "'s results file"
+        for n in NETWORKS
+        if f"{n}-{live['id']}-" not in "/".join(before["results"])
+    ]
+    missing += [] if len(before["inside"]) == len(NETWORKS) else ["addresses in its netns"]
+    missing += [] if before["nat_rules"] else ["portmap's rules"]
+    changed = [k for k in sorted(before) if after.get(k) != before[k]]
+    return {"started": True, "error": None, "missing": missing, "changed": changed}
+
+
+def lost_network(outcome: dict[str, Any]) -> str | None:
+    """How the policy boot's new pod lost its network, or None when it did not."""
+    live = outcome.get("live")
+    if live is None:
+        return None
+    if not live["started"]:
+        return f"a new pod could not start: {live['error']}"
+    if live["missing"]:
+        return "a new pod started without " + ", ".join(live["missing"])
+    if live["changed"]:
+        return "a new pod's network changed under the teardown: " + ", ".join(live["changed"])
+    return None
 
 
 def stuck_sandboxes(outcome: dict[str, Any]) -> int:
@@ -252,6 +299,9 @@ def breaches(outcome: dict[str, Any]) -> list[str]:
         broke.append(f"{leaked} addresses leaked")
     if outcome["results_left"]:
         broke.append(f"{len(outcome['results_left'])} results files left")
+    lost = lost_network(outcome)
+    if lost:
+        broke.append(lost)
     if outcome["unaccounted"]:
         broke.append(f"{len(outcome['unaccounted'])} quarantined files unaccounted for")
     if outcome["policy"] == "reaper" and outcome["reaper"]["Result"] != "success":
@@ -346,6 +396,7 @@ def table(crashes: list[dict[str, Any]], policies: list[str]) -> str:
             "leaked (crashes/addresses)",
             "results left (crashes/files)",
             "unaccounted",
+            "new pod lost its network",
             "held back s (median/max)",
         )
     ]
@@ -356,6 +407,7 @@ def table(crashes: list[dict[str, Any]], policies: list[str]) -> str:
         leaked = [sum(len(h) for h in o["leaked"].values()) for o in judged]
         left = [len(o["results_left"]) for o in judged]
         loose = [len(o["unaccounted"]) for o in judged]
+        lost = [o for o in judged if lost_network(o)]
         held = [o["held_back"] for o in judged]
         errors = len(outcomes) - len(judged)
         rows.append(
@@ -366,6 +418,7 @@ def table(crashes: list[dict[str, Any]], policies: list[str]) -> str:
                 f"{sum(1 for n in leaked if n)}/{sum(leaked)}",
                 f"{sum(1 for n in left if n)}/{sum(left)}",
                 str(sum(loose)),
+                str(len(lost)),
                 f"{statistics.median(held):.2f}/{max(held):.2f}" if held else "-",
             )
         )

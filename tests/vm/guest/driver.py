@@ -626,10 +626,78 @@ def policy_units() -> dict[str, dict[str, str]]:
     return {name: unit(name, TIMING_PROPS + ",ConditionResult") for name in names}
 
 
+def pod_network(runtime: RuntimeClient, sandbox_id: str) -> dict[str, Any]:
+    """What a running pod's network is made of, as its owner would check it: the runtime's
+    view, its results files (by content), its reservations in each store, the addresses inside
+    its network namespace, and the NAT rules portmap made for it."""
+    status = runtime.pod_sandbox_status(sandbox_id)
+    results: dict[str, str] = {}
+    namespaces: set[str] = set()
+    for path in sorted(RESULTS.iterdir()) if RESULTS.is_dir() else []:
+        if sandbox_id not in path.name:
+            continue
+        data = path.read_bytes()
+        results[path.name] = hashlib.sha256(data).hexdigest()[:16]
+        try:
+            cached = json.loads(data)
+            for interface in cached["result"].get("interfaces") or []:
+                if interface.get("sandbox"):
+                    namespaces.add(interface["sandbox"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+    inside: list[str] = []
+    for namespace in sorted(namespaces):
+        shown = subprocess.run(
+            ["nsenter", f"--net={namespace}", "ip", "-j", "-4", "addr", "show"],
+            capture_output=True,
+            text=True,
+        )
+        for link in json.loads(shown.stdout or "[]"):
+            inside += [
+                f"{link['ifname']} {a['local']}/{a['prefixlen']}"
+                for a in link.get("addr_info", [])
+                if link["ifname"] != "lo"
+            ]
+    nat = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True).stdout
+    return {
+        "ready": status.ready,
+        "ip": status.ip,
+        "results": results,
+        "reserved": {
+            network: sorted(a for a, text in held.items() if text.split("\n")[0] == sandbox_id)
+            for network, held in stores().items()
+        },
+        "inside": sorted(inside),
+        "nat_rules": sum(1 for line in nat.splitlines() if sandbox_id in line),
+    }
+
+
+def stop_and_remove(runtime: RuntimeClient, sandbox_id: str) -> dict[str, str | None]:
+    """Stop, then remove, each call tried twice as kubelet retries; None where a step worked."""
+    outcome: dict[str, str | None] = {"stop": None, "remove": None}
+    for step, call in (
+        ("stop", runtime.stop_pod_sandbox),
+        ("remove", runtime.remove_pod_sandbox),
+    ):
+        for _attempt in (1, 2):
+            try:
+                call(sandbox_id)
+                outcome[step] = None
+                break
+            except CriError as error:
+                outcome[step] = error.details
+                time.sleep(1)
+        if outcome[step] is not None:
+            break
+    return outcome
+
+
 def campaign_check() -> None:
     """After the crash, under the boot policy of the command line (vmtest.policy=): what the
-    boot found and did before the runtime, then a kubelet-like teardown of every sandbox of
-    the crashed boot, each call tried twice as kubelet retries, and what is left after it."""
+    boot found and did before the runtime; then a pod of this boot started, as kubelet starts
+    new pods while it cleans up; a kubelet-like teardown of every sandbox of the crashed boot;
+    the new pod's network compared with what it was before that teardown; and what is left
+    once the new pod is gone too."""
     results = RESULTS
     quarantine = (
         sorted(str(p) for p in QUARANTINE.rglob("*") if p.is_file()) if QUARANTINE.is_dir() else []
@@ -646,28 +714,24 @@ def campaign_check() -> None:
         cmdline=Path("/proc/cmdline").read_text().strip(),
     )
     runtime = client()
+    earlier = runtime.list_pod_sandbox()
+    live: dict[str, Any] = {"id": None, "error": None, "before": None, "after": None}
+    try:
+        live["id"] = runtime.run_pod_sandbox("live-0", str(uuid.uuid4()), CGROUP_PARENT, 30000)
+        live["before"] = pod_network(runtime, live["id"])
+    except CriError as error:
+        live["error"] = error.details[:300]
     teardown: dict[str, dict[str, str | None]] = {}
-    for sandbox_id in runtime.list_pod_sandbox():
+    for sandbox_id in earlier:
         name = runtime.pod_sandbox_status(sandbox_id).name
-        outcome: dict[str, str | None] = {"name": name, "stop": None, "remove": None}
-        for step, call in (
-            ("stop", runtime.stop_pod_sandbox),
-            ("remove", runtime.remove_pod_sandbox),
-        ):
-            for _attempt in (1, 2):
-                try:
-                    call(sandbox_id)
-                    outcome[step] = None
-                    break
-                except CriError as error:
-                    outcome[step] = error.details
-                    time.sleep(1)
-            if outcome[step] is not None:
-                break
-        teardown[sandbox_id] = outcome
+        teardown[sandbox_id] = {"name": name, **stop_and_remove(runtime, sandbox_id)}
+    if live["id"] is not None:
+        live["after"] = pod_network(runtime, live["id"])
+        live["teardown"] = stop_and_remove(runtime, live["id"])
     say(
         "teardown",
         teardown=teardown,
+        live=live,
         left=runtime.list_pod_sandbox(),
         results=files(results),
         reserved=stores(),

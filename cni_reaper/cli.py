@@ -234,6 +234,7 @@ def run(
     system_state: Callable[[], str] = shutdown_marker.system_state,
 ) -> ExitCode:
     started = time.time()
+    began = time.monotonic()  # the report's durations count from here (clocks may step)
     env = os.environ if environ is None else environ
     argv = list(sys.argv[1:] if argv is None else argv)
     # Filled as argparse goes: a usage error after --metrics-file still finds it here.
@@ -293,7 +294,9 @@ def run(
                 print(f"cni-reaper: no clean-shutdown marker written: {shown}", file=sys.stderr)
             return ExitCode.OK
         assert runtimes is not None  # read for every run but the ExecStop's
-        return _run(args, paths, runtimes, clock, runner, events, env, started, writer, made)
+        return _run(
+            args, paths, runtimes, clock, runner, events, env, (started, began), writer, made
+        )
     except (ReaperError, KeyboardInterrupt, Exception) as e:
         if json_writer is not None:
             header = bare_header(
@@ -413,6 +416,7 @@ class _Run(NamedTuple):
     # scan /proc again.
     first_scan: list[list[liveness.RuntimeProcess]]
     sources: list[str]  # what each runtime's records said of its sandboxes, for the report
+    began: float  # time.monotonic() as the run began
 
     def runtime_started(self) -> list[str]:
         """What /run and /proc say of a runtime having started in this boot."""
@@ -428,10 +432,11 @@ def _run(
     runner: PluginRunner | None,
     events: EventLog,
     env: Mapping[str, str],
-    started: float,
+    began: tuple[float, float],  # the wall clock, and the monotonic one
     writer: ReportWriter | None,
     made: list[Report],
 ) -> ExitCode:
+    started, began_monotonic = began
     budget = None
     if not args.dry_run:
         from cni_reaper.budget import Budget  # noqa: PLC0415 (threading: real runs only)
@@ -471,6 +476,7 @@ def _run(
         made,
         first_scan,
         [],
+        began_monotonic,
     )
     if args.dry_run:
         report = _pipeline(run)  # runs no plugin, so has no need to be confined
@@ -614,6 +620,7 @@ def _pipeline(run: _Run) -> Report:
         conf_dirs=paths.sourced_conf_dirs,
         bin_dirs=paths.sourced_bin_dirs,
         runtime_paths=run.runtimes.all_paths,
+        began=run.began,
     )
     run.made.append(report)
     stores = list(host_local.stores(run.configs, paths.root))
@@ -639,6 +646,7 @@ def _pipeline(run: _Run) -> Report:
                 pre_runtime.save(proof)
             except OSError as e:
                 warnings.append(f"cannot keep this boot's pre-runtime record: {e}")
+        report.planned()
         return veto
 
     try:

@@ -174,6 +174,10 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     return _without_empty(fields)
 
 
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
 def summary_fields(report: Report, not_logged: int = 0) -> dict[str, str]:
     """The run in one record: counts, exit code, and what the previous boot was and why;
     not_logged: the records cut at the bound (each kind's MORE record says which)."""
@@ -210,6 +214,8 @@ def summary_fields(report: Report, not_logged: int = 0) -> dict[str, str]:
         else "unknown",
         "CNI_REAPER_ADDRESSES_LEFT": str(sum(p.left_total for p in report.pools)),
         "CNI_REAPER_NOT_LOGGED": str(not_logged) if not_logged else "",
+        "CNI_REAPER_SECONDS": _seconds(report.in_all),
+        "CNI_REAPER_SECONDS_TO_PLAN": _seconds(report.to_plan),
     }
     verdict = boot.previous_boot_verdict
     for account in verdict.accounts:

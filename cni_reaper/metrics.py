@@ -184,6 +184,12 @@ def render(report: Report, started: float, finished: float) -> str:
         "known (cni_reaper_previous_boot_known 0).",
         [("", int(bool(crashed)))],
     )
+    if report.to_plan is not None:
+        lines += _series(
+            "cni_reaper_plan_duration_seconds",
+            "Seconds the last run took until its whole plan was made, before any DEL or move.",
+            [("", report.to_plan)],
+        )
     lines += _run_series(int(report.exit_code), report.dry_run, started, finished)
     return "\n".join(lines) + "\n"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
@@ -49,6 +50,7 @@ class Report:
         conf_dirs: Sequence[SourcedDir] = (),
         bin_dirs: Sequence[SourcedDir] = (),
         runtime_paths: Sequence[LocatedPath] = (),
+        began: float | None = None,
     ) -> None:
         self.boot = boot
         self.proof = proof
@@ -75,6 +77,12 @@ class Report:
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
         # what the runtimes' own records say of the sandboxes they will know
         self.runtime_records = runtime_records if runtime_records is not None else []
+        # Seconds from the run's start (time.monotonic() as it began, after the interpreter's
+        # start and imports) until the whole plan was made and nothing yet changed (the DELs
+        # begin then), and until the run was done: where a boot's wait for the runtime went.
+        self._began = began
+        self.to_plan: float | None = None
+        self.in_all: float | None = None
 
     @property
     def file_system(self) -> FsCrashRecord | None:
@@ -139,7 +147,13 @@ class Report:
         if self.writer is not None:
             self.writer.reservation(self, doc)
 
+    def planned(self) -> None:
+        if self._began is not None:
+            self.to_plan = round(time.monotonic() - self._began, 3)
+
     def finish(self) -> None:
+        if self._began is not None:
+            self.in_all = round(time.monotonic() - self._began, 3)
         if self.writer is not None:
             self.writer.finish(self)
 
@@ -160,6 +174,7 @@ class Report:
             "plugin_errors": self.plugin_errors,
             "host_local": dict(sorted((f"{a}/{o}", n) for (a, o), n in self.reservations.items())),
             "exit_code": int(self.exit_code),
+            "seconds": {"to_plan": self.to_plan, "in_all": self.in_all},
         }
 
     def repairs(self) -> str:
@@ -227,6 +242,7 @@ _NOTHING_FOUND = {
     "outcome": {},
     "plugin_errors": 0,
     "host_local": {},
+    "seconds": {"to_plan": None, "in_all": None},
 }
 
 
@@ -409,11 +425,19 @@ class TextWriter:
         s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"
+        if report.in_all is not None:
+            lines.append(f"took {report.in_all:.3f} s, {seconds_to_plan(report)}")
         lines.append(
             f"summary: {s['entries']} entries ({counts}); {actions}; {report.repairs()}; "
             f"exit {s['exit_code']}"
         )
         self._write(lines)
+
+
+def seconds_to_plan(report: Report) -> str:
+    if report.to_plan is None:
+        return "never reaching a whole plan"
+    return f"{report.to_plan:.3f} s of it until the plan was made, before any change"
 
 
 def pool_line(p: PoolHealth, dry_run: bool = False) -> str:

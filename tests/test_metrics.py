@@ -88,6 +88,25 @@ def test_plugin_failures_are_counted_by_plugin_type(
     assert samples(prom)[("cni_reaper_del_failures", (("plugin", "failing"),))] == 2
 
 
+def test_the_time_until_the_plan_is_told_apart_from_the_repairs(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Where a boot's wait went: the seconds until the whole plan was made (nothing changed
+    yet), then the DELs; two DELs of 0.4 s each come after the plan, never before it."""
+    bin_dir = crashed.node.fake_plugin_network("slow", "slow", "sleep 0.4\n")
+    for cid in CONTAINER_IDS[:2]:
+        crashed.node.write_result(f"slow-{cid}-eth0", b"")
+    crashed.reboot()
+    prom = tmp_path / "cni-reaper.prom"
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--metrics-file", str(prom))
+
+    assert code == 0, report["summary"]
+    seconds = report["summary"]["seconds"]
+    assert 0 < seconds["to_plan"] <= seconds["in_all"] - 0.8, seconds
+    assert samples(prom)[("cni_reaper_plan_duration_seconds", ())] == seconds["to_plan"]
+
+
 def test_metrics_of_a_dry_run_say_so(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -133,23 +133,73 @@ def test_a_mount_with_no_block_device_is_unknown(tmp_path: Path) -> None:
     assert record.fs_type == "proc"
 
 
-def test_without_pyudev_sysfs_names_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not Path("/sys/dev/block").is_dir():
-        pytest.skip("no /sys/dev/block")
+def _imports_seen(monkeypatch: pytest.MonkeyPatch, refused: str = "") -> list[str]:
+    """The modules asked of importlib from now on; `refused` ones raise ImportError."""
+    seen: list[str] = []
     real_import = importlib.import_module
 
-    def no_pyudev(name: str) -> Any:
-        if name == "pyudev":
+    def watched(name: str, package: str | None = None) -> Any:
+        seen.append(name)
+        if refused and name == refused:
             raise ImportError(name)
-        return real_import(name)
+        return real_import(name, package)
 
-    monkeypatch.setattr(importlib, "import_module", no_pyudev)
-    record = crash_record(str(REPO), kernel_log=list)
+    monkeypatch.setattr(importlib, "import_module", watched)
+    return seen
+
+
+def _on_a_block_device(record: fs_crash.FsCrashRecord) -> None:
     if record.device is None:
         pytest.skip(f"the repo is on no block device: {record.detail}")
-    assert record.device_source == "sysfs (pyudev is not installed)"
-    assert record.kernel_name
+
+
+def test_sysfs_names_the_device_as_udev_does_and_pyudev_is_not_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not Path("/sys/dev/block").is_dir():
+        pytest.skip("no /sys/dev/block")
+    seen = _imports_seen(monkeypatch)
+    record = crash_record(str(REPO), kernel_log=list)
+    _on_a_block_device(record)
+    # mountinfo gave the type: one readlink named the device, at boot, without pyudev.
+    assert (record.device_source, "pyudev" in seen) == ("sysfs", False)
     assert Path(f"/sys/class/block/{record.kernel_name}").exists()
+    pyudev = pytest.importorskip("pyudev")
+    major, minor = map(int, str(record.device).split(":"))
+    udev = pyudev.Devices.from_device_number(pyudev.Context(), "block", os.makedev(major, minor))
+    assert record.kernel_name == udev.sys_name
+
+
+def test_without_a_type_in_mountinfo_udev_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not Path("/sys/dev/block").is_dir():
+        pytest.skip("no /sys/dev/block")
+    no_mounts = tmp_path / "mountinfo"
+    no_mounts.write_text("")
+    pytest.importorskip("pyudev")
+    seen = _imports_seen(monkeypatch)
+    record = crash_record(str(REPO), kernel_log=list, mountinfo=str(no_mounts))
+    _on_a_block_device(record)
+    assert (record.device_source, "pyudev" in seen) == ("pyudev", True)
+    assert record.kernel_name and Path(f"/sys/class/block/{record.kernel_name}").exists()
+
+
+def test_without_pyudev_and_a_type_the_record_says_what_it_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not Path("/sys/dev/block").is_dir():
+        pytest.skip("no /sys/dev/block")
+    no_mounts = tmp_path / "mountinfo"
+    no_mounts.write_text("")
+    _imports_seen(monkeypatch, refused="pyudev")
+    record = crash_record(str(REPO), kernel_log=list, mountinfo=str(no_mounts))
+    _on_a_block_device(record)
+    assert record.device_source == "sysfs (pyudev is not installed)"
+    assert (record.verdict, record.detail) == (
+        Verdict.UNKNOWN,
+        "file system type unknown (not in mountinfo)",
+    )
 
 
 def test_an_unreadable_kernel_log_is_unknown(tmp_path: Path) -> None:

@@ -153,6 +153,16 @@ def _on_a_block_device(record: fs_crash.FsCrashRecord) -> None:
         pytest.skip(f"the repo is on no block device: {record.detail}")
 
 
+@pytest.fixture
+def untyped_mountinfo(tmp_path: Path) -> str:
+    """A mountinfo that names no mount, so gives no file system type."""
+    if not Path("/sys/dev/block").is_dir():
+        pytest.skip("no /sys/dev/block")
+    empty = tmp_path / "mountinfo"
+    empty.write_text("")
+    return str(empty)
+
+
 def test_sysfs_names_the_device_as_udev_does_and_pyudev_is_not_loaded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -171,29 +181,21 @@ def test_sysfs_names_the_device_as_udev_does_and_pyudev_is_not_loaded(
 
 
 def test_without_a_type_in_mountinfo_udev_is_asked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    untyped_mountinfo: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not Path("/sys/dev/block").is_dir():
-        pytest.skip("no /sys/dev/block")
-    no_mounts = tmp_path / "mountinfo"
-    no_mounts.write_text("")
     pytest.importorskip("pyudev")
     seen = _imports_seen(monkeypatch)
-    record = crash_record(str(REPO), kernel_log=list, mountinfo=str(no_mounts))
+    record = crash_record(str(REPO), kernel_log=list, mountinfo=untyped_mountinfo)
     _on_a_block_device(record)
     assert (record.device_source, "pyudev" in seen) == ("pyudev", True)
     assert record.kernel_name and Path(f"/sys/class/block/{record.kernel_name}").exists()
 
 
 def test_without_pyudev_and_a_type_the_record_says_what_it_lacks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    untyped_mountinfo: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not Path("/sys/dev/block").is_dir():
-        pytest.skip("no /sys/dev/block")
-    no_mounts = tmp_path / "mountinfo"
-    no_mounts.write_text("")
     _imports_seen(monkeypatch, refused="pyudev")
-    record = crash_record(str(REPO), kernel_log=list, mountinfo=str(no_mounts))
+    record = crash_record(str(REPO), kernel_log=list, mountinfo=untyped_mountinfo)
     _on_a_block_device(record)
     assert record.device_source == "sysfs (pyudev is not installed)"
     assert (record.verdict, record.detail) == (

@@ -4,14 +4,16 @@ layers), and how a policy boot's reports become its figures and breaches."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from tests.private_node import cannot_run
-from tests.vm import campaign
+from tests.vm import campaign, crash_state
 from tests.vm.machine import Boot, Image, Node, _said
 
 
@@ -45,6 +47,38 @@ def test_two_branches_of_a_crashed_layer_each_stand_on_it_alone(tmp_path: Path) 
         ]
     # Making the second branch's layer left the first branch's as it was.
     assert first.is_file() and second.is_file()
+
+
+def test_a_crashed_disks_node_state_is_kept_with_its_modes_and_times(tmp_path: Path) -> None:
+    for tool in ("qemu-img", "mkfs.ext4", "debugfs", "e2fsck"):
+        if shutil.which(tool) is None:
+            cannot_run(f"needs {tool} (Debian packages qemu-utils, e2fsprogs)")
+    made = tmp_path / "made"
+    results = made / "var/lib/cni/results"
+    results.mkdir(parents=True)
+    entry = results / "podnet-abc-eth0"
+    entry.write_bytes(b"")  # what a crash leaves of an unsynced write
+    entry.chmod(0o600)
+    os.utime(entry, (1796094679, 1796094679))
+    (made / "etc/cni/net.d").mkdir(parents=True)
+    (made / "etc/cni/net.d/10-podnet.conflist").write_text("{}")
+    (made / "var/log/journal").mkdir(parents=True)  # not node state: left out
+    (made / "var/log/journal/system.journal").write_bytes(b"x" * 4096)
+    raw = tmp_path / "disk.raw"
+    subprocess.run(["truncate", "-s", "32M", str(raw)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-d", str(made), str(raw)], check=True)
+    churn = tmp_path / "crash-7/churn"
+    churn.mkdir(parents=True)
+    layer = churn / "boot-1-churn.qcow2"
+    subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(layer)], check=True)
+
+    out = tmp_path / "state.tar.xz"
+    kept = crash_state.keep(crash_state.crashed_layer(tmp_path / "crash-7"), out)
+
+    assert kept == ["etc/cni/net.d/10-podnet.conflist", "var/lib/cni/results/podnet-abc-eth0"]
+    with tarfile.open(out) as archive:
+        member = archive.getmember("var/lib/cni/results/podnet-abc-eth0")
+    assert (member.size, member.mode, member.mtime) == (0, 0o600, 1796094679)
 
 
 def report(kind: str, **facts: object) -> str:

@@ -31,6 +31,9 @@ Exits 1 when the reaper policy broke an invariant after any crash; DIR/campaign.
 crash run in DIR, by seed (seed, planned instant, what the churn did, per-policy outcome), and
 DIR/crash-<seed>/ the serial logs of its boots. A crash is run again by its seed alone
 (--seed S --crashes 1): the same plan, on a churn whose timing under emulation varies a little.
+A crash the reaper broke an invariant after also keeps its crashed disk's node state as
+DIR/crash-<seed>/state.tar.xz (tests/vm/crash_state.py): copied to tests/crash_states/ it is
+replayed exactly by tests/test_crash_states.py.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.vm import crash_state
 from tests.vm.machine import Boot, Image, Node, have_tools
 
 REPO = Path(__file__).resolve().parents[2]
@@ -349,6 +353,11 @@ def crash_once(
             outcome["retried"] = branch.retried
             crash["policies"][policy] = outcome
     crash["retried"] = node.retried
+    if crash.get("error") is None and crash["policies"].get("reaper", {}).get("breaches"):
+        # What replays this breach exactly (tests/test_crash_states.py), the seed does not.
+        state = here / "state.tar.xz"
+        crash_state.keep(crash_state.crashed_layer(here), state)
+        crash["state"] = str(state)
     crash["seconds"] = round(time.monotonic() - start, 1)
     return crash
 

@@ -381,8 +381,13 @@ def campaign(
     log: Any = None,
 ) -> list[dict[str, Any]]:
     crashes = []
+    # Which build of the package and the guest each crash ran: a campaign resumed in the same
+    # work dir (more seeds) is one campaign only while this stays the same.
+    stamp = image.dir / "inputs.sha256"
+    built_from = stamp.read_text() if stamp.is_file() else None
     for seed in seeds:
         crash = crash_once(image, work, seed, policies, window)
+        crash["image_inputs"] = built_from
         crashes.append(crash)
         record(work / "campaign.json", crash)
         if log is not None:

@@ -432,11 +432,11 @@ def _run(
     runner: PluginRunner | None,
     events: EventLog,
     env: Mapping[str, str],
-    began: tuple[float, float],  # the wall clock, and the monotonic one
+    start_times: tuple[float, float],  # the run's start by the wall clock and the monotonic one
     writer: ReportWriter | None,
     made: list[Report],
 ) -> ExitCode:
-    started, began_monotonic = began
+    started, began_monotonic = start_times
     budget = None
     if not args.dry_run:
         from cni_reaper.budget import Budget  # noqa: PLC0415 (threading: real runs only)

@@ -406,9 +406,12 @@ def after_the_plan(prom: Path) -> float:
     found = {}
     for line in prom.read_text().splitlines():
         name, _, value = line.partition(" ")
-        if name in ("cni_reaper_run_duration_seconds", "cni_reaper_plan_duration_seconds"):
-            found[name] = float(value)
-    return found["cni_reaper_run_duration_seconds"] - found["cni_reaper_plan_duration_seconds"]
+        found[name] = value
+    if "cni_reaper_plan_duration_seconds" not in found:
+        code = found.get("cni_reaper_exit_code")
+        raise RuntimeError(f"{prom}: the run never made its whole plan (exit {code})")
+    run = float(found["cni_reaper_run_duration_seconds"])
+    return run - float(found["cni_reaper_plan_duration_seconds"])
 
 
 def print_scan(rows: list[dict[str, Any]]) -> None:

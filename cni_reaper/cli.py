@@ -646,7 +646,7 @@ def _pipeline(run: _Run) -> Report:
                 pre_runtime.save(proof)
             except OSError as e:
                 warnings.append(f"cannot keep this boot's pre-runtime record: {e}")
-        report.planned()
+        report.mark_planned()
         return veto
 
     try:

@@ -147,7 +147,7 @@ class Report:
         if self.writer is not None:
             self.writer.reservation(self, doc)
 
-    def planned(self) -> None:
+    def mark_planned(self) -> None:
         if self._began is not None:
             self.to_plan = round(time.monotonic() - self._began, 3)
 
@@ -426,7 +426,7 @@ class TextWriter:
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"
         if report.in_all is not None:
-            lines.append(f"took {report.in_all:.3f} s, {seconds_to_plan(report)}")
+            lines.append(f"took {report.in_all:.3f} s, {plan_phrase(report)}")
         lines.append(
             f"summary: {s['entries']} entries ({counts}); {actions}; {report.repairs()}; "
             f"exit {s['exit_code']}"
@@ -434,7 +434,7 @@ class TextWriter:
         self._write(lines)
 
 
-def seconds_to_plan(report: Report) -> str:
+def plan_phrase(report: Report) -> str:
     if report.to_plan is None:
         return "never reaching a whole plan"
     return f"{report.to_plan:.3f} s of it until the plan was made, before any change"

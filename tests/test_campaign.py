@@ -79,7 +79,13 @@ def test_under_the_reaper_no_sandbox_is_stuck_and_nothing_leaks(
         # The kubelet-like driver did tear the crashed boot's sandboxes down (there were some),
         # while a pod of the new boot ran and kept every part of its network.
         assert outcome["sandboxes"] > 0, outcome
-        assert outcome["live"] == {"started": True, "error": None, "missing": [], "changed": []}
+        live = outcome["live"]
+        assert (live["started"], live["error"], live["missing"], live["changed"]) == (
+            True,
+            None,
+            [],
+            [],
+        ), live
         assert (outcome["reaper"]["Result"], outcome["reaper"]["ExecMainStatus"]) == (
             "success",
             "0",

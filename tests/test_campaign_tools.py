@@ -76,6 +76,10 @@ def test_a_crashed_disks_node_state_is_kept_with_its_modes_and_times(tmp_path: P
     kept = crash_state.keep(crash_state.crashed_layer(tmp_path / "crash-7"), out)
 
     assert kept == ["etc/cni/net.d/10-podnet.conflist", "var/lib/cni/results/podnet-abc-eth0"]
+    # No containerd records on this disk: a replay of it would be told so.
+    assert crash_state.missing(kept) == [
+        "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
+    ]
     with tarfile.open(out) as archive:
         member = archive.getmember("var/lib/cni/results/podnet-abc-eth0")
     assert (member.size, member.mode, member.mtime) == (0, 0o600, 1796094679)
@@ -133,6 +137,7 @@ def pod(**changes: object) -> dict[str, object]:
         "ip": "10.88.0.9",
         "results": {"cni-loopback-l-lo": "5e6f", "podnet-l-eth0": "1f2e", "ptpnet-l-eth1": "3c4d"},
         "reserved": {"podnet": ["10.88.0.9"], "ptpnet": ["10.99.0.9"]},
+        "routes": ["10.88.0.9 dev cni0", "10.99.0.9 dev veth1a2b"],
         "inside": ["eth0 10.88.0.9/24", "eth1 10.99.0.9/24"],
         "nat_rules": 6,
     }
@@ -140,7 +145,14 @@ def pod(**changes: object) -> dict[str, object]:
     return network
 
 
-KEPT = {"id": "l", "error": None, "before": pod(), "after": pod(), "teardown": {}}
+KEPT = {
+    "id": "l",
+    "error": None,
+    "aimed_at": {"podnet": "10.88.0.9", "ptpnet": "10.99.0.2"},
+    "before": pod(),
+    "after": pod(),
+    "teardown": {},
+}
 
 
 def test_a_clean_teardown_breaks_nothing_and_the_hold_is_systemds(tmp_path: Path) -> None:
@@ -158,6 +170,8 @@ def test_a_clean_teardown_breaks_nothing_and_the_hold_is_systemds(tmp_path: Path
     )
     outcome = campaign.judge("reaper", boot, tmp_path)
     assert campaign.breaches(outcome) == []
+    # It got the lowest free address it was aimed at on podnet; ptpnet gave it another.
+    assert outcome["live"]["reused"] == ["podnet"]
     # From its fork (ExecMainStart, before InactiveExit) until it was up: 2.501 s.
     assert outcome["held_back"] == 2.501
     assert outcome["serial"] == [str(tmp_path / "boot-2-campaign-check-1.log")]
@@ -212,8 +226,20 @@ def test_a_stuck_sandbox_a_leaked_address_and_a_stray_file_are_each_named(
             "a new pod's network changed under the teardown: inside, nat_rules",
         ),
         (
-            {**KEPT, "before": pod(results={"podnet-l-eth0": "1f2e"}), "after": None},
+            {
+                **KEPT,
+                "before": pod(results={"podnet-l-eth0": "1f2e"}),
+                "after": pod(results={"podnet-l-eth0": "1f2e"}),
+            },
             "a new pod started without ptpnet's results file",
+        ),
+        (
+            {**KEPT, "after": pod(routes=["10.88.0.9 dev cni0"])},
+            "a new pod's network changed under the teardown: routes",
+        ),
+        (
+            {**KEPT, "after": None, "after_error": "CriError: sandbox not found"},
+            "a new pod's network was lost: CriError: sandbox not found",
         ),
         (
             {"id": None, "error": "failed to setup network", "before": None, "after": None},

@@ -14,6 +14,7 @@ breach left for good are DEL'd and gone.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from cni_reaper.cache import split_name
 from cni_reaper.runtime import config as runtime_config
 from cni_reaper.runtime import inventory
 from tests.crashed import by_path
@@ -79,14 +81,19 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _owner(path: str, data: bytes) -> str | None:
-    """The sandbox a results entry (<network>-<id>-<ifname>) or a reservation (<ip>: the id on
-    its first line) belongs to; None for a store's own files (lock, last_reserved_ip.N)."""
+    """The sandbox a results entry (<network>-<id>-<ifname>) or a reservation (named by its
+    address, the id on its first line) belongs to; None for a store's own files (lock,
+    last_reserved_ip.N)."""
     name = Path(path).name
     if path.startswith(RESULTS):
-        return next(part for part in name.split("-") if len(part) == 64)
-    if name[0].isdigit() and not name.startswith("last_reserved_ip"):
-        return data.decode().splitlines()[0].strip()
-    return None
+        identity, why_not = split_name(name, ())
+        assert identity is not None, (path, why_not)
+        return identity.container_id
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return None
+    return data.decode().splitlines()[0].strip()
 
 
 def _boot_after(root: Path, files: dict[str, bytes]) -> float:

@@ -338,10 +338,9 @@ def _block_device(st_dev: int, mount: _Mount | None) -> int | None:
 
 def _kernel_name(rdev: int, fs_type_known: bool) -> tuple[str | None, str | None, str]:
     """The name the kernel's log gives a block device, and udev's ID_FS_TYPE for it when
-    mountinfo did not give the type. The name is sysfs's (the device's kobject, where
-    /sys/dev/block/<maj:min> leads, as pyudev's sys_name is); pyudev is asked only when sysfs
-    cannot name it or the type is wanted: importing it costs some 15 ms, at every boot, for
-    an answer sysfs gives in one readlink."""
+    mountinfo did not give the type. The name comes from sysfs (_sysfs_name); pyudev, which
+    reads the same kobject name, is asked only when sysfs cannot name the device or the type
+    is wanted: importing it costs some 15 ms, at every boot, for what one readlink gives."""
     name = _sysfs_name(rdev)
     if name is not None and fs_type_known:
         return name, None, "sysfs"
@@ -352,19 +351,21 @@ def _kernel_name(rdev: int, fs_type_known: bool) -> tuple[str | None, str | None
     try:
         device = pyudev.Devices.from_device_number(pyudev.Context(), "block", rdev)
         fs_type = device.properties.get("ID_FS_TYPE")
-        return str(device.sys_name), str(fs_type) if fs_type else None, "pyudev"
+        kernel_name = str(device.sys_name).replace("!", "/")
+        return kernel_name, str(fs_type) if fs_type else None, "pyudev"
     except Exception as e:  # pyudev raises its own errors and OSError; fall back to sysfs
         return name, None, f"sysfs (pyudev failed: {type(e).__name__}: {e})"
 
 
 def _sysfs_name(rdev: int) -> str | None:
-    """The kobject's name: what the kernel's messages name the device by (a "/" of its /dev
-    name is "!" there), never a /dev alias udev made."""
+    """The disk's own name, as the kernel's messages print it (its block device name, never a
+    /dev alias udev made): the kobject's, where /sys/dev/block/<maj:min> leads, with the "!"
+    the kobject puts for each "/" of the name (cciss/c0d0p1) made "/" again."""
     try:
         target = os.readlink(f"/sys/dev/block/{os.major(rdev)}:{os.minor(rdev)}")
     except OSError:
         return None
-    return os.path.basename(target) or None
+    return os.path.basename(target).replace("!", "/") or None
 
 
 def crash_record(

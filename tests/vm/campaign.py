@@ -243,13 +243,14 @@ def judge(policy: str, boot: Boot, work: Path) -> dict[str, Any]:
     return outcome
 
 
-def reaper_seconds(records: list[dict[str, Any]]) -> dict[str, float] | None:
+def reaper_seconds(records: list[dict[str, Any]]) -> dict[str, float | None] | None:
     """The reaper's own account of its run (its journal summary): seconds from its start,
     after the interpreter's and the imports', until its whole plan was made and in all."""
     for record in records:
         if record.get("CNI_REAPER_EVENT") == "summary" and record.get("CNI_REAPER_SECONDS"):
+            to_plan = record.get("CNI_REAPER_SECONDS_TO_PLAN")
             return {
-                "to_plan": float(record.get("CNI_REAPER_SECONDS_TO_PLAN") or "nan"),
+                "to_plan": float(to_plan) if to_plan else None,
                 "in_all": float(record["CNI_REAPER_SECONDS"]),
             }
     return None
@@ -266,21 +267,32 @@ def live_stuck(live: dict[str, Any]) -> list[dict[str, Any]]:
 def live_pod(live: dict[str, Any]) -> dict[str, Any]:
     """What became of the pod started in the policy boot before the crashed boot's sandboxes
     were torn down: the parts of its network that were missing when it started, or that
-    changed while they were torn down (none, when it kept its network)."""
-    if live["error"] is not None or live["before"] is None:
+    changed while they were torn down (none, when it kept its network); and whether it got
+    the lowest free address the driver aimed it at, one an earlier pod had held."""
+    if live["before"] is None:
         return {"started": False, "error": live["error"], "missing": [], "changed": []}
-    before, after = live["before"], live["after"] or {}
+    before, after = live["before"], live["after"]
+    if after is None:
+        # The pod's network could no longer be read: gone with the pod, or worse.
+        error = live.get("after_error") or "not read after the teardown"
+        return {"started": True, "error": error, "missing": [], "changed": ["all"]}
     missing = [n for n in NETWORKS if not before["reserved"].get(n)]
     # Its results files: one per network (containerd 1.6 caches its loopback's too).
-    missing += [
-        n + "'s results file"
-        for n in NETWORKS
-        if f"{n}-{live['id']}-" not in "/".join(before["results"])
-    ]
+    names = "/".join(before["results"])
+    missing += [f"{n}'s results file" for n in NETWORKS if f"{n}-{live['id']}-" not in names]
     missing += [] if len(before["inside"]) == len(NETWORKS) else ["addresses in its netns"]
+    missing += [] if len(before.get("routes", [])) >= len(NETWORKS) else ["host routes"]
     missing += [] if before["nat_rules"] else ["portmap's rules"]
     changed = [k for k in sorted(before) if after.get(k) != before[k]]
-    return {"started": True, "error": None, "missing": missing, "changed": changed}
+    aimed = live.get("aimed_at") or {}
+    got = {n: before["reserved"].get(n, []) for n in aimed}
+    return {
+        "started": True,
+        "error": None,
+        "missing": missing,
+        "changed": changed,
+        "reused": sorted(n for n, a in aimed.items() if a is not None and [a] == got[n]),
+    }
 
 
 def lost_network(outcome: dict[str, Any]) -> str | None:
@@ -290,6 +302,8 @@ def lost_network(outcome: dict[str, Any]) -> str | None:
         return None
     if not live["started"]:
         return f"a new pod could not start: {live['error']}"
+    if live["error"]:
+        return f"a new pod's network was lost: {live['error']}"
     if live["missing"]:
         return "a new pod started without " + ", ".join(live["missing"])
     if live["changed"]:
@@ -355,9 +369,15 @@ def crash_once(
     crash["retried"] = node.retried
     if crash.get("error") is None and crash["policies"].get("reaper", {}).get("breaches"):
         # What replays this breach exactly (tests/test_crash_states.py), the seed does not.
+        # Kept or not, the campaign goes on: a failure here is recorded, never raised.
         state = here / "state.tar.xz"
-        crash_state.keep(crash_state.crashed_layer(here), state)
-        crash["state"] = str(state)
+        try:
+            missing = crash_state.missing(crash_state.keep(node.overlay, state, scratch=here))
+            crash["state"] = str(state)
+            if missing:
+                crash["state_error"] = "the kept state lacks " + ", ".join(missing)
+        except (OSError, subprocess.CalledProcessError) as error:
+            crash["state_error"] = f"{type(error).__name__}: {error}"
     crash["seconds"] = round(time.monotonic() - start, 1)
     return crash
 
@@ -424,6 +444,7 @@ def table(crashes: list[dict[str, Any]], policies: list[str]) -> str:
             "results left (crashes/files)",
             "unaccounted",
             "new pod lost its network",
+            "new pod on a reused address",
             "held back s (median/max)",
         )
     ]
@@ -435,6 +456,7 @@ def table(crashes: list[dict[str, Any]], policies: list[str]) -> str:
         left = [len(o["results_left"]) for o in judged]
         loose = [len(o["unaccounted"]) for o in judged]
         lost = [o for o in judged if lost_network(o)]
+        reused = [o for o in judged if o.get("live", {}).get("reused")]
         held = [o["held_back"] for o in judged]
         errors = len(outcomes) - len(judged)
         rows.append(
@@ -446,6 +468,7 @@ def table(crashes: list[dict[str, Any]], policies: list[str]) -> str:
                 f"{sum(1 for n in left if n)}/{sum(left)}",
                 str(sum(loose)),
                 str(len(lost)),
+                str(len(reused)),
                 f"{statistics.median(held):.2f}/{max(held):.2f}" if held else "-",
             )
         )
@@ -456,18 +479,25 @@ def table(crashes: list[dict[str, Any]], policies: list[str]) -> str:
 def reaper_account(crashes: list[dict[str, Any]]) -> str | None:
     """Where the reaper policy's hold went, by medians: the unit as systemd timed it, the
     reaper's run as it timed itself (from its start, after the interpreter's and the
-    imports'), and the part of that until its whole plan was made."""
+    imports'), the part of that until its whole plan was made, and per boot the rest."""
     outcomes = [c["policies"]["reaper"] for c in crashes if "reaper" in c["policies"]]
-    timed = [o for o in outcomes if o.get("reaper_seconds") and o.get("held_back")]
+    timed = [
+        o
+        for o in outcomes
+        if o.get("reaper_seconds")
+        and o["reaper_seconds"]["to_plan"] is not None
+        and o.get("held_back")
+    ]
     if not timed:
         return None
     held = statistics.median(o["held_back"] for o in timed)
     in_all = statistics.median(o["reaper_seconds"]["in_all"] for o in timed)
     to_plan = statistics.median(o["reaper_seconds"]["to_plan"] for o in timed)
+    rest = statistics.median(o["held_back"] - o["reaper_seconds"]["in_all"] for o in timed)
     return (
         f"reaper, {len(timed)} boots (medians): held containerd back {held:.2f} s; its run "
         f"{in_all:.2f} s from its start, {to_plan:.2f} s of it until the plan was made; the "
-        f"rest ({held - in_all:.2f} s) the interpreter's start, the imports and the exit"
+        f"rest ({rest:.2f} s) the interpreter's start, the imports and the exit"
     )
 
 

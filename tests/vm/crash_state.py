@@ -4,9 +4,9 @@ A campaign crash (tests/vm/campaign.py) leaves its disk as the kernel died; a se
 plan, not the instant (two workers interleave differently under emulation). The state itself
 does: the CNI configs and state, containerd's config and metadata database, the boot records
 (wtmp, wtmpdb) and cni-reaper's own state, read off the crashed disk with debugfs after the
-journal replay a mount would make (e2fsck), with their modes and times. tests/crash_states/
-keeps those of the crashes that broke an invariant; tests/test_crash_states.py runs the reaper
-over each.
+journal replay a mount would make (e2fsck -E journal_only), with their modes and times.
+tests/crash_states/ keeps those of the crashes that broke an invariant;
+tests/test_crash_states.py runs the reaper over each.
 
 usage: python3 -m tests.vm.crash_state CRASH_DIR OUT.tar.xz
        (CRASH_DIR: a campaign's crash-SEED dir; its churn boot's layer is the crashed disk)
@@ -41,14 +41,25 @@ def crashed_layer(crash_dir: Path) -> Path:
     return layers[-1]
 
 
-def keep(layer: Path, out: Path) -> list[str]:
-    """The node state of the disk under layer, as out (a .tar.xz); the paths it holds."""
-    with tempfile.TemporaryDirectory() as scratch:
-        flat = Path(scratch) / "disk.img"
+# Without these the state replays nothing: a crash always leaves the results dir (the churn
+# boot made it) and containerd's records.
+NEEDED = (
+    "var/lib/cni/results/",
+    "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db",
+)
+
+
+def keep(layer: Path, out: Path, scratch: Path | None = None) -> list[str]:
+    """The node state of the disk under layer, as out (a .tar.xz); the files it holds. The
+    disk is copied whole (sparse) into a temporary dir under scratch (by default the system's)."""
+    with tempfile.TemporaryDirectory(dir=scratch) as work:
+        flat = Path(work) / "disk.img"
         subprocess.run(["qemu-img", "convert", "-O", "raw", str(layer), str(flat)], check=True)
-        # The journal replayed, as the next boot's mount replays it.
-        subprocess.run(["e2fsck", "-fy", str(flat)], capture_output=True, check=False)
-        tree = Path(scratch) / "tree"
+        # Only the journal replayed, as the next boot's mount replays it: no repair beyond.
+        subprocess.run(
+            ["e2fsck", "-E", "journal_only", "-y", str(flat)], capture_output=True, check=False
+        )
+        tree = Path(work) / "tree"
         for path in NODE_STATE:
             parent = tree / path.lstrip("/")
             parent.parent.mkdir(parents=True, exist_ok=True)
@@ -65,12 +76,21 @@ def keep(layer: Path, out: Path) -> list[str]:
     return kept
 
 
+def missing(kept: list[str]) -> list[str]:
+    """What a kept state lacks of what a replay needs."""
+    return [need for need in NEEDED if not any(name.startswith(need) for name in kept)]
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
     kept = keep(crashed_layer(Path(argv[0])), Path(argv[1]))
     print("\n".join(kept))
+    lacking = missing(kept)
+    if lacking:
+        print(f"the kept state lacks {', '.join(lacking)}", file=sys.stderr)
+        return 1
     return 0
 
 

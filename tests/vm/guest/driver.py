@@ -659,17 +659,50 @@ def pod_network(runtime: RuntimeClient, sandbox_id: str) -> dict[str, Any]:
                 if link["ifname"] != "lo"
             ]
     nat = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True).stdout
+    reserved = {
+        network: sorted(a for a, text in held.items() if text.split("\n")[0] == sandbox_id)
+        for network, held in stores().items()
+    }
+    # The host's way to each of its addresses: bridge's cni0, ptp's host-side veth.
+    routes = []
+    for address in sorted(a for held in reserved.values() for a in held):
+        shown = subprocess.run(
+            ["ip", "-j", "route", "get", address], capture_output=True, text=True
+        )
+        routes += [f"{address} dev {r.get('dev')}" for r in json.loads(shown.stdout or "[]")]
     return {
         "ready": status.ready,
         "ip": status.ip,
         "results": results,
-        "reserved": {
-            network: sorted(a for a, text in held.items() if text.split("\n")[0] == sandbox_id)
-            for network, held in stores().items()
-        },
+        "reserved": reserved,
+        "routes": routes,
         "inside": sorted(inside),
         "nat_rules": sum(1 for line in nat.splitlines() if sandbox_id in line),
     }
+
+
+def read_pod_network(
+    runtime: RuntimeClient, sandbox_id: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """pod_network, or why it could not be read (the pod gone among the reasons)."""
+    try:
+        return pod_network(runtime, sandbox_id), None
+    except (CriError, OSError, ValueError) as error:
+        return None, f"{type(error).__name__}: {error}"[:300]
+
+
+def aim_at_lowest_free(network: str) -> str | None:
+    """Make host-local hand out the lowest free address of the network's /24 next (it goes on
+    after last_reserved_ip.0): the address, or None when none is free."""
+    store = Path("/var/lib/cni/networks") / network
+    prefix = {"podnet": "10.88.0.", "ptpnet": "10.99.0."}[network]
+    held = set(os.listdir(store)) if store.is_dir() else set()
+    for last in range(2, 255):
+        if f"{prefix}{last}" not in held:
+            store.mkdir(parents=True, exist_ok=True)
+            (store / "last_reserved_ip.0").write_text(f"{prefix}{last - 1}")
+            return f"{prefix}{last}"
+    return None
 
 
 def stop_and_remove(runtime: RuntimeClient, sandbox_id: str) -> dict[str, str | None]:
@@ -716,17 +749,21 @@ def campaign_check() -> None:
     runtime = client()
     earlier = runtime.list_pod_sandbox()
     live: dict[str, Any] = {"id": None, "error": None, "before": None, "after": None}
+    # The new pod takes the lowest address free in each store: one an earlier pod held, maybe
+    # one the policy released, so that the crashed boot's teardown works beside its reuse.
+    live["aimed_at"] = {network: aim_at_lowest_free(network) for network in NETWORKS}
     try:
         live["id"] = runtime.run_pod_sandbox("live-0", str(uuid.uuid4()), CGROUP_PARENT, 30000)
-        live["before"] = pod_network(runtime, live["id"])
     except CriError as error:
-        live["error"] = error.details[:300]
+        live["error"] = f"RunPodSandbox: {error.details[:300]}"
+    if live["id"] is not None:
+        live["before"], live["error"] = read_pod_network(runtime, live["id"])
     teardown: dict[str, dict[str, str | None]] = {}
     for sandbox_id in earlier:
         name = runtime.pod_sandbox_status(sandbox_id).name
         teardown[sandbox_id] = {"name": name, **stop_and_remove(runtime, sandbox_id)}
     if live["id"] is not None:
-        live["after"] = pod_network(runtime, live["id"])
+        live["after"], live["after_error"] = read_pod_network(runtime, live["id"])
         live["teardown"] = stop_and_remove(runtime, live["id"])
     say(
         "teardown",

@@ -1,5 +1,3 @@
-import sys
+from cni_reaper.cli import console
 
-from cni_reaper.cli import main
-
-sys.exit(main())
+console()

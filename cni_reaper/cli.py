@@ -11,7 +11,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from cni_reaper import (
     __version__,
@@ -1020,6 +1020,19 @@ def _held_now(state: pool.AddressStates | None, store: str, dry_run: bool) -> po
         elif not (dry_run and found[1]):
             after.add(name, found[0])
     return after
+
+
+def console() -> NoReturn:
+    """The installed command and `python -m cni_reaper`: main(), then out at once, without
+    the interpreter's teardown. By then every file is closed or synced, every plugin reaped,
+    every thread joined; the teardown would only free, module by module, memory the kernel
+    frees whole: about a tenth of a run's CPU over 1,000 entries, and at boot, under the
+    unit, time the runtime waits for."""
+    code = main()
+    # A stream that cannot be flushed raises here, and the interpreter ends as it would.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(

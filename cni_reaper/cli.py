@@ -1022,13 +1022,13 @@ def _held_now(state: pool.AddressStates | None, store: str, dry_run: bool) -> po
     return after
 
 
-def console() -> NoReturn:
+def console(argv: Sequence[str] | None = None, clock: boot.Clock = time.time) -> NoReturn:
     """The installed command and `python -m cni_reaper`: main(), then out at once, without
     the interpreter's teardown. By then every file is closed or synced, every plugin reaped,
     every thread joined; the teardown would only free, module by module, memory the kernel
     frees whole: about a tenth of a run's CPU over 1,000 entries, and at boot, under the
     unit, time the runtime waits for."""
-    code = main()
+    code = main(argv, clock=clock)
     # A stream that cannot be flushed raises here, and the interpreter ends as it would.
     sys.stdout.flush()
     sys.stderr.flush()

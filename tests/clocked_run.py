@@ -1,7 +1,8 @@
 """The reaper as its own process, on a clock the caller chooses (crash tests, benchmarks).
 
 Usage: python -m tests.clocked_run CLOCK -- ARGV...
-A process of its own, so that a failpoint's SIGKILL kills it and not the test.
+A process of its own, so that a failpoint's SIGKILL kills it and not the test; it leaves as
+the installed command does (cli.console).
 """
 
 from __future__ import annotations
@@ -13,4 +14,4 @@ from cni_reaper import cli
 if __name__ == "__main__":
     split = sys.argv.index("--")
     now = float(sys.argv[1])
-    sys.exit(cli.main(sys.argv[split + 1 :], clock=lambda: now))
+    cli.console(sys.argv[split + 1 :], clock=lambda: now)

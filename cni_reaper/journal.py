@@ -402,8 +402,10 @@ def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:
         return None
     try:
         # Loaded only here, under systemd; by name, since the source tree's systemd/ unit dir
-        # would otherwise pass for the package when type-checking.
-        journal = importlib.import_module("systemd.journal")
+        # would otherwise pass for the package when type-checking. The C module that has
+        # sendv, not systemd.journal around it, whose imports (logging, uuid, traceback,
+        # datetime) a boot would read from a cold disk for nothing the records use.
+        journal = importlib.import_module("systemd._journal")
     except ImportError:
         return None
     return _send_without_code_location(journal.sendv)

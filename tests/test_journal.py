@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -189,6 +192,25 @@ def test_native_logging_is_chosen_only_for_the_stream_systemd_named(tmp_path: Pa
     else:
         assert chosen is not None
         assert chosen is not journal.send  # whose CODE_* would name our own send call
+
+
+def test_the_send_under_systemd_loads_no_python_layer(tmp_path: Path) -> None:
+    """At boot every module comes from a cold disk: sendv is taken from systemd-python's C
+    module, never through systemd.journal, which loads logging, uuid and traceback."""
+    pytest.importorskip("systemd._journal")
+    code = (
+        "import json, os, sys\n"
+        "from cni_reaper.journal import journal_send\n"
+        f"fd = os.open({str(tmp_path / 'stream')!r}, os.O_WRONLY | os.O_CREAT)\n"
+        "st = os.fstat(fd)\n"
+        "send = journal_send({'JOURNAL_STREAM': f'{st.st_dev}:{st.st_ino}'}, fd)\n"
+        "heavy = ('systemd.journal', 'logging', 'uuid', 'traceback')\n"
+        "print(json.dumps([send is not None, [m for m in heavy if m in sys.modules]]))\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(ran.stdout) == [True, []]
 
 
 def test_status_lines_reach_the_notify_socket(

@@ -5,6 +5,7 @@ cut short by its deadline."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -75,6 +76,24 @@ def test_the_boots_a_real_journal_knows_and_how_each_ended(journal_dir: Path) ->
     assert w.seconds < journal.DEADLINE
 
 
+def test_the_journal_is_read_without_the_python_layer_and_its_imports(journal_dir: Path) -> None:
+    """At boot every module comes from a cold disk: both readers of the journal (this witness
+    and the file system's kernel log) use systemd-python's C reader alone, never
+    systemd.journal, which converts every field and loads logging, uuid and traceback."""
+    code = (
+        "import json, sys\n"
+        "from cni_reaper.evidence import fs_crash, journal\n"
+        f"w = journal.read('/', {CURRENT!r}, directory={str(journal_dir)!r})\n"
+        f"fs_crash.journal_kernel_log({CURRENT!r}, directory={str(journal_dir)!r})\n"
+        "heavy = ('systemd.journal', 'logging', 'uuid', 'traceback')\n"
+        "print(json.dumps([w.consulted, [m for m in heavy if m in sys.modules]]))\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(ran.stdout) == [True, []]
+
+
 def test_the_previous_boot_is_the_one_before_this_one(journal_dir: Path) -> None:
     w = journal.read("/", CLEAN, directory=str(journal_dir))
     assert w.previous is not None and w.previous.boot_id == compact(CRASHED)
@@ -132,10 +151,7 @@ def test_without_systemd_python_the_witness_says_so(
 ) -> None:
     (tmp_path / "var/log/journal").mkdir(parents=True)
 
-    def missing(name: str) -> object:
-        raise ImportError(name)
-
-    monkeypatch.setattr("cni_reaper.evidence.journal.importlib.import_module", missing)
+    monkeypatch.setitem(sys.modules, "systemd._reader", None)  # its import fails
     w = journal.read(str(tmp_path), CURRENT)
     assert (w.consulted, w.says) == (False, "not read: systemd-python not installed")
 

@@ -15,9 +15,9 @@ A replay proves the file system holding the results dir was not unmounted cleanl
 reading any clock. The log is read from /dev/kmsg (this boot's ring buffer, from its start,
 non-blocking); where that cannot be read (the unit's PrivateDevices= and ProtectKernelLogs= hide
 it) or no longer holds the mount (the ring has rotated), from this boot's kernel messages as
-journald keeps them (_TRANSPORT=kernel), with systemd-python, in bounded time. The live kernel
-log and udev describe the running machine: under a --root other than `/`, the record names no
-device and gives no verdict.
+journald keeps them (_TRANSPORT=kernel), with systemd-python's C reader, in bounded time. The
+live kernel log and udev describe the running machine: under a --root other than `/`, the record
+names no device and gives no verdict.
 
 The kernel name comes from sysfs (/sys/dev/block/<maj:min>); pyudev is imported only here,
 only when sysfs cannot name the device or mountinfo does not give the file system's type (udev's
@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import NamedTuple
+
+from cni_reaper.evidence.journal_files import JournalUnavailable, open_journal
 
 KMSG = "/dev/kmsg"
 MOUNTINFO = "/proc/self/mountinfo"
@@ -243,39 +245,31 @@ def journal_kernel_log(
     wanted = boot_id.replace("-", "")
     if len(wanted) != 32:
         raise KernelLogUnreadable("journal: no boot id to select this boot's entries by")
-    try:
-        # By name: the source tree's systemd/ unit dir would otherwise pass for the package.
-        sd_journal = importlib.import_module("systemd.journal")
-    except ImportError:
-        raise KernelLogUnreadable("journal: systemd-python not installed") from None
     started = clock()
     try:
-        if directory is not None:
-            reader = sd_journal.Reader(path=directory)
-        else:
-            reader = sd_journal.Reader(flags=sd_journal.LOCAL_ONLY | sd_journal.SYSTEM_ONLY)
+        journal = open_journal(directory)
+    except JournalUnavailable as e:
+        raise KernelLogUnreadable(f"journal: {e}") from None
     except (OSError, ValueError) as e:
         raise KernelLogUnreadable(f"journal: cannot open it: {e}") from None
     lines: list[str] = []
     try:
-        reader.this_boot(wanted)
-        reader.add_match(_TRANSPORT="kernel")
+        journal.match("_BOOT_ID", wanted)
+        journal.match("_TRANSPORT", "kernel")
         for n in range(_MAX_JOURNAL_ENTRIES + 1):
             if n == _MAX_JOURNAL_ENTRIES or (n % 256 == 0 and clock() - started > deadline):
                 late = f"journal: this boot's kernel log not read in {deadline} s"
                 raise KernelLogUnreadable(late)
-            entry = reader.get_next()
-            if not entry:
+            if not journal.next():
                 return lines
-            message = entry.get("MESSAGE")
-            if isinstance(message, bytes):
-                message = message.decode("utf-8", "replace")
-            if isinstance(message, str) and any(t in message for t in _MOUNT_TEXT):
+            # Only the message of each entry is fetched, as the journal holds it.
+            message = (journal.field("MESSAGE") or b"").decode("utf-8", "replace")
+            if any(t in message for t in _MOUNT_TEXT):
                 lines.append(message)
     except OSError as e:
         raise KernelLogUnreadable(f"journal: {e}") from None
     finally:
-        reader.close()
+        journal.close()
     return lines
 
 

@@ -1,7 +1,7 @@
 """The journal's boot list: the boots a persistent journal knows, their first and last entries,
 and whether each reached a clean shutdown. A witness only: it describes, it decides nothing.
 
-Read with systemd-python's journal reader (imported only here, only when the witness is read),
+Read with systemd-python's C reader (journal_files.py; imported only when the witness is read),
 from <root>/var/log/journal, never from this machine's /run/log/journal: under --root the root's
 persistent journal is the only one that speaks of the root's boots. With no persistent journal
 the journal is volatile and keeps no earlier boot: the witness is skipped with a note.
@@ -23,12 +23,13 @@ is checked between calls.
 
 from __future__ import annotations
 
-import importlib
 import os
 import stat
 import time
 from collections.abc import Sequence
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
+
+from cni_reaper.evidence.journal_files import Journal, JournalUnavailable, open_journal
 
 JOURNAL_DIR = "var/log/journal"
 SHUTDOWN_MESSAGES = {
@@ -128,18 +129,15 @@ def read(
     if not stat.S_ISDIR(st.st_mode):
         return JournalWitness(False, f"not read: {path} is not a directory (symlinks are refused)")
     try:
-        # By name: the source tree's systemd/ unit dir would otherwise pass for the package.
-        sd_journal = importlib.import_module("systemd.journal")
-    except ImportError:
-        return JournalWitness(False, "not read: systemd-python not installed")
-    try:
-        reader = sd_journal.Reader(path=path, converters=_RAW)
+        journal = open_journal(path)
+    except JournalUnavailable as e:
+        return JournalWitness(False, f"not read: {e}")
     except (OSError, ValueError) as e:
         return JournalWitness(False, f"not read: cannot open the journal at {path}: {e}")
     try:
-        boots, warnings = _boots(reader, current_boot_id, started + deadline, max_boots, clock)
+        boots, warnings = _boots(journal, current_boot_id, started + deadline, max_boots, clock)
     finally:
-        reader.close()
+        journal.close()
     seconds = clock() - started
     ids = [b.boot_id for b in boots]
     # The boot before this one; the newest boot when the journal does not know this one.
@@ -155,26 +153,8 @@ def read(
     )
 
 
-def _text(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode("ascii", "replace")
-    return str(value)
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) else 0
-
-
-# Raw values: the boot id as the journal writes it (32 hex digits), times as microseconds.
-_RAW: dict[str, Callable[[Any], object]] = {
-    "_BOOT_ID": _text,
-    "MESSAGE_ID": _text,
-    "__REALTIME_TIMESTAMP": _int,
-}
-
-
 def _boots(
-    reader: Any, current: str, until: float, max_boots: int, clock: Clock
+    journal: Journal, current: str, until: float, max_boots: int, clock: Clock
 ) -> tuple[list[JournalBoot], list[str]]:
     warnings: list[str] = []
 
@@ -184,15 +164,13 @@ def _boots(
 
     firsts: list[tuple[float, str]] = []
     try:
-        ids = sorted(reader.query_unique("_BOOT_ID"))
+        ids = journal.boot_ids()
         in_time()
         for boot_id in ids:
-            reader.flush_matches()
-            reader.add_match(_BOOT_ID=boot_id)
-            reader.seek_head()
-            entry = reader.get_next()
-            if entry:
-                firsts.append((entry["__REALTIME_TIMESTAMP"] / 1e6, boot_id))
+            journal.flush_matches()
+            journal.match("_BOOT_ID", boot_id)
+            if journal.first():
+                firsts.append((journal.realtime(), boot_id))
             in_time()
     except _Late:
         warnings.append(
@@ -212,7 +190,7 @@ def _boots(
             continue
         try:
             in_time()
-            boots.append(_examine(reader, boot_id, first, boot_id == current, in_time))
+            boots.append(_examine(journal, boot_id, first, boot_id == current, in_time))
         except _Late:
             late = True
             warnings.append("the journal's read stopped at its deadline: some boots' ends unknown")
@@ -225,28 +203,25 @@ def _boots(
 
 
 def _examine(
-    reader: Any, boot_id: str, first: float, running: bool, in_time: Callable[[], None]
+    journal: Journal, boot_id: str, first: float, running: bool, in_time: Callable[[], None]
 ) -> JournalBoot:
-    reader.flush_matches()
-    reader.add_match(_BOOT_ID=boot_id)
-    reader.seek_tail()
-    entry = reader.get_previous()
-    last = entry["__REALTIME_TIMESTAMP"] / 1e6 if entry else None
+    journal.flush_matches()
+    journal.match("_BOOT_ID", boot_id)
+    last = journal.realtime() if journal.last() else None
     if running:
         return JournalBoot(boot_id, first, last, RUNNING)
     in_time()
     # One boot AND (one shutdown message OR the other): matches on one field are ORed.
     for message_id in SHUTDOWN_MESSAGES:
-        reader.add_match(MESSAGE_ID=message_id)
-    reader.seek_tail()
-    marker = reader.get_previous()
-    if marker:
+        journal.match("MESSAGE_ID", message_id)
+    if journal.last():
+        message_id = (journal.field("MESSAGE_ID") or b"").decode("ascii", "replace")
         return JournalBoot(
             boot_id,
             first,
             last,
             CLEAN,
-            SHUTDOWN_MESSAGES.get(marker.get("MESSAGE_ID", ""), "a shutdown message"),
+            SHUTDOWN_MESSAGES.get(message_id, "a shutdown message"),
         )
     return JournalBoot(boot_id, first, last, CRASHED)
 

@@ -90,7 +90,17 @@ image)
     # next to the reaper in the timing boot, cold and then warm.
     (cd "$here/../.." && python3 -c 'import sys; from bench.run import FLOOR; sys.stdout.write(FLOOR.lstrip())') >"$lib/floor.py"
     cp "$here/guest/vmtest-floor.service" "$here/guest/vmtest-floor-warm.service" "$R/etc/systemd/system/"
-    chroot "$R" systemctl enable vmtest-floor.service vmtest-floor-warm.service >/dev/null 2>&1
+    # And once more, cold, in the shipped unit's sandbox: its [Service] settings but what it
+    # runs, its type, exit statuses and timeouts.
+    {
+        cat "$here/guest/vmtest-floor-hardened.service"
+        awk '/^\[/ { service = ($0 == "[Service]") } service && /^[A-Za-z]+=/ {
+                key = substr($0, 1, index($0, "=") - 1)
+                if (key !~ /^(Type|RemainAfterExit|ExecStart|ExecStop|SuccessExitStatus|TimeoutStartSec|TimeoutStopSec|NotifyAccess)$/) print
+            }' "$here/../../systemd/cni-reaper.service"
+        printf '\n[Install]\nWantedBy=multi-user.target\n'
+    } >"$R/etc/systemd/system/vmtest-floor-hardened.service"
+    chroot "$R" systemctl enable vmtest-floor.service vmtest-floor-warm.service vmtest-floor-hardened.service >/dev/null 2>&1
     # The crash campaign's (tests/vm/campaign.py): the second network and the containerd config
     # that attaches pods to both, which its churn boot puts in place (other scenarios keep one
     # network); the EKS-like boot policy's unit, which runs only when the command line asks.

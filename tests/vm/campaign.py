@@ -237,21 +237,30 @@ def judge(policy: str, boot: Boot, work: Path) -> dict[str, Any]:
             "repaired": len(
                 [r for r in facts["journal"] if r.get("CNI_REAPER_EVENT") == "repaired"]
             ),
-            "reaper_seconds": reaper_seconds(facts["journal"]),
+            "reaper_seconds": reaper_seconds(facts["journal"], reaper),
         }
     )
     return outcome
 
 
-def reaper_seconds(records: list[dict[str, Any]]) -> dict[str, float | None] | None:
+def reaper_seconds(
+    records: list[dict[str, Any]], unit: dict[str, str]
+) -> dict[str, float | None] | None:
     """The reaper's own account of its run (its journal summary): seconds from its start,
-    after the interpreter's and the imports', until its whole plan was made and in all."""
+    after the interpreter's and the imports', until its whole plan was made and in all; and
+    from its unit's fork until that start (systemd's sandbox, the interpreter, the imports):
+    journald stamps the summary as it arrives, on the clock of systemd's stamps."""
     for record in records:
         if record.get("CNI_REAPER_EVENT") == "summary" and record.get("CNI_REAPER_SECONDS"):
             to_plan = record.get("CNI_REAPER_SECONDS_TO_PLAN")
+            in_all = float(record["CNI_REAPER_SECONDS"])
+            logged = int(record.get("__MONOTONIC_TIMESTAMP") or 0)
+            forked = int(unit.get("ExecMainStartTimestampMonotonic") or 0)
+            before = (logged - in_all * 1e6 - forked) / 1e6 if logged and forked else None
             return {
                 "to_plan": float(to_plan) if to_plan else None,
-                "in_all": float(record["CNI_REAPER_SECONDS"]),
+                "in_all": in_all,
+                "before_start": round(before, 3) if before is not None else None,
             }
     return None
 
@@ -494,10 +503,21 @@ def reaper_account(crashes: list[dict[str, Any]]) -> str | None:
     in_all = statistics.median(o["reaper_seconds"]["in_all"] for o in timed)
     to_plan = statistics.median(o["reaper_seconds"]["to_plan"] for o in timed)
     rest = statistics.median(o["held_back"] - o["reaper_seconds"]["in_all"] for o in timed)
+    before = [
+        o["reaper_seconds"]["before_start"]
+        for o in timed
+        if o["reaper_seconds"].get("before_start") is not None
+    ]
+    before_start = (
+        f", {statistics.median(before):.2f} s of it from the unit's fork until the run's "
+        "start (systemd's sandbox, the interpreter's start, the imports)"
+        if before
+        else ""
+    )
     return (
         f"reaper, {len(timed)} boots (medians): held containerd back {held:.2f} s; its run "
         f"{in_all:.2f} s from its start, {to_plan:.2f} s of it until the plan was made; the "
-        f"rest ({rest:.2f} s) the interpreter's start, the imports and the exit"
+        f"rest {rest:.2f} s{before_start}"
     )
 
 

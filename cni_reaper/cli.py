@@ -66,9 +66,11 @@ from cni_reaper.runtime import config as runtime_config
 from cni_reaper.runtime import liveness
 
 if TYPE_CHECKING:
+    from cni_reaper.apply import Executor
     from cni_reaper.budget import Budget
     from cni_reaper.evidence.fs_crash import FsCrashRecord
     from cni_reaper.plugin import PluginRunner
+    from cni_reaper.quarantine import Quarantine
     from cni_reaper.replay import DelTools
     from cni_reaper.runtime.inventory import SandboxInventory
 
@@ -673,7 +675,7 @@ def _pipeline(run: _Run) -> Report:
             pins=_pinned_netns(run) if stores else frozenset(),
         )
         return report
-    quarantine = None
+    quarantines: list[Quarantine] = []  # the one a real run opens, if it changes anything
     cached_configs.results_fd = results_fd
     try:
         proof.open_dir(paths.results_dir, os.fstat(results_fd))
@@ -722,19 +724,22 @@ def _pipeline(run: _Run) -> Report:
         if args.dry_run:
             results = outcome.dry_run(plan)
         else:
-            # Plugins, quarantine and hashing are loaded only by runs that may use them.
-            from cni_reaper import apply  # noqa: PLC0415
-            from cni_reaper.quarantine import Quarantine  # noqa: PLC0415
 
-            quarantine = Quarantine(paths.quarantine_dir, boot_ctx.boot_id)
-            executor = apply.Executor(
-                results_fd=results_fd,
-                quarantine=quarantine,
-                clock_now=boot_ctx.now,
-                releases=host_local.Releases(stores),
-                tools=_del_tools(run),
-            )
-            results = apply.execute(plan, executor)
+            def executor() -> Executor:
+                # Plugins, quarantine and hashing are loaded only by runs that use them.
+                from cni_reaper.apply import Executor  # noqa: PLC0415
+                from cni_reaper.quarantine import Quarantine  # noqa: PLC0415
+
+                quarantines.append(Quarantine(paths.quarantine_dir, boot_ctx.boot_id))
+                return Executor(
+                    results_fd=results_fd,
+                    quarantine=quarantines[0],
+                    clock_now=boot_ctx.now,
+                    releases=host_local.Releases(stores),
+                    tools=_del_tools(run),
+                )
+
+            results = _carried_out(plan, executor)
         log_kept, dry_run, notify = args.verbose, args.dry_run, run.notifier.enabled
         for result in results:
             report.add(result)
@@ -762,10 +767,28 @@ def _pipeline(run: _Run) -> Report:
             del_problems,
         )
     finally:
-        if quarantine is not None:
+        for quarantine in quarantines:
             quarantine.close()
         os.close(results_fd)
     return report
+
+
+def _carried_out(
+    plan: Iterable[PlannedEntry], executor: Callable[[], Executor]
+) -> Iterator[EntryResult]:
+    """The plan carried out. An entry that changes nothing is skipped, as apply.execute
+    skips it; from the first that changes something on (held_until holds those back to the
+    end of the plan), apply.execute does the rest, with the executor made then. So a boot with
+    nothing to repair, the common one, never reads the plugin runner, the quarantine or the
+    DEL replay from a cold disk."""
+    entries = iter(plan)
+    for planned in entries:
+        if planned.action.changes_things:
+            from cni_reaper.apply import execute  # noqa: PLC0415
+
+            yield from execute(itertools.chain((planned,), entries), executor())
+            return
+        yield EntryResult(planned, Outcome.SKIPPED)
 
 
 def _file_system_record(paths: NodePaths, boot_id: str) -> FsCrashRecord:

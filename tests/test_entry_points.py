@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from cni_reaper import __version__
+from tests.nodetree import CONTAINER_IDS, NodeTree, cache_entry_bytes, host_local_conflist
+from tests.private_node import cannot_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,3 +45,57 @@ def test_it_leaves_without_the_teardown_with_every_byte_and_its_exit_code(
     report = json.loads(ran.stdout)
     assert ran.returncode == report["summary"]["exit_code"] == 73, ran.stderr
     assert ran.stderr.splitlines()[-1].startswith("cni-reaper: 6 entries;"), ran.stderr
+
+
+def _real_run_imports(node: NodeTree) -> tuple[int, set[str]]:
+    """A real run over node, on a clock past its boot, with an empty plugin dir: its exit code
+    and the modules it imported (-X importtime), as a boot reads them from disk."""
+    empty = node.root / "empty-bin"
+    empty.mkdir(exist_ok=True)
+    ran = subprocess.run(
+        [
+            *(sys.executable, "-X", "importtime", "-m", "tests.clocked_run"),
+            *(str(time.time() + 3600), "--", "--root", str(node.root), "--bin-dir", str(empty)),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in ran.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return ran.returncode, imported
+
+
+REPAIRING = {"cni_reaper.apply", "cni_reaper.quarantine", "cni_reaper.replay"}
+
+
+def test_a_real_run_with_nothing_to_repair_never_loads_the_repair_machinery(
+    tmp_path: Path,
+) -> None:
+    """Most boots have nothing to repair, and at boot every module is read from a cold disk:
+    the DEL replay, the plugin runner's workers and the quarantine are loaded only by a run
+    that changes something; then the damaged file is quarantined as before."""
+    if os.geteuid() != 0:
+        cannot_run("a real run under --root confines itself: needs root")
+    node = NodeTree(tmp_path / "root")
+    conf = host_local_conflist("podnet", "10.88.0.0/16")
+    node.write_conf("10-podnet.conflist", conf)
+    for cid in CONTAINER_IDS[:3]:
+        node.write_result(f"podnet-{cid}-eth0", cache_entry_bytes(conf, "podnet", cid, "eth0"))
+    node.boot(time.time() - 86400)
+    node.boot(time.time() - 60)
+    node.write_boot_world(btime=time.time() - 60)
+    code, imported = _real_run_imports(node)
+    assert code == 0
+    assert "cni_reaper.cli" in imported and not REPAIRING & imported
+
+    node.write_result(f"podnet-{CONTAINER_IDS[3]}-eth0", b"")  # damage from the crashed boot
+    node.write_boot_world(btime=time.time() + 60, boot_id="22222222-2222-3333-4444-555555555555")
+    code, imported = _real_run_imports(node)
+    # The DEL cannot run (no plugin): exit 73, and the file goes to the quarantine all the same.
+    assert code == 73 and imported >= REPAIRING
+    assert not (node.results / f"podnet-{CONTAINER_IDS[3]}-eth0").exists()
+    assert list(node.quarantine.glob(f"*/podnet-{CONTAINER_IDS[3]}-eth0"))

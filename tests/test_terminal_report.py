@@ -300,7 +300,7 @@ def test_under_systemd_without_systemd_python_the_journal_gets_lines_and_no_repo
     """The unit on a node without systemd-python: stderr is the stream systemd named in
     $JOURNAL_STREAM (a file stands for journald's socket here); each event is a line there, and
     the text report, which would say it all again in the same journal, is not printed."""
-    monkeypatch.setitem(sys.modules, "systemd.journal", None)  # the import fails, as there
+    monkeypatch.setitem(sys.modules, "systemd._journal", None)  # the import fails, as there
     with (tmp_path / "stream").open("w") as stream, (tmp_path / "stdout").open("w") as out:
         st = os.fstat(stream.fileno())
         named = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.private_node import cannot_run
+from tests.vm.campaign import reaper_seconds
 from tests.vm.machine import Boot, Image, Node, have_tools
 
 REPO = Path(__file__).resolve().parent.parent
@@ -373,15 +374,15 @@ def test_the_time_the_reaper_holds_the_runtime_back_next_to_the_floor_program(
     )
     # The reaper's own clock (its journal summary): its run from its start, after the
     # interpreter's start and the imports, and the part of it until the plan was made.
-    said = summary(second)
-    own, to_plan = float(said["CNI_REAPER_SECONDS"]), float(said["CNI_REAPER_SECONDS_TO_PLAN"])
-    # journald stamps the summary as it arrives, on the clock systemd's stamps use: less the
-    # run, that is when main() began.
-    main_began = int(said["__MONOTONIC_TIMESTAMP"]) - own * 1e6
+    # The same account the crash campaign keeps of each boot (campaign.reaper_seconds).
+    own_account = reaper_seconds([summary(second)], reaper)
+    assert own_account is not None and own_account["before_start"] is not None
+    own, to_plan = own_account["in_all"], own_account["to_plan"]
+    assert own is not None and to_plan is not None
     figures.append(
         f"  by its own clock the reaper's run took {own:.2f} s, {to_plan:.2f} s of it until "
         f"its plan was made; the other {ran - own:.2f} s of its process: "
-        f"{(main_began - at(reaper, 'ExecMainStart')) / 1e6:.2f} s from the fork to its main() "
+        f"{own_account['before_start']:.2f} s from the fork to its main() "
         "(systemd's sandbox, the interpreter's start, the imports), the rest the exit"
     )
     figures.append(

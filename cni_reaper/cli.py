@@ -1035,14 +1035,8 @@ def _joined_names(names: str) -> Iterator[str]:
 def _held_now(state: pool.AddressStates | None, store: str, dry_run: bool) -> pool.AddressStates:
     """Each address the store holds now -> its owner's state ("unknown" if the inventory saw
     no such reservation); a dry run's planned away are counted as released."""
-    after = pool.AddressStates()
-    for name in host_local.address_names(store):
-        found = state.find(name) if state is not None else None
-        if found is None:
-            after.add(name, "unknown")
-        elif not (dry_run and found[1]):
-            after.add(name, found[0])
-    return after
+    known = pool.AddressStates() if state is None else state
+    return known.held_now(host_local.address_names(store), away_released=dry_run)
 
 
 def console(argv: Sequence[str] | None = None, clock: boot.Clock = time.time) -> NoReturn:

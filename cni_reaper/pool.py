@@ -71,10 +71,18 @@ def is_address(name: str) -> bool:
 
 def address_value(name: str) -> tuple[int, int] | None:
     """(version, the address as a number) of address_of(name), or None."""
-    if DOTTED_QUAD.fullmatch(name) is not None:
-        return 4, int.from_bytes(socket.inet_aton(name), "big")
+    number = dotted_quad_number(name)
+    if number is not None:
+        return 4, number
     address = address_of(name)
     return None if address is None else (address.version, int(address))
+
+
+def dotted_quad_number(name: str) -> int | None:
+    """The number of a name DOTTED_QUAD spells, None for any other name."""
+    if DOTTED_QUAD.fullmatch(name) is None:
+        return None
+    return int.from_bytes(socket.inet_aton(name), "big")
 
 
 class AddressStates:
@@ -95,31 +103,37 @@ class AddressStates:
 
     def add(self, name: str, state: str, away: bool = False) -> None:
         """A name not added before, with its owner's state."""
+        code = self._state_code(state)
+        self._put(name, dotted_quad_number(name), code | self._AWAY if away else code)
+
+    def _state_code(self, state: str) -> int:
         code = self._codes.get(state)
         if code is None:
             code = self._codes[state] = len(self._states)
             self._states.append(state)
             if code >= self._AWAY:
                 raise ValueError(f"more than {self._AWAY} owner states")
-        if away:
-            code |= self._AWAY
-        if DOTTED_QUAD.fullmatch(name) is not None:
+        return code
+
+    def _put(self, name: str, number: int | None, code: int) -> None:
+        """name, whose dotted_quad_number() is number, with its code."""
+        if number is not None:
             v4 = self._v4
-            item = int.from_bytes(socket.inet_aton(name), "big") << 8 | code
+            item = number << 8 | code
             if v4 and item < v4[-1]:
                 self._sorted = False
             v4.append(item)
         else:
             self._others[name] = code
 
-    def _code(self, name: str) -> int | None:
-        if DOTTED_QUAD.fullmatch(name) is None:
+    def _code(self, name: str, number: int | None) -> int | None:
+        """name's code, given its dotted_quad_number(); None if it was never added."""
+        if number is None:
             return self._others.get(name)
         v4 = self._v4
         if not self._sorted:
             self._v4 = v4 = array("Q", sorted(v4))
             self._sorted = True
-        number = int.from_bytes(socket.inet_aton(name), "big")
         index = bisect.bisect_left(v4, number << 8)
         if index < len(v4) and v4[index] >> 8 == number:
             return int(v4[index] & 0xFF)
@@ -127,13 +141,36 @@ class AddressStates:
 
     def find(self, name: str) -> tuple[str, bool] | None:
         """(its owner's state, whether it is planned away), None if it was never added."""
-        code = self._code(name)
+        code = self._code(name, dotted_quad_number(name))
         if code is None:
             return None
         return self._states[code & ~self._AWAY], bool(code & self._AWAY)
 
     def __contains__(self, name: str) -> bool:
-        return self._code(name) is not None
+        return self.has(name, dotted_quad_number(name))
+
+    def has(self, name: str, number: int | None) -> bool:
+        """Whether name, whose dotted_quad_number() is number, was added."""
+        return self._code(name, number) is not None
+
+    def held_now(self, names: Iterable[str], away_released: bool) -> AddressStates:
+        """The table of a store's names as listed now: each with its owner's state here
+        ("unknown" if it was never added), none planned away; one planned away is left out
+        if away_released (a dry run counts what it plans as released). The same as adding
+        each name found, with each name read once, not three times: a store is listed whole."""
+        now = AddressStates()
+        now._states, now._codes = list(self._states), dict(self._codes)
+        for name in names:
+            number = dotted_quad_number(name)
+            code = self._code(name, number)
+            if code is None:
+                code = now._state_code("unknown")
+            elif code & self._AWAY:
+                if away_released:
+                    continue
+                code &= ~self._AWAY
+            now._put(name, number, code)
+        return now
 
     def __len__(self) -> int:
         return len(self._v4) + len(self._others)
@@ -276,9 +313,10 @@ def health(
         return -1
 
     for name in before:
-        index = set_of(address_value(name))
+        number = dotted_quad_number(name)  # read once: for its set, and to look it up after
+        index = set_of((4, number) if number is not None else address_value(name))
         before_by_set[index] = before_by_set.get(index, 0) + 1
-        if name not in after:
+        if not after.has(name, number):
             released_by_set[index] = released_by_set.get(index, 0) + 1
     for value, state in after.values():
         counts = after_by_set.setdefault(set_of(value), {})

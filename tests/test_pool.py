@@ -159,3 +159,44 @@ def test_address_states_answer_as_a_dict_of_names_would(
     assert sorted(table.values(), key=repr) == sorted(
         ((address_value(n), s) for n, (s, _) in states.items()), key=repr
     )
+
+
+@given(
+    st.dictionaries(
+        st.one_of(
+            st.builds("10.88.{}.{}".format, st.integers(0, 3), st.integers(0, 255)),
+            st.sampled_from(["10.88.0.01", "fd00::5", "fd00::6"]),
+        ),
+        st.tuples(st.sampled_from(["runtime", "left", "alive"]), st.booleans()),
+    ),
+    st.lists(
+        st.one_of(
+            st.builds("10.88.{}.{}".format, st.integers(0, 3), st.integers(0, 255)),
+            st.sampled_from(["10.88.0.01", "fd00::5", "fd00::7"]),
+        ),
+        unique=True,
+    ),
+    st.booleans(),
+)
+def test_the_table_of_a_store_listed_now_is_each_name_added_as_found(
+    states: dict[str, tuple[str, bool]], listed: list[str], away_released: bool
+) -> None:
+    """What the store holds after the run (pool health's 'left'), made from the inventory's
+    table in one pass, against adding each listed name with its state as the dict has it:
+    "unknown" if the inventory never saw it, left out if planned away and counted released."""
+    table = AddressStates()
+    for name, (state, away) in states.items():
+        table.add(name, state, away)
+    expected: dict[str, tuple[str, bool]] = {}
+    for name in listed:
+        if name not in states:
+            expected[name] = ("unknown", False)
+        elif not (away_released and states[name][1]):
+            expected[name] = (states[name][0], False)
+    now = table.held_now(iter(listed), away_released)
+    assert len(now) == len(expected)
+    for name in [*states, *listed]:
+        assert now.find(name) == expected.get(name), name
+    assert sorted(now.values(), key=repr) == sorted(
+        ((address_value(n), s) for n, (s, _) in expected.items()), key=repr
+    )

@@ -4,11 +4,13 @@
     python bench/run.py --python /usr/bin/python3 --python ~/.pyenv/versions/3.9.18/bin/python3
     python bench/run.py --del            # DEL replay with the real plugins (root; namespaces)
 
-Scan: node trees of libcni-format cache files and the whole cni-reaper process (`--json` to
-/dev/null, stderr to a file) against the floor program, a minimal loop that stats, reads and
-JSON-decodes every file of the dirs the path must read (the results dir; and host-local's store
-where there is one) and nothing else. Both run with this interpreter, by its path, after a
-warm-up; medians of --runs runs (5), alternating. The paths, each at every size:
+Scan: node trees of libcni-format cache files and the whole cni-reaper process against the
+floor program, a minimal loop that stats, reads and JSON-decodes every file of the dirs the path
+must read (the results dir; and host-local's store where there is one) and nothing else. The
+reaper runs twice over: as the unit and an operator run it, its report as text (stdout to
+/dev/null, stderr to a file), and with `--json`, the report of every entry on stdout. All three
+run with this interpreter, by its path, after a warm-up; medians of --runs runs (5), alternating.
+The paths, each at every size:
 - all valid, a dry run;
 - 10 % damaged (empty, NUL-filled, cut), left by an earlier boot that crashed: a dry run, and,
   as root, a real run with an empty plugin dir (every DEL found unable to run before any process
@@ -370,20 +372,26 @@ def scan_rows(
             up_to_dels: list[float] = []
 
             def reaper(
-                path: ScanPath = path, node: NodeTree = node, up_to_dels: list[float] = up_to_dels
+                report: list[str],
+                path: ScanPath = path,
+                node: NodeTree = node,
+                up_to_dels: list[float] = up_to_dels,
             ) -> tuple[float, int]:
                 if path.before_each is None:
-                    return timed([sys.executable, *path.argv(node), "--json"], env)
+                    return timed([sys.executable, *path.argv(node), *report], env)
                 path.before_each(node)
                 prom = node.root / "cni-reaper.prom"
-                argv = [sys.executable, *path.argv(node), "--json", "--metrics-file", str(prom)]
+                argv = [sys.executable, *path.argv(node), *report, "--metrics-file", str(prom)]
                 wall, rss = timed(argv, env)
-                up_to_dels.append(wall - after_the_plan(prom))
+                if not report:
+                    up_to_dels.append(wall - after_the_plan(prom))
                 return wall, rss
 
             floor_argv = [sys.executable, "-c", FLOOR, *map(str, path.read(node))]
             floor = functools.partial(timed, floor_argv, env)
-            (r_wall, r_rss), (f_wall, _) = medians(runs, reaper, floor)
+            (r_wall, r_rss), (j_wall, j_rss), (f_wall, _) = medians(
+                runs, functools.partial(reaper, []), functools.partial(reaper, ["--json"]), floor
+            )
             row = {
                 "path": path.name,
                 "entries": entries,
@@ -391,6 +399,9 @@ def scan_rows(
                 "floor": f_wall,
                 "ratio": r_wall / f_wall,
                 "rss_mib": r_rss / 1024,
+                "json": j_wall,
+                "json_ratio": j_wall / f_wall,
+                "json_rss_mib": j_rss / 1024,
             }
             if up_to_dels:
                 # The warm-up's is left out, as medians() leaves its wall time out.
@@ -416,12 +427,16 @@ def after_the_plan(prom: Path) -> float:
 
 def print_scan(rows: list[dict[str, Any]]) -> None:
     """A Markdown table, as the README keeps it, and each path's growth."""
-    print("| path | entries | reaper (s) | floor (s) | ratio | reaper peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| path | entries | reaper (s) | floor (s) | ratio | reaper peak RSS "
+        "| with --json (s) | ratio | peak RSS |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(
             f"| {row['path']} | {row['entries']:,} | {row['reaper']:.3f} | {row['floor']:.3f} "
-            f"| {row['ratio']:.2f} | {row['rss_mib']:.1f} MiB |"
+            f"| {row['ratio']:.2f} | {row['rss_mib']:.1f} MiB | {row['json']:.3f} "
+            f"| {row['json_ratio']:.2f} | {row['json_rss_mib']:.1f} MiB |"
         )
     for row in rows:
         if "up_to_dels" in row:
@@ -430,13 +445,15 @@ def print_scan(rows: list[dict[str, Any]]) -> None:
                 f"nothing changed yet) {row['up_to_dels']:.3f} s, "
                 f"{row['up_to_dels'] / row['floor']:.2f}x the floor"
             )
-    by_path: dict[str, dict[int, float]] = {}
+    by_path: dict[str, dict[int, tuple[float, float]]] = {}
     for row in rows:
-        by_path.setdefault(row["path"], {})[row["entries"]] = row["reaper"]
+        by_path.setdefault(row["path"], {})[row["entries"]] = (row["reaper"], row["json"])
     for name, walls in by_path.items():
         if 10_000 in walls and 100_000 in walls:
+            (text_10k, json_10k), (text_100k, json_100k) = walls[10_000], walls[100_000]
             print(
-                f"growth 10,000 -> 100,000 entries, {name}: {walls[100_000] / walls[10_000]:.1f}x"
+                f"growth 10,000 -> 100,000 entries, {name}: {text_100k / text_10k:.1f}x "
+                f"(with --json {json_100k / json_10k:.1f}x)"
             )
 
 

@@ -6,7 +6,6 @@ that descriptor, so nothing outside it is ever read and no FIFO is ever opened.
 
 from __future__ import annotations
 
-import base64
 import errno
 import json
 import os
@@ -299,6 +298,8 @@ def read_cached(dir_fd: int, entry: CacheEntry) -> CachedAttachment | str:
     if entry.content is Content.LEGACY:
         return CachedAttachment(None, (), None, doc)
     config = doc.get("config")
+    import base64  # noqa: PLC0415 (only a DEL's planning reads a cached config)
+
     try:
         config_bytes = base64.b64decode(config, validate=True) if config else None
     except (ValueError, TypeError):

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import stat
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from cni_reaper.netconf import NetworkList
-from cni_reaper.spawn import Child, inherited_fds
 from cni_reaper.trust import resolve_trusted, trusted_uids, untrusted
+
+if TYPE_CHECKING:
+    from cni_reaper.spawn import Child
 
 MAX_STDOUT = 1 << 20
 MAX_STDERR = 64 << 10
@@ -298,10 +299,14 @@ class ProcessRunner:
     plugin gets."""
 
     def __init__(self) -> None:
-        self._close_fds = inherited_fds()
+        # Only a run that starts a plugin loads the spawning; finding one needs none of it.
+        from cni_reaper import spawn  # noqa: PLC0415
+
+        self._spawn = spawn.Child.spawn
+        self._close_fds = spawn.inherited_fds()
 
     def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun:
-        child = Child.spawn(path, dict(env), self._close_fds)
+        child = self._spawn(path, dict(env), self._close_fds)
         try:
             return self._communicate(child, stdin, timeout)
         finally:
@@ -391,6 +396,8 @@ def error_from_run(kind: str, run: PluginRun, timeout: float) -> PluginError | N
     if run.exit_status == 0:
         return None
     if run.exit_status < 0:
+        import signal  # noqa: PLC0415 (a plugin killed by a signal is rare)
+
         try:
             name = signal.Signals(-run.exit_status).name
         except ValueError:

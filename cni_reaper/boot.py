@@ -66,11 +66,96 @@ class Boot(NamedTuple):
         }
 
 
-class WrittenVerdict(NamedTuple):
-    written: Written
-    evidence: str
-    writing_boot: Boot | None = None
-    seconds_before_last_record: float | None = None
+class WrittenVerdict:
+    """When a file was written (`written`), and what says so: `evidence`, for people, and the
+    earlier boot that wrote it (`writing_boot`, `seconds_before_last_record`). What the clocks
+    say of a file is put into words when first asked: a boot's run keeps nearly every entry
+    and says nothing of it, and over 100,000 entries the words were a sixth of a dry run."""
+
+    __slots__ = ("_reason", "_said", "written")
+
+    def __init__(
+        self,
+        written: Written,
+        evidence: str,
+        writing_boot: Boot | None = None,
+        seconds_before_last_record: float | None = None,
+    ) -> None:
+        self.written = written
+        self._reason = ""  # said before the rest of the evidence
+        self._said: tuple[str, Boot | None, float | None] | ClockReading = (
+            evidence,
+            writing_boot,
+            seconds_before_last_record,
+        )
+
+    @classmethod
+    def by_clocks(cls, reading: ClockReading) -> WrittenVerdict:
+        verdict = cls.__new__(cls)
+        verdict.written, verdict._reason, verdict._said = reading.written, "", reading
+        return verdict
+
+    def restated(self, written: Written, reason: str) -> WrittenVerdict:
+        """The verdict written, for reason, said before this one's evidence; its writing
+        boot kept."""
+        verdict = WrittenVerdict.__new__(WrittenVerdict)
+        verdict.written, verdict._reason, verdict._said = written, reason + self._reason, self._said
+        return verdict
+
+    def _words(self) -> tuple[str, Boot | None, float | None]:
+        said = self._said
+        return said.said() if isinstance(said, ClockReading) else said
+
+    @property
+    def evidence(self) -> str:
+        return self._reason + self._words()[0]
+
+    @property
+    def writing_boot(self) -> Boot | None:
+        return self._words()[1]
+
+    @property
+    def seconds_before_last_record(self) -> float | None:
+        return self._words()[2]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WrittenVerdict):
+            return NotImplemented
+        return self.written is other.written and self._words() == other._words()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"WrittenVerdict({self.written.value!r}, {self.evidence!r})"
+
+
+# What the clocks say of a file against this boot's start, each case said in its own words.
+_NO_START, _CLOCK_BEHIND, _AHEAD_OF_CLOCK, _BEFORE, _AFTER, _ON_BOUNDARY = range(6)
+_WRITTEN = (
+    Written.UNKNOWN,
+    Written.UNKNOWN,
+    Written.UNKNOWN,
+    Written.PREVIOUS_BOOT,
+    Written.CURRENT_BOOT,
+    Written.UNKNOWN,
+)
+
+
+class ClockReading:
+    """A file's mtime and ctime read against this boot's start: which side of it they are
+    on now, the words for it when first asked."""
+
+    __slots__ = ("_boot", "_case", "_ctime", "_mtime", "_said", "written")
+
+    def __init__(self, boot: BootContext, mtime: float, ctime: float, case: int) -> None:
+        self.written = _WRITTEN[case]
+        self._boot, self._mtime, self._ctime, self._case = boot, mtime, ctime, case
+        self._said: tuple[str, Boot | None, float | None] | None = None
+
+    def said(self) -> tuple[str, Boot | None, float | None]:
+        if self._said is None:
+            self._said = self._boot.clocks_say(self._mtime, self._ctime, self._case)
+        return self._said
 
 
 class BootContext(NamedTuple):
@@ -164,34 +249,53 @@ class BootContext(NamedTuple):
         ctime is preferred as the proof because userspace cannot set it; mtime can be carried
         over by tar, cp -p or an image build and only ever weakens the verdict.
         """
-        times = f"mtime {iso(mtime)}, ctime {iso(ctime)}"
         start, now, margin = self.current_start, self.now, self.margin
         if start is None:
-            return WrittenVerdict(Written.UNKNOWN, f"{times}; this boot's start is not known")
-        if now + margin < start:  # not clock_trusted
-            return WrittenVerdict(
-                Written.UNKNOWN,
+            case = _NO_START
+        elif now + margin < start:  # not clock_trusted
+            case = _CLOCK_BEHIND
+        else:
+            newest, oldest = (mtime, ctime) if mtime > ctime else (ctime, mtime)
+            if newest > now + margin:
+                case = _AHEAD_OF_CLOCK
+            elif newest < start - margin:
+                case = _BEFORE
+            elif oldest > start + margin:
+                case = _AFTER
+            else:
+                case = _ON_BOUNDARY
+        return WrittenVerdict.by_clocks(ClockReading(self, mtime, ctime, case))
+
+    def clocks_say(
+        self, mtime: float, ctime: float, case: int
+    ) -> tuple[str, Boot | None, float | None]:
+        """The evidence of classify()'s case, and the earlier boot that wrote the file."""
+        times = f"mtime {iso(mtime)}, ctime {iso(ctime)}"
+        start, now, margin = self.current_start, self.now, self.margin
+        if case == _NO_START or start is None:
+            return f"{times}; this boot's start is not known", None, None
+        if case == _CLOCK_BEHIND:
+            return (
                 f"{times}; the clock ({iso(now)}) is earlier than this boot's start "
                 f"({iso(start)}): timestamps cannot be trusted",
+                None,
+                None,
             )
+        if case == _AHEAD_OF_CLOCK:
+            return f"{times}; later than the clock ({iso(now)})", None, None
         newest, oldest = (mtime, ctime) if mtime > ctime else (ctime, mtime)
-        if newest > now + margin:
-            return WrittenVerdict(Written.UNKNOWN, f"{times}; later than the clock ({iso(now)})")
         boundary = boot_began(start, self.current_start_source)
-        if newest < start - margin:
+        if case == _BEFORE:
             # round() to an int formats as :.0f would (half to even), without the float
-            # formatting, which showed at 100,000 entries.
+            # formatting.
             return self._previous(ctime, times, f"{round(start - newest)} s before {boundary}")
-        if oldest > start + margin:
-            return WrittenVerdict(
-                Written.CURRENT_BOOT, f"{times}: {oldest - start:.0f} s after {boundary}"
-            )
-        return WrittenVerdict(
-            Written.UNKNOWN,
-            f"{times}: within {margin:.0f} s of, or on both sides of, {boundary}",
-        )
+        if case == _AFTER:
+            return f"{times}: {oldest - start:.0f} s after {boundary}", None, None
+        return f"{times}: within {margin:.0f} s of, or on both sides of, {boundary}", None, None
 
-    def _previous(self, when: float, times: str, before_start: str) -> WrittenVerdict:
+    def _previous(
+        self, when: float, times: str, before_start: str
+    ) -> tuple[str, Boot | None, float | None]:
         writer = None
         for boot in self.previous_boots:
             if boot.start <= when:
@@ -201,11 +305,10 @@ class BootContext(NamedTuple):
                 tail = f"older than every boot in {self.boots_source}"
             else:
                 tail = f"{self.boots_source} names no earlier boot"
-            return WrittenVerdict(Written.PREVIOUS_BOOT, f"{times}: {before_start}; {tail}")
+            return f"{times}: {before_start}; {tail}", None, None
         before = writer.last_record - when
         relation = f"{round(before)} s before" if before >= 0 else f"{round(-before)} s after"
-        return WrittenVerdict(
-            Written.PREVIOUS_BOOT,
+        return (
             f"{times}: {before_start}; {written_in(writer)}, {relation} that boot's last "
             f"{writer.source} record",
             writer,

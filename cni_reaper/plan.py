@@ -313,11 +313,8 @@ def held_until(
         elif veto is None:
             yield planned
         else:
-            written = planned.written
             yield planned._replace(
                 action=Action.LEAVE,
                 reason=f"not proven to predate this boot: {veto}",
-                written=written._replace(
-                    written=Written.UNKNOWN, evidence=f"{veto}; {written.evidence}"
-                ),
+                written=planned.written.restated(Written.UNKNOWN, f"{veto}; "),
             )

@@ -213,27 +213,21 @@ class Proof:
         if self.taking and directory in self._dir_ids:
             if self._writer is not None:
                 self._writer.add(b"%s %s\0" % (identity(file), os.fsencode(name)))
-            return _previous(by_clock, _FOUND + by_clock.evidence)
+            return by_clock.restated(Written.PREVIOUS_BOOT, _FOUND)
         if self.record is None:
-            return WrittenVerdict(
-                Written.UNKNOWN,
-                f"{no_record(self.why_missing)}; clocks: {by_clock.evidence}",
-                by_clock.writing_boot,
-                by_clock.seconds_before_last_record,
-            )
-        clocks = f"clocks: {by_clock.evidence}"
+            return by_clock.restated(Written.UNKNOWN, f"{no_record(self.why_missing)}; clocks: ")
         kept = self.record.dirs.get(directory)
         if kept is None or (kept.device, kept.inode) != self._dir_ids.get(directory):
             why = "its directory is not the one in this boot's pre-runtime record"
-            return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; {clocks}")
+            return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; clocks: {by_clock.evidence}")
         seen = kept.files.get(name)
         if seen is None:
             why = "not in this boot's pre-runtime record: written since a runtime could start"
-            return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; {clocks}")
+            return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; clocks: {by_clock.evidence}")
         if seen != (file.inode, file.size, file.mtime_ns, file.ctime_ns):
             why = "changed since this boot's pre-runtime record was taken"
-            return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; {clocks}")
-        return _previous(by_clock, f"unchanged since this boot's pre-runtime record; {clocks}")
+            return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; clocks: {by_clock.evidence}")
+        return by_clock.restated(Written.PREVIOUS_BOOT, _UNCHANGED)
 
     @property
     def keeps_record(self) -> bool:
@@ -271,6 +265,7 @@ class Proof:
 # How a file's evidence begins for every file of a run: the text report says these once.
 FOUND = "found by this run before any runtime started"
 _FOUND = FOUND + "; clocks: "
+_UNCHANGED = "unchanged since this boot's pre-runtime record; clocks: "
 
 
 def no_record(why_missing: str | None) -> str:
@@ -345,12 +340,6 @@ class _RecordWriter:
                 os.unlink(self._temp, dir_fd=self._dir_fd)
             os.close(self._dir_fd)
             self._dir_fd = None
-
-
-def _previous(by_clock: WrittenVerdict, evidence: str) -> WrittenVerdict:
-    return WrittenVerdict(
-        Written.PREVIOUS_BOOT, evidence, by_clock.writing_boot, by_clock.seconds_before_last_record
-    )
 
 
 def establish(

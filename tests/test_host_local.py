@@ -10,7 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from cni_reaper import host_local
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, snapshot
@@ -92,3 +95,31 @@ def test_in_this_boot_they_are_only_reported_and_a_dry_run_changes_nothing(
     code, report = crashed.run(capsys)
     assert code == ExitCode.DATA
     assert late.exists()
+
+
+# Reservations as host-local writes them and near them: IDs and ifnames libcni takes and
+# refuses ('.', '..', '/', ':', spaces, over 15 bytes, not UTF-8), other lines, NULs, whitespace.
+_ids = st.one_of(
+    st.sampled_from(["0" * 64, "a", "Z-1.x_", "-a", ".a", "_a"]),
+    st.text("aZ09_-./ \xff", max_size=70),
+).map(lambda t: t.encode("latin-1"))
+_ifnames = st.one_of(
+    st.sampled_from(["eth0", ".", "..", "net1", "a" * 15, "a" * 16]),
+    st.text("e0.:/ \t~!\xe9\x7f", max_size=17),
+).map(lambda t: t.encode())
+_separators = st.sampled_from([b"\n", b"\r", b"", b"\r\n\r\n", b" \r\n"])
+_edges = st.sampled_from([b"", b" ", b"\n", b"\0", b"\r\n"])
+_reservation_bytes = st.one_of(
+    st.builds(lambda i, f: i + b"\r\n" + f, _ids, _ifnames),  # as host-local writes them
+    st.builds(lambda a, i, s, f, z: a + i + s + f + z, _edges, _ids, _separators, _ifnames, _edges),
+    st.binary(max_size=40),
+)
+
+
+@settings(max_examples=2000)
+@given(_reservation_bytes)
+def test_the_plain_owner_match_says_what_every_check_says(data: bytes) -> None:
+    """read_owner()'s one match for a plain '<id>\\r\\n<ifname>' gives, for any bytes, what its
+    checks of every case give: the same verdict and owner, so a reservation no DEL may be run
+    with is never read as a plain one."""
+    assert host_local.read_owner(data) == host_local._read_owner(data)

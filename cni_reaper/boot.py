@@ -68,11 +68,18 @@ class Boot(NamedTuple):
 
 class WrittenVerdict:
     """When a file was written (`written`), and what says so: `evidence`, for people, and the
-    earlier boot that wrote it (`writing_boot`, `seconds_before_last_record`). What the clocks
-    say of a file is put into words when first asked: a boot's run keeps nearly every entry
-    and says nothing of it, and over 100,000 entries the words were a sixth of a dry run."""
+    earlier boot that wrote it (`writing_boot`, `seconds_before_last_record`), the three
+    together as said(). What the clocks say of a file is put into words when first asked: a
+    boot's run keeps nearly every entry and says nothing of it, and over 100,000 entries the
+    words were a sixth of a dry run."""
 
-    __slots__ = ("_reason", "_said", "written")
+    __slots__ = ("_boot", "_ctime", "_mtime", "_reason", "_said", "written")
+    written: Written
+    # Until said() is first asked: the reason said first, then what the clocks say of these.
+    _reason: str
+    _boot: BootContext
+    _mtime: float
+    _ctime: float
 
     def __init__(
         self,
@@ -82,46 +89,58 @@ class WrittenVerdict:
         seconds_before_last_record: float | None = None,
     ) -> None:
         self.written = written
-        self._reason = ""  # said before the rest of the evidence
-        self._said: tuple[str, Boot | None, float | None] | ClockReading = (
+        self._said: tuple[str, Boot | None, float | None] | None = (
             evidence,
             writing_boot,
             seconds_before_last_record,
         )
 
     @classmethod
-    def by_clocks(cls, reading: ClockReading) -> WrittenVerdict:
+    def by_clocks(
+        cls, written: Written, reason: str, boot: BootContext, mtime: float, ctime: float
+    ) -> WrittenVerdict:
+        """written, for reason, then what the clocks say of mtime and ctime against boot:
+        put into words when asked."""
         verdict = cls.__new__(cls)
-        verdict.written, verdict._reason, verdict._said = reading.written, "", reading
+        verdict.written, verdict._said, verdict._reason = written, None, reason
+        verdict._boot, verdict._mtime, verdict._ctime = boot, mtime, ctime
         return verdict
 
     def restated(self, written: Written, reason: str) -> WrittenVerdict:
-        """The verdict written, for reason, said before this one's evidence; its writing
-        boot kept."""
-        verdict = WrittenVerdict.__new__(WrittenVerdict)
-        verdict.written, verdict._reason, verdict._said = written, reason + self._reason, self._said
-        return verdict
-
-    def _words(self) -> tuple[str, Boot | None, float | None]:
+        """This verdict's evidence and writing boot, written as reason says, reason said
+        first."""
         said = self._said
-        return said.said() if isinstance(said, ClockReading) else said
+        if said is None:
+            return WrittenVerdict.by_clocks(
+                written, reason + self._reason, self._boot, self._mtime, self._ctime
+            )
+        evidence, boot, seconds = said
+        return WrittenVerdict(written, reason + evidence, boot, seconds)
+
+    def said(self) -> tuple[str, Boot | None, float | None]:
+        """(evidence, writing_boot, seconds_before_last_record)."""
+        said = self._said
+        if said is None:
+            words, boot, seconds = self._boot.clocks_say(self._mtime, self._ctime)
+            said = self._said = (self._reason + words, boot, seconds)
+        return said
 
     @property
     def evidence(self) -> str:
-        return self._reason + self._words()[0]
+        return self.said()[0]
 
     @property
     def writing_boot(self) -> Boot | None:
-        return self._words()[1]
+        return self.said()[1]
 
     @property
     def seconds_before_last_record(self) -> float | None:
-        return self._words()[2]
+        return self.said()[2]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WrittenVerdict):
             return NotImplemented
-        return self.written is other.written and self._words() == other._words()
+        return self.written is other.written and self.said() == other.said()
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -129,7 +148,8 @@ class WrittenVerdict:
         return f"WrittenVerdict({self.written.value!r}, {self.evidence!r})"
 
 
-# What the clocks say of a file against this boot's start, each case said in its own words.
+# What the clocks say of a file against this boot's start (BootContext._case), each case in
+# words of its own.
 _NO_START, _CLOCK_BEHIND, _AHEAD_OF_CLOCK, _BEFORE, _AFTER, _ON_BOUNDARY = range(6)
 _WRITTEN = (
     Written.UNKNOWN,
@@ -139,23 +159,6 @@ _WRITTEN = (
     Written.CURRENT_BOOT,
     Written.UNKNOWN,
 )
-
-
-class ClockReading:
-    """A file's mtime and ctime read against this boot's start: which side of it they are
-    on now, the words for it when first asked."""
-
-    __slots__ = ("_boot", "_case", "_ctime", "_mtime", "_said", "written")
-
-    def __init__(self, boot: BootContext, mtime: float, ctime: float, case: int) -> None:
-        self.written = _WRITTEN[case]
-        self._boot, self._mtime, self._ctime, self._case = boot, mtime, ctime, case
-        self._said: tuple[str, Boot | None, float | None] | None = None
-
-    def said(self) -> tuple[str, Boot | None, float | None]:
-        if self._said is None:
-            self._said = self._boot.clocks_say(self._mtime, self._ctime, self._case)
-        return self._said
 
 
 class BootContext(NamedTuple):
@@ -249,27 +252,28 @@ class BootContext(NamedTuple):
         ctime is preferred as the proof because userspace cannot set it; mtime can be carried
         over by tar, cp -p or an image build and only ever weakens the verdict.
         """
+        written = _WRITTEN[self._case(mtime, ctime)]
+        return WrittenVerdict.by_clocks(written, "", self, mtime, ctime)
+
+    def _case(self, mtime: float, ctime: float) -> int:
         start, now, margin = self.current_start, self.now, self.margin
         if start is None:
-            case = _NO_START
-        elif now + margin < start:  # not clock_trusted
-            case = _CLOCK_BEHIND
-        else:
-            newest, oldest = (mtime, ctime) if mtime > ctime else (ctime, mtime)
-            if newest > now + margin:
-                case = _AHEAD_OF_CLOCK
-            elif newest < start - margin:
-                case = _BEFORE
-            elif oldest > start + margin:
-                case = _AFTER
-            else:
-                case = _ON_BOUNDARY
-        return WrittenVerdict.by_clocks(ClockReading(self, mtime, ctime, case))
+            return _NO_START
+        if now + margin < start:  # not clock_trusted
+            return _CLOCK_BEHIND
+        newest, oldest = (mtime, ctime) if mtime > ctime else (ctime, mtime)
+        if newest > now + margin:
+            return _AHEAD_OF_CLOCK
+        if newest < start - margin:
+            return _BEFORE
+        if oldest > start + margin:
+            return _AFTER
+        return _ON_BOUNDARY
 
-    def clocks_say(
-        self, mtime: float, ctime: float, case: int
-    ) -> tuple[str, Boot | None, float | None]:
-        """The evidence of classify()'s case, and the earlier boot that wrote the file."""
+    def clocks_say(self, mtime: float, ctime: float) -> tuple[str, Boot | None, float | None]:
+        """What classify() says of these times, in words, and the earlier boot that wrote
+        the file."""
+        case = self._case(mtime, ctime)
         times = f"mtime {iso(mtime)}, ctime {iso(ctime)}"
         start, now, margin = self.current_start, self.now, self.margin
         if case == _NO_START or start is None:

@@ -267,7 +267,7 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
             st, data = found
             content, owner = read_owner(data)
             file = FileStat.of(st)
-            written = proof.written(store, name, file, boot.classify(file.mtime, file.ctime))
+            written = proof.written(store, name, file, boot)
             yield Reservation(network, store, name, file, content, owner, written)
     finally:
         os.close(dir_fd)

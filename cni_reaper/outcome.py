@@ -54,7 +54,7 @@ class EntryResult(NamedTuple):
         file = entry.file
         split = entry.split
         written = planned.written
-        writing_boot = written.writing_boot
+        evidence, writing_boot, seconds_before_last_record = written.said()
         if split is None:
             names = '"network":null,"container_id":null,"ifname":null'
         else:
@@ -65,7 +65,7 @@ class EntryResult(NamedTuple):
         if writing_boot is None:
             boot = "null"
         else:
-            boot = f"{_boot_json(writing_boot)}{written.seconds_before_last_record!r}}}"
+            boot = f"{_boot_json(writing_boot)}{seconds_before_last_record!r}}}"
         if self.del_outcome is None and self.quarantined_to is None and not self.problems:
             done = '"plugin_errors":[],"quarantined_to":null,"problems":[]}'
         else:
@@ -80,7 +80,7 @@ class EntryResult(NamedTuple):
             f'"file":{{"kind":"{file.kind}","size":{file.size},"mtime":"{iso(file.mtime)}",'
             f'"ctime":"{iso(file.ctime)}"}},"content":"{entry.verdict.content._value_}",'
             f'"content_detail":{_string(entry.verdict.detail)},'
-            f'"written":"{written.written._value_}","evidence":{_string(written.evidence)},'
+            f'"written":"{written.written._value_}","evidence":{_string(evidence)},'
             f'"writing_boot":{boot},"action":"{planned.action._value_}",'
             f'"reason":{_string(planned.reason)},'
             f'"del":{"null" if planned.action is not Action.DEL_AND_QUARANTINE else self._del()},'

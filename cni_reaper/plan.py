@@ -122,10 +122,7 @@ class Planner:
         return why_alive(self._live, container_id)
 
     def __call__(self, entry: CacheEntry) -> PlannedEntry:
-        file = entry.file
-        written = self._proof.written(
-            self._results_dir, entry.name, file, self._boot.classify(file.mtime, file.ctime)
-        )
+        written = self._proof.written(self._results_dir, entry.name, entry.file, self._boot)
         content = entry.verdict.content
         if content is Content.VALID or content is Content.LEGACY:  # what libcni can read
             if written.written is Written.PREVIOUS_BOOT and self._sandboxes is not None:

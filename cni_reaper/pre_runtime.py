@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from cni_reaper import failpoint
-from cni_reaper.boot import FirstReading, Written, WrittenVerdict, iso
+from cni_reaper.boot import BootContext, FirstReading, Written, WrittenVerdict, iso
 from cni_reaper.filestat import FileStat
 from cni_reaper.pool import DOTTED_QUAD
 from cni_reaper.trust import untrusted
@@ -206,28 +206,34 @@ class Proof:
             self._writer.add(b"D %d %d %s\0" % (st.st_dev, st.st_ino, os.fsencode(path)))
 
     def written(
-        self, directory: str, name: str, file: FileStat, by_clock: WrittenVerdict
+        self, directory: str, name: str, file: FileStat, clocks: BootContext
     ) -> WrittenVerdict:
         """The verdict for a file of directory (opened with open_dir first): the record's;
         what the clocks say stays in the evidence, for people."""
         if self.taking and directory in self._dir_ids:
             if self._writer is not None:
                 self._writer.add(b"%s %s\0" % (identity(file), os.fsencode(name)))
-            return by_clock.restated(Written.PREVIOUS_BOOT, _FOUND)
+            return WrittenVerdict.by_clocks(
+                Written.PREVIOUS_BOOT, _FOUND, clocks, file.mtime, file.ctime
+            )
         if self.record is None:
-            return by_clock.restated(Written.UNKNOWN, f"{no_record(self.why_missing)}; clocks: ")
+            why = f"{no_record(self.why_missing)}; clocks: "
+            return WrittenVerdict.by_clocks(Written.UNKNOWN, why, clocks, file.mtime, file.ctime)
         kept = self.record.dirs.get(directory)
         if kept is None or (kept.device, kept.inode) != self._dir_ids.get(directory):
             why = "its directory is not the one in this boot's pre-runtime record"
-            return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; clocks: {by_clock.evidence}")
-        seen = kept.files.get(name)
-        if seen is None:
+        elif (seen := kept.files.get(name)) is None:
             why = "not in this boot's pre-runtime record: written since a runtime could start"
-            return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; clocks: {by_clock.evidence}")
-        if seen != (file.inode, file.size, file.mtime_ns, file.ctime_ns):
+        elif seen != (file.inode, file.size, file.mtime_ns, file.ctime_ns):
             why = "changed since this boot's pre-runtime record was taken"
-            return WrittenVerdict(Written.CURRENT_BOOT, f"{why}; clocks: {by_clock.evidence}")
-        return by_clock.restated(Written.PREVIOUS_BOOT, _UNCHANGED)
+        else:
+            return WrittenVerdict.by_clocks(
+                Written.PREVIOUS_BOOT, _UNCHANGED, clocks, file.mtime, file.ctime
+            )
+        # Written in this boot, whatever the clocks say, and by no earlier boot.
+        return WrittenVerdict(
+            Written.CURRENT_BOOT, f"{why}; clocks: {clocks.clocks_say(file.mtime, file.ctime)[0]}"
+        )
 
     @property
     def keeps_record(self) -> bool:

@@ -54,6 +54,7 @@ from cni_reaper.plan import Action, PlannedEntry, Planner, cached_netlist, held_
 from cni_reaper.plugin import ChainCache, PluginDirs, vet_plugin_dirs
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
 from cni_reaper.reservations import (
+    CHANGING_RESERVATIONS,
     EntryFate,
     EntryFates,
     PlannedReservation,
@@ -930,12 +931,7 @@ def _reservations(
     then how full each pool is left."""
     args = run.args
 
-    def owner_alive(container_id: str) -> str | None:
-        if isinstance(pins, str):
-            return f"cannot tell which network namespaces are mounted: {pins}"
-        if pins:
-            return "network namespaces are still mounted, and no results entry says whose"
-        return alive(container_id) if alive is not None else None
+    owner_alive = _owner_alive(pins, alive)
 
     def config_for(network: str) -> tuple[netconf.NetworkList | None, str | None]:
         netlist = run.configs.get(network)
@@ -958,17 +954,20 @@ def _reservations(
     kept: list[PlannedReservation] = []
     # store -> address -> its owner's state, and whether it is planned to be released
     states: dict[str, pool.AddressStates] = {}
+    verbose = args.verbose
     for network, store in stores:
-        state = states.setdefault(store, pool.AddressStates())
+        add = states.setdefault(store, pool.AddressStates()).add
         for r in host_local.inventory(network, store, boot_ctx, proof):
             p = planner(r)
-            away = p.action.changes_things or p.owner_state == "entry-del"
-            state.add(r.ip, p.owner_state, away)
-            if p.action.changes_things:
+            action = p.action
+            if action in CHANGING_RESERVATIONS:
+                add(r.ip, p.owner_state, True)
                 changing.append(p)
-            elif p.action is ReservationAction.LEAVE:
+                continue
+            add(r.ip, p.owner_state, p.owner_state == "entry-del")
+            if action is ReservationAction.LEAVE:
                 left.append(p)
-            elif args.verbose and p.action is ReservationAction.KEEP:
+            elif verbose and action is ReservationAction.KEEP:
                 kept.append(p)
     settled: Iterable[Settled]
     if args.dry_run:
@@ -992,6 +991,21 @@ def _reservations(
         run.events.emit(reservation_fields(doc, args.dry_run))
     del settled, shown, left, kept  # every reservation reported: only the counts are left
     report.pools = _pool_health(run, stores, reserved_before, states)
+
+
+def _owner_alive(
+    pins: frozenset[str] | str, alive: Callable[[str], str | None] | None
+) -> Callable[[str], str | None]:
+    """Why a reservation's owner may be alive, if it may: while namespaces are mounted (or
+    which are cannot be told), no reservation says whose they are, so the same holds for
+    every owner; else, what alive() says of it."""
+    if isinstance(pins, str):
+        why = f"cannot tell which network namespaces are mounted: {pins}"
+    elif pins:
+        why = "network namespaces are still mounted, and no results entry says whose"
+    else:
+        return alive if alive is not None else lambda _: None
+    return lambda _: why
 
 
 def _pool_health(

@@ -50,7 +50,11 @@ class ReservationAction(str, Enum):
 
     @property
     def changes_things(self) -> bool:
-        return self in (ReservationAction.DEL, ReservationAction.QUARANTINE)
+        return self in CHANGING_RESERVATIONS
+
+
+# The actions that change things, for a loop over every reservation: a set, not a property.
+CHANGING_RESERVATIONS = frozenset((ReservationAction.DEL, ReservationAction.QUARANTINE))
 
 
 class PlannedReservation(NamedTuple):
@@ -135,9 +139,10 @@ class EntryFates:
             self._noted.setdefault((network, container_id), {})[ifname] = fate
 
     def _fate(self, network: str, container_id: str, ifname: str) -> EntryFate | None:
-        noted = self._noted.get((network, container_id), {}).get(ifname)
-        if noted is not None:
-            return noted
+        if self._noted:  # nearly every entry was kept: nothing noted
+            fate = self._noted.get((network, container_id), {}).get(ifname)
+            if fate is not None:
+                return fate
         return EntryFate.KEPT if self.present(f"{network}-{container_id}-{ifname}") else None
 
     def _ifnames(self, network: str, container_id: str) -> set[str]:

@@ -291,7 +291,7 @@ class BootContext(NamedTuple):
         boundary = boot_began(start, self.current_start_source)
         if case == _BEFORE:
             # round() to an int formats as :.0f would (half to even), without the float
-            # formatting.
+            # formatting, which showed at 100,000 entries.
             return self._previous(ctime, times, f"{round(start - newest)} s before {boundary}")
         if case == _AFTER:
             return f"{times}: {oldest - start:.0f} s after {boundary}", None, None

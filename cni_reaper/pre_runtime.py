@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
-import socket
 import stat
 import struct
 from array import array
@@ -29,7 +28,7 @@ from typing import NamedTuple
 from cni_reaper import failpoint
 from cni_reaper.boot import BootContext, FirstReading, Written, WrittenVerdict, iso
 from cni_reaper.filestat import FileStat
-from cni_reaper.pool import DOTTED_QUAD
+from cni_reaper.pool import dotted_quad_number
 from cni_reaper.trust import untrusted
 
 RECORD_DIR = "cni-reaper/pre-runtime"  # under ROOT/run
@@ -66,29 +65,28 @@ class FileIdentities:
         self._others: dict[str, Numbers] = {}
 
     def set(self, name: str, numbers: Numbers) -> None:
-        if DOTTED_QUAD.fullmatch(name) is not None:
+        key = dotted_quad_number(name)
+        if key is not None:
             try:
                 packed = self._PACKED.pack(*numbers)
             except struct.error:
                 pass  # out of 64 bits: kept as they are
             else:
                 self._others.pop(name, None)
-                key = int.from_bytes(socket.inet_aton(name), "big")
                 if self._keys and key <= self._keys[-1]:
                     self._sorted = False
                 self._keys.append(key)
                 self._packed += packed
                 return
-            self._drop(name)
+            self._drop(key)
         self._others[name] = numbers
 
     def get(self, name: str) -> Numbers | None:
-        if DOTTED_QUAD.fullmatch(name) is None:
-            return self._others.get(name)
+        key = dotted_quad_number(name)
         found = self._others.get(name)
-        if found is not None:
+        if key is None or found is not None:
             return found
-        index = self._index(int.from_bytes(socket.inet_aton(name), "big"))
+        index = self._index(key)
         if index is None:
             return None
         unpacked: Numbers = self._PACKED.unpack_from(self._packed, index * self._PACKED.size)
@@ -106,10 +104,10 @@ class FileIdentities:
         index = bisect.bisect_left(keys, key)
         return index if index < len(keys) and keys[index] == key else None
 
-    def _drop(self, name: str) -> None:
+    def _drop(self, key: int) -> None:
         """A name set again (a record that names a file twice: the last one holds, as a dict
         would have it) that no longer packs: its packed numbers go."""
-        index = self._index(int.from_bytes(socket.inet_aton(name), "big"))
+        index = self._index(key)
         if index is not None:
             del self._keys[index]
             size = self._PACKED.size

@@ -583,6 +583,9 @@ def replay_del(runs: int, work: Path, parallel: int) -> None:
         node, calls = del_state(work / f"del-{next(trees)}", 200)
         node.records.append(wtmp.boot_record(time.time() + 5))
         node.write_boot_world(btime=time.time() + 4)
+        # On disk before the run, as a crashed boot's files are: the reaper's first fsync
+        # would otherwise commit the writeback of the whole tree just made.
+        os.sync()
         return node, calls
 
     def reaper() -> tuple[float, int]:

@@ -627,10 +627,9 @@ def _pipeline(run: _Run) -> Report:
     )
     run.made.append(report)
     stores = list(host_local.stores(run.configs, paths.root))
-    # Every address reserved before any DEL: the pools' "before" (pool.py). Kept as one string
-    # of NUL-separated names (no file name holds a NUL), not 100,000 strings.
+    # Every address reserved before any DEL: the pools' "before" (pool.py), kept compact.
     reserved_before = {
-        network: "\0".join(host_local.address_names(store)) for network, store in stores
+        network: pool.ListedAddresses(host_local.address_names(store)) for network, store in stores
     }
     fates = EntryFates()  # what became of each entry; told of the results dir once it is open
     chains = ChainCache(run.plugin_dirs)  # each config's plugins, resolved once for every DEL
@@ -918,7 +917,7 @@ def _reservations(
     boot_ctx: boot.BootContext,
     proof: pre_runtime.Proof,
     stores: list[tuple[str, str]],
-    reserved_before: Mapping[str, str],
+    reserved_before: Mapping[str, pool.ListedAddresses],
     fates: EntryFates,
     cached_configs: Callable[[str], tuple[netconf.NetworkList | None, str | None]],
     chains: ChainCache,
@@ -956,15 +955,15 @@ def _reservations(
     states: dict[str, pool.AddressStates] = {}
     verbose = args.verbose
     for network, store in stores:
-        add = states.setdefault(store, pool.AddressStates()).add
+        add = states.setdefault(store, pool.AddressStates()).add_listed
         for r in host_local.inventory(network, store, boot_ctx, proof):
             p = planner(r)
             action = p.action
             if action in CHANGING_RESERVATIONS:
-                add(r.ip, p.owner_state, True)
+                add(r.ip, r.number, p.owner_state, True)
                 changing.append(p)
                 continue
-            add(r.ip, p.owner_state, p.owner_state == "entry-del")
+            add(r.ip, r.number, p.owner_state, p.owner_state == "entry-del")
             if action is ReservationAction.LEAVE:
                 left.append(p)
             elif verbose and action is ReservationAction.KEEP:
@@ -1011,7 +1010,7 @@ def _owner_alive(
 def _pool_health(
     run: _Run,
     stores: list[tuple[str, str]],
-    reserved_before: Mapping[str, str],
+    reserved_before: Mapping[str, pool.ListedAddresses],
     states: Mapping[str, pool.AddressStates],
 ) -> list[pool.PoolHealth]:
     """Each host-local range set: capacity, reserved before, released, and what is left and
@@ -1030,20 +1029,10 @@ def _pool_health(
                         run.warnings.append(f"pool of {network}: {problem}")
                     break
         after = _held_now(states.get(store), store, run.args.dry_run)
-        before = reserved_before.get(network, "")
+        before = reserved_before.get(network) or pool.ListedAddresses()
         if sets or before or after:
-            pools.extend(pool.health(network, sets, _joined_names(before), after))
+            pools.extend(pool.health(network, sets, before, after))
     return pools
-
-
-def _joined_names(names: str) -> Iterator[str]:
-    """The names of a NUL-separated string, one at a time."""
-    start, end = 0, len(names)
-    while start < end:
-        stop = names.find("\0", start)
-        stop = end if stop < 0 else stop
-        yield names[start:stop]
-        start = stop + 1
 
 
 def _held_now(state: pool.AddressStates | None, store: str, dry_run: bool) -> pool.AddressStates:

@@ -20,7 +20,7 @@ from cni_reaper.boot import BootContext, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs, NetworkList
 from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
-from cni_reaper.pool import is_address
+from cni_reaper.pool import is_address, listed
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.trust import untrusted
 
@@ -44,6 +44,7 @@ class Reservation(NamedTuple):
     network: str
     store: str  # the network's store dir
     ip: str
+    number: int | None  # ip's pool.dotted_quad_number(), as listed() read it
     file: FileStat
     content: str  # valid, empty, zeroed, garbage
     owner: Owner | None  # of a valid one
@@ -258,9 +259,7 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
         if untrusted(dir_st):
             return
         proof.open_dir(store, dir_st)
-        for name in sorted(os.listdir(dir_fd)):
-            if not is_address(name):
-                continue  # lock, last_reserved_ip.N
+        for name, number in listed(sorted(os.listdir(dir_fd))):  # not lock, last_reserved_ip.N
             found = read_reservation(name, dir_fd)
             if found is None or found[0].st_size > MAX_RESERVATION_BYTES:
                 continue
@@ -268,19 +267,17 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
             content, owner = read_owner(data)
             file = FileStat.of(st)
             written = proof.written(store, name, file, boot)
-            yield Reservation(network, store, name, file, content, owner, written)
+            yield Reservation(network, store, name, number, file, content, owner, written)
     finally:
         os.close(dir_fd)
 
 
-def address_names(store: str) -> Iterator[str]:
-    """The addresses a store holds reserved, whatever their content, one at a time: no list
-    of every name at once."""
+def address_names(store: str) -> Iterator[tuple[str, int | None]]:
+    """The addresses a store holds reserved, whatever their content, one at a time (no list
+    of every name at once), each with its number as pool.listed() reads it."""
     try:
         with os.scandir(store) as listing:
-            for entry in listing:
-                if is_address(entry.name):
-                    yield entry.name
+            yield from listed(entry.name for entry in listing)
     except OSError:
         return
 

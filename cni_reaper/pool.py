@@ -88,6 +88,33 @@ def dotted_quad_number(name: str) -> int | None:
     return int.from_bytes(inet_aton(name), "big")
 
 
+def listed(names: Iterable[str]) -> Iterator[tuple[str, int | None]]:
+    """Each of names that is_address() takes, with its dotted_quad_number(): a store's listing
+    as the pools read it, each name matched once."""
+    for name in names:
+        number = dotted_quad_number(name)
+        if number is not None or address_of(name) is not None:
+            yield name, number
+
+
+class ListedAddresses:
+    """The addresses a store held when listed (listed()), as AddressStates keeps them: each
+    dotted quad as its number in one array, any other name (IPv6, nearly never) as itself:
+    some 800 KB at 100,000 reservations, and no name to match again when the pools count."""
+
+    def __init__(self, names: Iterable[tuple[str, int | None]] = ()) -> None:
+        self.numbers = array("Q")
+        self.others: list[str] = []
+        for name, number in names:
+            if number is None:
+                self.others.append(name)
+            else:
+                self.numbers.append(number)
+
+    def __len__(self) -> int:
+        return len(self.numbers) + len(self.others)
+
+
 class AddressStates:
     """Each address of a store -> its owner's state, and whether it is planned away: a few
     bytes an address (at 100,000 reservations a dict keyed by their names took some 10 MB).
@@ -106,8 +133,12 @@ class AddressStates:
 
     def add(self, name: str, state: str, away: bool = False) -> None:
         """A name not added before, with its owner's state."""
+        self.add_listed(name, dotted_quad_number(name), state, away)
+
+    def add_listed(self, name: str, number: int | None, state: str, away: bool) -> None:
+        """add(), for a name whose dotted_quad_number() is number (as listed() gives it)."""
         code = self._state_code(state)
-        self._put(name, dotted_quad_number(name), code | self._AWAY if away else code)
+        self._put(name, number, code | self._AWAY if away else code)
 
     def _state_code(self, state: str) -> int:
         code = self._codes.get(state)
@@ -133,6 +164,10 @@ class AddressStates:
         """name's code, given its dotted_quad_number(); None if it was never added."""
         if number is None:
             return self._others.get(name)
+        return self._number_code(number)
+
+    def _number_code(self, number: int) -> int | None:
+        """The code of the dotted quad of this number; None if it was never added."""
         v4 = self._v4
         if not self._sorted:
             self._v4 = v4 = array("Q", sorted(v4))
@@ -156,15 +191,21 @@ class AddressStates:
         """Whether name, whose dotted_quad_number() is number, was added."""
         return self._code(name, number) is not None
 
-    def held_now(self, names: Iterable[str], away_released: bool) -> AddressStates:
-        """The table of a store's names as listed now: each with its owner's state here
-        ("unknown" if it was never added), none planned away; one planned away is left out
-        if away_released (a dry run counts what it plans as released). The same as adding
-        each name found, with each name read once, not three times: a store is listed whole."""
+    def has_number(self, number: int) -> bool:
+        """Whether the dotted quad of this number was added."""
+        return self._number_code(number) is not None
+
+    def held_now(
+        self, names: Iterable[tuple[str, int | None]], away_released: bool
+    ) -> AddressStates:
+        """The table of a store's names as listed now (listed(): each with its number): each
+        with its owner's state here ("unknown" if it was never added), none planned away; one
+        planned away is left out if away_released (a dry run counts what it plans as
+        released). The same as adding each name found, with each name read once, not three
+        times: a store is listed whole."""
         now = AddressStates()
         now._states, now._codes = list(self._states), dict(self._codes)
-        for name in names:
-            number = dotted_quad_number(name)
+        for name, number in names:
             code = self._code(name, number)
             if code is None:
                 code = now._state_code("unknown")
@@ -289,7 +330,7 @@ class PoolHealth(NamedTuple):
 def health(
     network: str,
     sets: Iterable[RangeSet],
-    before: Iterable[str],
+    before: ListedAddresses,
     after: Mapping[str, str] | AddressStates,  # address -> its owner's state
 ) -> list[PoolHealth]:
     """Each range set's counts; addresses in no set are counted under set -1."""
@@ -315,12 +356,16 @@ def health(
                         return index
         return -1
 
-    for name in before:
-        number = dotted_quad_number(name)  # read once: for its set, and to look it up after
-        index = set_of((4, number) if number is not None else address_value(name))
+    def count_before(value: tuple[int, int] | None, released: bool) -> None:
+        index = set_of(value)
         before_by_set[index] = before_by_set.get(index, 0) + 1
-        if not after.has(name, number):
+        if released:
             released_by_set[index] = released_by_set.get(index, 0) + 1
+
+    for number in before.numbers:
+        count_before((4, number), not after.has_number(number))
+    for name in before.others:
+        count_before(address_value(name), not after.has(name, None))
     for value, state in after.values():
         counts = after_by_set.setdefault(set_of(value), {})
         counts[state] = counts.get(state, 0) + 1

@@ -11,7 +11,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cni_reaper.pool import AddressStates, address_of, address_value, health, range_sets
+from cni_reaper.pool import (
+    AddressStates,
+    ListedAddresses,
+    address_of,
+    address_value,
+    dotted_quad_number,
+    health,
+    is_address,
+    listed,
+    range_sets,
+)
 
 
 def capacities(ipam: Mapping[str, Any]) -> list[int]:
@@ -61,9 +71,9 @@ def test_a_range_host_local_refuses_is_a_problem_not_a_crash(spec: dict[str, str
 
 def test_health_counts_before_released_and_left_by_owner() -> None:
     sets, _ = range_sets({"ranges": [[{"subnet": "10.0.0.0/24"}]]})
-    before = ["10.0.0.2", "10.0.0.3", "10.0.0.4", "192.168.9.9"]
+    before = ["10.0.0.2", "10.0.0.3", "10.0.0.4", "192.168.9.9", "fd00::9", "lock"]
     after = {"10.0.0.4": "runtime", "192.168.9.9": "current-boot"}
-    inside, outside = health("net", sets, before, after)
+    inside, outside = health("net", sets, ListedAddresses(listed(before)), after)
     assert inside.to_json() == {
         "network": "net",
         "range_set": 0,
@@ -75,11 +85,19 @@ def test_health_counts_before_released_and_left_by_owner() -> None:
         "left_by_owner": {"runtime": 1},
         "free": 252,
     }
-    assert (outside.range_set.number, outside.reserved_before, outside.left) == (
-        -1,
-        1,
-        {"current-boot": 1},
-    )
+    assert (
+        outside.range_set.number,
+        outside.reserved_before,
+        outside.released,
+        outside.left,
+    ) == (-1, 2, 1, {"current-boot": 1})
+
+
+@given(st.lists(st.one_of(st.text(max_size=16), st.sampled_from(["10.1.2.3", "fd00::1"]))))
+def test_a_listing_is_each_address_name_with_its_number(names: list[str]) -> None:
+    """What the pools read of a store's listing: each name is_address() takes, in order, with
+    its dotted_quad_number(); lock, last_reserved_ip.N and any other name left out."""
+    assert list(listed(names)) == [(n, dotted_quad_number(n)) for n in names if is_address(n)]
 
 
 @pytest.mark.parametrize(
@@ -193,7 +211,7 @@ def test_the_table_of_a_store_listed_now_is_each_name_added_as_found(
             expected[name] = ("unknown", False)
         elif not (away_released and states[name][1]):
             expected[name] = (states[name][0], False)
-    now = table.held_now(iter(listed), away_released)
+    now = table.held_now(((n, dotted_quad_number(n)) for n in listed), away_released)
     assert len(now) == len(expected)
     for name in [*states, *listed]:
         assert now.find(name) == expected.get(name), name

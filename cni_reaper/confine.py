@@ -24,6 +24,12 @@ Kernel facts this rests on:
   directory descriptor N was opened on: a symlink swapped into the path after the check is never
   followed. The source must be a mount of the caller's namespace (EINVAL otherwise), so the
   descriptors are opened after unshare.
+- rmdir(2) of a directory that is a mount point in another namespace, but not in the caller's,
+  succeeds and detaches that mount there (Linux 3.18 on). A mount point this run made on the
+  host is such a directory for every other run that mounted on it: two runs on two roots at
+  once must not remove one the other still stands on, or the other's plugins would find the
+  host's directory there. Each run holds a shared flock(2) on every mount point it stands on,
+  and removes one it made only under an exclusive lock it got without waiting.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
@@ -57,6 +64,9 @@ MS_PRIVATE = 0x40000
 EMPTY_FS_NAME = "cni-reaper-empty"  # the device name its tmpfs mounts show in mountinfo
 CONFINED_THREAD_NAME = "cni-reaper-confined"
 START_GRACE = 1.0  # seconds a started thread takes to run, at the very most
+# A mount point another run is removing (it holds it exclusively for an rmdir) is held, or
+# made again, within this many seconds.
+MOUNT_POINT_WAIT = 5.0
 
 
 class Bind(NamedTuple):
@@ -162,6 +172,7 @@ def run_confined(
     check_layout(root, binds)
     note = on_note or _ignore
     made: list[str] = []  # mount points made on the host, outermost first
+    held: list[int] = []  # a descriptor of each mount point stood on, shared-locked
     returned: list[T] = []
     raised: list[BaseException] = []
     entered = threading.Event()  # the thread runs
@@ -170,7 +181,7 @@ def run_confined(
     def confined() -> None:
         entered.set()
         try:
-            _enter_namespace(root, binds, made, note)
+            _enter_namespace(root, binds, made, held, note)
             returned.append(work())
         except BaseException as e:  # handed to the caller, who raises it again
             raised.append(e)
@@ -193,6 +204,8 @@ def run_confined(
         if finished.is_set():
             # Only then: rmdir of a mount point that another namespace still uses would
             # detach that mount there (Linux 3.18 on).
+            for fd in held:
+                os.close(fd)
             _remove_mount_points(made)
     if raised:
         raise raised[0]
@@ -217,7 +230,11 @@ def _wait_through_interrupts(
 
 
 def _enter_namespace(
-    root: str, binds: Sequence[Bind], made: list[str], note: Callable[[str], None]
+    root: str,
+    binds: Sequence[Bind],
+    made: list[str],
+    held: list[int],
+    note: Callable[[str], None],
 ) -> None:
     import ctypes  # noqa: PLC0415 (only runs that confine load it)
 
@@ -238,15 +255,19 @@ def _enter_namespace(
         )
     _mount(libc, root, None, "/", None, MS_REC | MS_PRIVATE)
     for bind in binds:
-        _make_mount_point(root, bind.target, made)
+        target_fd = _hold_mount_point(root, bind.target, made)
+        held.append(target_fd)
+        # Mounted on the very directory held: not on whatever the path names by then.
+        target = f"/proc/self/fd/{target_fd}"
         source_fd, problem = _open_source(bind.source)
         if source_fd is None:
             flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
-            _mount(libc, root, EMPTY_FS_NAME, bind.target, "tmpfs", flags, "mode=0755")
+            _mount(libc, root, EMPTY_FS_NAME, target, "tmpfs", flags, "mode=0755", bind.target)
             note(f"{bind.source} {problem}: plugins see an empty, read-only {bind.target}")
             continue
         try:
-            _mount(libc, root, f"/proc/self/fd/{source_fd}", bind.target, None, MS_BIND | MS_REC)
+            source = f"/proc/self/fd/{source_fd}"
+            _mount(libc, root, source, target, None, MS_BIND | MS_REC, None, bind.target)
         finally:
             os.close(source_fd)
     # Plugins start in this thread's working directory (spawn.py), now its own: if that was a
@@ -262,6 +283,7 @@ def _mount(
     fstype: str | None,
     flags: int,
     data: str | None = None,
+    target_name: str | None = None,  # target's path, where target is a descriptor's
 ) -> None:
     import ctypes  # noqa: PLC0415
 
@@ -270,13 +292,56 @@ def _mount(
 
     if libc.mount(c(source), c(target), c(fstype), flags, c(data)) != 0:
         err = ctypes.get_errno()
-        what = f"mount {source} on {target}" if source else f"make {target} a private mount"
+        named = target_name or target
+        what = f"mount {source} on {named}" if source else f"make {named} a private mount"
         raise ConfineError(
             f"cannot confine plugins to {root}: cannot {what}: {os.strerror(err)}; {ADVICE}"
         )
 
 
-def _make_mount_point(root: str, target: str, made: list[str]) -> None:
+def _hold_mount_point(root: str, target: str, made: list[str]) -> int:
+    """A descriptor of the directory target, shared-locked (flock) for as long as this run
+    stands on it; target, and its missing parents, made where missing (listed in made).
+    Another run removing it holds it exclusively for a moment: it is then made again."""
+    import fcntl  # noqa: PLC0415 (only runs that confine load it)
+
+    deadline = time.monotonic() + MOUNT_POINT_WAIT
+    while True:
+        _make_missing(root, target, made)
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = -1  # removed since it was made or found: make it again
+        except OSError as e:
+            raise ConfineError(
+                f"cannot confine plugins to {root}: cannot open the mount point {target}: "
+                f"{e.strerror}; {ADVICE}"
+            ) from None
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass  # another run is removing it
+            except OSError as e:
+                os.close(fd)
+                raise ConfineError(
+                    f"cannot confine plugins to {root}: cannot lock the mount point "
+                    f"{target}: {e.strerror}; {ADVICE}"
+                ) from None
+            else:
+                # The host's own symlinks on the way are followed, as a mount on the path is.
+                if _same_file(os.fstat(fd), target, follow_symlinks=True):
+                    return fd
+            os.close(fd)
+        if time.monotonic() > deadline:
+            raise ConfineError(
+                f"cannot confine plugins to {root}: the mount point {target} kept being "
+                f"removed while this run made it; {ADVICE}"
+            )
+        time.sleep(0.01)
+
+
+def _make_missing(root: str, target: str, made: list[str]) -> None:
     missing: list[str] = []
     path = target
     while not os.path.lexists(path):
@@ -285,12 +350,23 @@ def _make_mount_point(root: str, target: str, made: list[str]) -> None:
     for path in reversed(missing):
         try:
             os.mkdir(path, 0o755)
+        except (FileExistsError, FileNotFoundError):
+            return  # another run made it, or removed a parent: the caller looks again
         except OSError as e:
             raise ConfineError(
                 f"cannot confine plugins to {root}: cannot make the mount point {path}: "
                 f"{e.strerror}; {ADVICE}"
             ) from None
         made.append(path)
+
+
+def _same_file(st: os.stat_result, path: str, follow_symlinks: bool = False) -> bool:
+    """Whether path still names the file st is of (it was not removed, nor replaced)."""
+    try:
+        now = os.stat(path, follow_symlinks=follow_symlinks)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
 def _open_source(source: str) -> tuple[int | None, str]:
@@ -326,12 +402,24 @@ def _open_source(source: str) -> tuple[int | None, str]:
 
 def _remove_mount_points(made: list[str]) -> None:
     """The mount points this run made, innermost first; one something else has since put a
-    file in stays."""
+    file in stays, and so does one another run still stands on (it holds it shared): empty,
+    it shows a plugin nothing, and removing it would detach that run's mount."""
+    import fcntl  # noqa: PLC0415
+
     for path in reversed(made):
         try:
-            os.rmdir(path)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _same_file(os.fstat(fd), path):
+                return
+            os.rmdir(path)
+        except OSError:  # BlockingIOError: another run stands on it
+            return
+        finally:
+            os.close(fd)
 
 
 def _under(path: str, directory: str) -> bool:

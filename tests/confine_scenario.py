@@ -347,7 +347,73 @@ def rescued_disk_without_sys_admin(workdir: Path) -> dict[str, Any]:
     }
 
 
+# A dataDir missing on the host: each run makes it as a mount point, or finds it made.
+SHARED_DATA_DIR = Path("/run/made-here/ipam")
+
+
+def two_runs_one_mount_point(workdir: Path) -> dict[str, Any]:
+    """Two runs at once, on two roots whose network keeps its store in a dataDir missing on
+    the host: the first makes the mount point, the second mounts on it while the first is
+    still in, and the first is done first. Only then does the second run its DEL: the real
+    host-local, in a thread of its namespace, as apply's workers do."""
+    make_host_state()
+    ipam = {"type": "host-local", "subnet": "10.99.0.0/24", "dataDir": str(SHARED_DATA_DIR)}
+    netlist = HOST_LOCAL._replace(plugins=({"type": "host-local", "ipam": ipam},))
+    roots = {name: workdir / name for name in ("first", "second")}
+    for root in roots.values():
+        store = root / SHARED_DATA_DIR.relative_to("/") / NETWORK
+        store.mkdir(parents=True)
+        (store / IP).write_text(RESERVATION)
+    first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def binds(root: Path) -> tuple[confine.Bind, ...]:
+        return confine.standard_binds(str(root), [str(SHARED_DATA_DIR)])
+
+    def first_work() -> None:
+        first_in.set()
+        second_in.wait(30)
+
+    def first_run() -> None:
+        try:
+            confine.run_confined(str(roots["first"]), binds(roots["first"]), first_work)
+        finally:
+            first_done.set()
+
+    def second_work() -> None:
+        second_in.set()
+        first_done.wait(30)
+        seen["first_done_first"] = first_done.is_set()
+
+        def replay() -> None:
+            outcome = delete(
+                netlist, Attachment(CONTAINER_ID, "eth0"), ProcessRunner(), [PLUGIN_DIR], 10.0
+            )
+            seen["del_ok"], seen["del_errors"] = outcome.ok, [str(e) for e in outcome.errors]
+            found = subprocess.run(
+                ["ls", "-A", str(SHARED_DATA_DIR / NETWORK)], text=True, capture_output=True
+            )
+            seen["plugin_view"] = sorted(found.stdout.split())
+
+        thread = threading.Thread(target=replay)
+        thread.start()
+        thread.join()
+
+    first = threading.Thread(target=first_run)
+    first.start()
+    seen["first_in"] = first_in.wait(30)
+    confine.run_confined(str(roots["second"]), binds(roots["second"]), second_work)
+    first.join()
+    return {
+        **seen,
+        "first_store_after": listing(roots["first"] / SHARED_DATA_DIR.relative_to("/") / NETWORK),
+        "second_store_after": listing(roots["second"] / SHARED_DATA_DIR.relative_to("/") / NETWORK),
+        "host_data_dir_after": listing(SHARED_DATA_DIR),
+    }
+
+
 CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "two-runs-one-mount-point": two_runs_one_mount_point,
     "rescued-disk": rescued_disk,
     "rescued-disk-without-sys-admin": rescued_disk_without_sys_admin,
     "release-in-root": release_in_root,

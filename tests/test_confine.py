@@ -139,6 +139,25 @@ def test_host_local_del_releases_in_the_root_and_never_on_the_host(tmp_path: Pat
     assert seen["notes"] == [f"{root}/run/cni is missing: plugins see an empty, read-only /run/cni"]
 
 
+def test_a_run_done_first_never_pulls_the_mount_point_from_under_another(
+    tmp_path: Path,
+) -> None:
+    """Two runs on two roots at once (a rescue box repairing two disks), one dataDir missing
+    on the host. The run that made its mount point ends while the other still stands on it:
+    removing it would detach the other's mount (Linux 3.18 on), and the other's DEL would then
+    make the dataDir on the host and release nothing in its root."""
+    needs_host_local()
+    seen = run_case("two-runs-one-mount-point", tmp_path)
+    assert seen["first_in"] and seen["first_done_first"]
+    assert seen["del_ok"], seen["del_errors"]
+    # The DEL released the second root's reservation, and only that.
+    assert seen["second_store_after"] == ["lock"], seen
+    assert seen["first_store_after"] == [IP]
+    assert IP not in seen["plugin_view"] and "lock" in seen["plugin_view"]
+    # The mount point, still stood on when the first run ended, is left on the host, empty.
+    assert seen["host_data_dir_after"] == []
+
+
 def test_only_the_confined_threads_and_their_processes_see_the_root(tmp_path: Path) -> None:
     needs_host_local()
     seen = run_case("release-in-root", tmp_path)

@@ -311,6 +311,11 @@ def _hold_mount_point(root: str, target: str, made: list[str]) -> int:
         try:
             fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
+            if os.path.islink(target) and not os.path.exists(target):
+                raise ConfineError(
+                    f"cannot confine plugins to {root}: the mount point {target} is a "
+                    f"symbolic link to a missing directory; {ADVICE}"
+                ) from None
             fd = -1  # removed since it was made or found: make it again
         except OSError as e:
             raise ConfineError(
@@ -350,8 +355,16 @@ def _make_missing(root: str, target: str, made: list[str]) -> None:
     for path in reversed(missing):
         try:
             os.mkdir(path, 0o755)
-        except (FileExistsError, FileNotFoundError):
-            return  # another run made it, or removed a parent: the caller looks again
+        except FileNotFoundError:
+            parent = os.path.dirname(path)
+            if os.path.islink(parent) and not os.path.exists(parent):
+                raise ConfineError(
+                    f"cannot confine plugins to {root}: cannot make the mount point {path}: "
+                    f"{parent} is a symbolic link to a missing directory; {ADVICE}"
+                ) from None
+            return  # another run removed a parent: the caller looks again
+        except FileExistsError:
+            return  # another run made it: the caller looks again
         except OSError as e:
             raise ConfineError(
                 f"cannot confine plugins to {root}: cannot make the mount point {path}: "
@@ -406,18 +419,20 @@ def _remove_mount_points(made: list[str]) -> None:
     it shows a plugin nothing, and removing it would detach that run's mount."""
     import fcntl  # noqa: PLC0415
 
+    # Each is tried: one that stays (another run stands on it, or something was put in it)
+    # keeps its parents too, whose rmdir then fails (ENOTEMPTY) on the host's file system.
     for path in reversed(made):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if not _same_file(os.fstat(fd), path):
-                return
+                continue
             os.rmdir(path)
         except OSError:  # BlockingIOError: another run stands on it
-            return
+            continue
         finally:
             os.close(fd)
 

@@ -9,6 +9,7 @@ Each case prints what it saw as one JSON document on stdout, for the test to jud
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -412,7 +413,648 @@ def two_runs_one_mount_point(workdir: Path) -> dict[str, Any]:
     }
 
 
+# Attacks on the shared mount points: several runs at once, as a rescue box repairing several
+# disks would start them. Every mount point made lies under /run, a tmpfs of this namespace.
+MADE_HERE = Path("/run/made-here")
+
+
+def netlist_for(data_dir: Path) -> NetworkList:
+    ipam = {"type": "host-local", "subnet": "10.99.0.0/24", "dataDir": str(data_dir)}
+    return HOST_LOCAL._replace(plugins=({"type": "host-local", "ipam": ipam},))
+
+
+def root_with_stores(workdir: Path, name: str, data_dirs: list[Path]) -> Path:
+    """A node's disk holding the reservation in each of data_dirs (its own copies)."""
+    root = workdir / name
+    for data_dir in data_dirs:
+        store = root / data_dir.relative_to("/") / NETWORK
+        store.mkdir(parents=True, exist_ok=True)
+        (store / IP).write_text(RESERVATION)
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def store_of(root: Path, data_dir: Path) -> list[str] | None:
+    return listing(root / data_dir.relative_to("/") / NETWORK)
+
+
+def del_with_data_dir(data_dir: Path) -> dict[str, Any]:
+    """The real host-local DEL with dataDir, in a thread of the namespace (as apply's workers)."""
+    seen: dict[str, Any] = {}
+
+    def replay() -> None:
+        outcome = delete(
+            netlist_for(data_dir),
+            Attachment(CONTAINER_ID, "eth0"),
+            ProcessRunner(),
+            [PLUGIN_DIR],
+            10.0,
+        )
+        seen["del_ok"], seen["del_errors"] = outcome.ok, [str(e) for e in outcome.errors]
+        seen["plugin_view"] = listing(data_dir / NETWORK)
+
+    thread = threading.Thread(target=replay)
+    thread.start()
+    thread.join()
+    return seen
+
+
+class StagedRun:
+    """One run_confined in a thread of the caller's, whose work() waits to be let go: the
+    scenario decides who is in, who does its DEL and who is done, in which order."""
+
+    def __init__(
+        self,
+        root: Path,
+        data_dirs: list[Path],
+        del_in: Path | None = None,
+        raises: BaseException | None = None,
+    ) -> None:
+        self.root, self.data_dirs, self.del_in, self.raises = root, data_dirs, del_in, raises
+        self.inside, self.release = threading.Event(), threading.Event()
+        self.done = threading.Event()
+        self.seen: dict[str, Any] = {}
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self.run)
+
+    def binds(self) -> tuple[confine.Bind, ...]:
+        return confine.standard_binds(str(self.root), [str(d) for d in self.data_dirs])
+
+    def work(self) -> None:
+        self.seen["ident"] = threading.get_ident()
+        self.inside.set()
+        self.seen["released"] = self.release.wait(30)
+        if self.del_in is not None:
+            self.seen.update(del_with_data_dir(self.del_in))
+        if self.raises is not None:
+            raise self.raises
+
+    def run(self) -> None:
+        try:
+            confine.run_confined(str(self.root), self.binds(), self.work)
+        except BaseException as e:  # judged by the test
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            self.done.set()
+
+    def enter(self) -> bool:
+        self.thread.start()
+        return self.inside.wait(30)
+
+    def finish(self) -> bool:
+        self.release.set()
+        self.thread.join(60)
+        return self.done.is_set()
+
+    def report(self) -> dict[str, Any]:
+        return {
+            **{k: v for k, v in self.seen.items() if k != "ident"},
+            "error": self.error,
+            "store_after": store_of(self.root, self.del_in) if self.del_in else None,
+        }
+
+
+def host_made_here() -> list[str]:
+    """Every path left under /run/made-here on the host, it included."""
+    if not MADE_HERE.exists():
+        return []
+    return sorted([str(MADE_HERE)] + [str(p) for p in MADE_HERE.rglob("*")])
+
+
+def three_runs_one_mount_point(workdir: Path) -> dict[str, Any]:
+    """A makes the dataDir, B and C mount on it; A is done first, then B, then C: each DEL is
+    run after every run before it was done, and must release in its own root."""
+    make_host_state()
+    runs = {
+        name: StagedRun(
+            root_with_stores(workdir, name, [SHARED_DATA_DIR]),
+            [SHARED_DATA_DIR],
+            del_in=SHARED_DATA_DIR,
+        )
+        for name in ("a", "b", "c")
+    }
+    entered = [runs[name].enter() for name in ("a", "b", "c")]
+    finished = [runs[name].finish() for name in ("a", "b", "c")]
+    return {
+        "entered": entered,
+        "finished": finished,
+        "runs": {name: run.report() for name, run in runs.items()},
+        "host_data_dir_after": listing(SHARED_DATA_DIR),
+        "made_here_left": host_made_here(),
+        "host_after": host_digest(),
+    }
+
+
+def maker_outlives_the_other(workdir: Path) -> dict[str, Any]:
+    """A makes the dataDir, B mounts on it and is done first; A's DEL comes after, and A,
+    done last, stood alone on what it made: nothing is left on the host."""
+    make_host_state()
+    a = StagedRun(
+        root_with_stores(workdir, "a", [SHARED_DATA_DIR]), [SHARED_DATA_DIR], del_in=SHARED_DATA_DIR
+    )
+    b = StagedRun(
+        root_with_stores(workdir, "b", [SHARED_DATA_DIR]), [SHARED_DATA_DIR], del_in=SHARED_DATA_DIR
+    )
+    entered = [a.enter(), b.enter()]
+    finished = [b.finish(), a.finish()]
+    return {
+        "entered": entered,
+        "finished": finished,
+        "a": a.report(),
+        "b": b.report(),
+        "made_here_left": host_made_here(),
+    }
+
+
+INNER_DATA_DIR = MADE_HERE / "ipam"  # = SHARED_DATA_DIR
+
+
+def nested(workdir: Path, outer_first: bool) -> dict[str, Any]:
+    """One run's dataDir is a parent of the other's: /run/made-here and /run/made-here/ipam,
+    both missing on the host. The one in first makes what it needs; the one in first is done
+    first, and only then does the other run its DEL."""
+    make_host_state()
+    outer = StagedRun(
+        root_with_stores(workdir, "outer", [MADE_HERE]), [MADE_HERE], del_in=MADE_HERE
+    )
+    inner = StagedRun(
+        root_with_stores(workdir, "inner", [INNER_DATA_DIR]),
+        [INNER_DATA_DIR],
+        del_in=INNER_DATA_DIR,
+    )
+    first, second = (outer, inner) if outer_first else (inner, outer)
+    entered = [first.enter(), second.enter()]
+    finished = [first.finish()]
+    left_while_second_in = host_made_here()
+    finished.append(second.finish())
+    return {
+        "entered": entered,
+        "finished": finished,
+        "outer": outer.report(),
+        "inner": inner.report(),
+        "left_while_second_in": left_while_second_in,
+        "made_here_left": host_made_here(),
+    }
+
+
+def nested_outer_first(workdir: Path) -> dict[str, Any]:
+    return nested(workdir, outer_first=True)
+
+
+def nested_inner_first(workdir: Path) -> dict[str, Any]:
+    return nested(workdir, outer_first=False)
+
+
+def work_raises_while_another_stands(workdir: Path) -> dict[str, Any]:
+    """The run that made the mount point fails (work raises) while another stands on it."""
+    make_host_state()
+    a = StagedRun(
+        root_with_stores(workdir, "a", [SHARED_DATA_DIR]),
+        [SHARED_DATA_DIR],
+        raises=LookupError("work failed"),
+    )
+    b = StagedRun(
+        root_with_stores(workdir, "b", [SHARED_DATA_DIR]), [SHARED_DATA_DIR], del_in=SHARED_DATA_DIR
+    )
+    entered = [a.enter(), b.enter()]
+    finished = [a.finish()]
+    left_while_b_in = host_made_here()
+    finished.append(b.finish())
+    return {
+        "entered": entered,
+        "finished": finished,
+        "a": a.report(),
+        "b": b.report(),
+        "left_while_b_in": left_while_b_in,
+        "made_here_left": host_made_here(),
+    }
+
+
+def interrupted_while_another_stands(workdir: Path) -> dict[str, Any]:
+    """The maker runs in the main thread and is interrupted (SIGINT) while another run stands
+    on what it made; the other's DEL comes after the maker's KeyboardInterrupt."""
+    make_host_state()
+    root_a = root_with_stores(workdir, "a", [SHARED_DATA_DIR])
+    b = StagedRun(
+        root_with_stores(workdir, "b", [SHARED_DATA_DIR]), [SHARED_DATA_DIR], del_in=SHARED_DATA_DIR
+    )
+    cancel, a_in, b_in = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def starter() -> None:
+        """B is started from a thread of the caller's: one started by A's work would be in A's
+        namespace, and B's would be a copy of it."""
+        if a_in.wait(30):
+            seen["b_entered"] = b.enter()
+        b_in.set()
+
+    def a_work() -> None:
+        a_in.set()
+        b_in.wait(30)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        seen["cancel_seen"] = cancel.wait(30)
+
+    threading.Thread(target=starter).start()
+
+    binds = confine.standard_binds(str(root_a), [str(SHARED_DATA_DIR)])
+    try:
+        confine.run_confined(str(root_a), binds, a_work, cancel=cancel)
+    except KeyboardInterrupt:
+        seen["a_interrupted"] = True
+    seen["left_while_b_in"] = host_made_here()
+    seen["b_finished"] = b.finish()
+    return {**seen, "b": b.report(), "made_here_left": host_made_here()}
+
+
+def racing_mkdir(workdir: Path) -> dict[str, Any]:
+    """Two runs make the same missing mount points at the same moment: each os.mkdir of
+    /run/made-here and of /run/made-here/ipam waits for the other run's, so one of the two
+    gets FileExistsError. Then one is done (DEL after DEL), then the other."""
+    make_host_state()
+    real_mkdir = os.mkdir
+    barriers = {str(MADE_HERE): threading.Barrier(2), str(SHARED_DATA_DIR): threading.Barrier(2)}
+    waited: set[tuple[int, str]] = set()
+    calls: list[tuple[int, str, str]] = []
+    lock = threading.Lock()
+
+    def racing(path: Any, *args: Any, **kwargs: Any) -> None:
+        key = (threading.get_ident(), str(path))
+        with lock:
+            first_time = key not in waited and str(path) in barriers
+            waited.add(key)
+        if first_time:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barriers[str(path)].wait(5)
+        try:
+            real_mkdir(path, *args, **kwargs)
+        except OSError as e:
+            calls.append((threading.get_ident(), str(path), type(e).__name__))
+            raise
+        calls.append((threading.get_ident(), str(path), "made"))
+
+    os.mkdir = racing
+    try:
+        a = StagedRun(
+            root_with_stores(workdir, "a", [SHARED_DATA_DIR]),
+            [SHARED_DATA_DIR],
+            del_in=SHARED_DATA_DIR,
+        )
+        b = StagedRun(
+            root_with_stores(workdir, "b", [SHARED_DATA_DIR]),
+            [SHARED_DATA_DIR],
+            del_in=SHARED_DATA_DIR,
+        )
+        a.thread.start()
+        b.thread.start()
+        entered = [a.inside.wait(30), b.inside.wait(30)]
+        finished = [a.finish()]
+        left_while_b_in = host_made_here()
+        finished.append(b.finish())
+    finally:
+        os.mkdir = real_mkdir
+    names = {a.seen.get("ident"): "a", b.seen.get("ident"): "b"}
+    return {
+        "entered": entered,
+        "finished": finished,
+        "a": a.report(),
+        "b": b.report(),
+        "mkdir": [
+            (names.get(ident, "?"), path, what)
+            for ident, path, what in calls
+            if path.startswith(str(MADE_HERE))
+        ],
+        "left_while_b_in": left_while_b_in,
+        "made_here_left": host_made_here(),
+    }
+
+
+def split_chain(workdir: Path) -> dict[str, Any]:
+    """The race of racing_mkdir, made to come out one way: A makes /run/made-here, B makes
+    /run/made-here/ipam in it just before A would (A's mkdir: FileExistsError). A is done
+    first (B stands on ipam), then B: no run stands anywhere any more."""
+    make_host_state()
+    real_mkdir = os.mkdir
+    a_ident: list[int] = []
+    a_at_ipam, b_made_ipam = threading.Event(), threading.Event()
+    calls: list[tuple[str, str, str]] = []
+
+    def ordered(path: Any, *args: Any, **kwargs: Any) -> None:
+        me = threading.get_ident()
+        if str(path) == str(MADE_HERE) and not a_ident:
+            a_ident.append(me)
+        who = "a" if a_ident and me == a_ident[0] else "b"
+        if str(path) == str(SHARED_DATA_DIR) and who == "a" and not a_at_ipam.is_set():
+            a_at_ipam.set()
+            b_made_ipam.wait(10)
+        try:
+            real_mkdir(path, *args, **kwargs)
+        except OSError as e:
+            if str(path).startswith(str(MADE_HERE)):
+                calls.append((who, str(path), type(e).__name__))
+            raise
+        if str(path).startswith(str(MADE_HERE)):
+            calls.append((who, str(path), "made"))
+        if str(path) == str(SHARED_DATA_DIR) and who == "b":
+            b_made_ipam.set()
+
+    os.mkdir = ordered
+    try:
+        a = StagedRun(
+            root_with_stores(workdir, "a", [SHARED_DATA_DIR]),
+            [SHARED_DATA_DIR],
+            del_in=SHARED_DATA_DIR,
+        )
+        b = StagedRun(
+            root_with_stores(workdir, "b", [SHARED_DATA_DIR]),
+            [SHARED_DATA_DIR],
+            del_in=SHARED_DATA_DIR,
+        )
+        a.thread.start()
+        a_at_ipam.wait(30)
+        entered = [b.enter(), a.inside.wait(30)]
+        finished = [a.finish()]
+        left_while_b_in = host_made_here()
+        finished.append(b.finish())
+    finally:
+        os.mkdir = real_mkdir
+    return {
+        "entered": entered,
+        "finished": finished,
+        "a": a.report(),
+        "b": b.report(),
+        "mkdir": calls,
+        "left_while_b_in": left_while_b_in,
+        "made_here_left": host_made_here(),
+    }
+
+
+def symlinked_host_paths(workdir: Path) -> dict[str, Any]:
+    """The host's own symlinks: a dataDir that is a symlink to a directory holding a decoy
+    reservation, and a missing dataDir under a symlinked parent. Plugins must see the root's
+    store at both (as before the fix, when the mount went through the symlink), the host's
+    decoy stays, and the directory made through the symlink is removed again."""
+    make_host_state()
+    real, linked = Path("/run/real-data"), Path("/run/linked-data")
+    (real / NETWORK).mkdir(parents=True)
+    (real / NETWORK / IP).write_text(RESERVATION)
+    linked.symlink_to(real)
+    real_parent, linked_parent = Path("/run/real-parent"), Path("/run/linked-parent")
+    real_parent.mkdir()
+    linked_parent.symlink_to(real_parent)
+    under_link = linked_parent / "ipam"
+    results: dict[str, Any] = {}
+    for name, data_dir in (("linked", linked), ("under_link", under_link)):
+        root = root_with_stores(workdir, name, [data_dir])
+        run = StagedRun(root, [data_dir], del_in=data_dir)
+        run.release.set()
+        run.run()
+        results[name] = run.report()
+    return {
+        **results,
+        "host_decoy": (real / NETWORK / IP).read_text(),
+        "real_parent_after": listing(real_parent),
+        "linked_is_symlink": linked.is_symlink() and linked_parent.is_symlink(),
+    }
+
+
+def host_mount_point_target(workdir: Path) -> dict[str, Any]:
+    """A dataDir that is a mount point on the host itself (a tmpfs, with a decoy)."""
+    make_host_state()
+    mounted = Path("/run/mounted-data")
+    mounted.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mounted)], check=True)
+    (mounted / NETWORK).mkdir()
+    (mounted / NETWORK / IP).write_text(RESERVATION)
+    run = StagedRun(root_with_stores(workdir, "a", [mounted]), [mounted], del_in=mounted)
+    run.release.set()
+    run.run()
+    still = subprocess.run(["findmnt", "-n", str(mounted)], capture_output=True, text=True)
+    return {
+        "run": run.report(),
+        "host_decoy": (mounted / NETWORK / IP).read_text(),
+        "still_mounted": bool(still.stdout.strip()),
+    }
+
+
+def parent_removed_while_making(workdir: Path) -> dict[str, Any]:
+    """Someone removes /run/made-here just as the run is making /run/made-here/ipam in it:
+    once (the run makes both again and goes on), then every time (refused, in bounded time)."""
+    make_host_state()
+    confine.MOUNT_POINT_WAIT = 1.0
+    real_mkdir = os.mkdir
+    removals = {"left": 1}
+
+    def removing(path: Any, *args: Any, **kwargs: Any) -> None:
+        if str(path) == str(SHARED_DATA_DIR) and removals["left"] != 0:
+            removals["left"] -= 1
+            os.rmdir(MADE_HERE)
+        real_mkdir(path, *args, **kwargs)
+
+    os.mkdir = removing
+    out: dict[str, Any] = {}
+    try:
+        once = StagedRun(
+            root_with_stores(workdir, "once", [SHARED_DATA_DIR]),
+            [SHARED_DATA_DIR],
+            del_in=SHARED_DATA_DIR,
+        )
+        once.release.set()
+        once.run()
+        out["once"] = once.report()
+        out["left_after_once"] = host_made_here()
+        removals["left"] = -1  # every time
+        fds_before = sorted(os.listdir("/proc/self/fd"))
+        always = StagedRun(
+            root_with_stores(workdir, "always", [SHARED_DATA_DIR]),
+            [SHARED_DATA_DIR],
+            del_in=SHARED_DATA_DIR,
+        )
+        always.release.set()
+        started = time.monotonic()
+        always.run()
+        out["always_seconds"] = time.monotonic() - started
+        out["always"] = always.report()
+        out["always_work_ran"] = "released" in always.seen
+        out["fds_leaked"] = sorted(set(os.listdir("/proc/self/fd")) - set(fds_before))
+        out["left_after_always"] = host_made_here()
+    finally:
+        os.mkdir = real_mkdir
+    return out
+
+
+def my_locks() -> list[str]:
+    with open("/proc/locks") as f:
+        return [line for line in f.read().splitlines() if f" {os.getpid()} " in line]
+
+
+def no_fd_or_lock_left(workdir: Path) -> dict[str, Any]:
+    """Descriptors of this process and flocks it holds, before and after runs that succeed,
+    whose work raises, that are refused while making a mount point, that find a mount point
+    exclusively held: none is left, and every mount point can be locked exclusively after."""
+    make_host_state()
+    confine.MOUNT_POINT_WAIT = 0.5
+    read_only = Path("/run/read-only")
+    read_only.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(read_only)], check=True)
+    held = MADE_HERE / "held"
+    held.mkdir(parents=True)
+    import fcntl  # noqa: PLC0415
+
+    blocker = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(blocker, fcntl.LOCK_EX)
+    fds_before = sorted(os.listdir("/proc/self/fd"))
+    locks_before = my_locks()
+    outcomes: dict[str, str | None] = {}
+    cases = {
+        "ok": ([SHARED_DATA_DIR], None),
+        "raises": ([SHARED_DATA_DIR], LookupError("boom")),
+        "read_only": ([SHARED_DATA_DIR, read_only / "ipam"], None),
+        "held_exclusively": ([SHARED_DATA_DIR, held], None),
+    }
+    seconds: dict[str, float] = {}
+    for name, (data_dirs, raises) in cases.items():
+        run = StagedRun(root_with_stores(workdir, name, data_dirs), data_dirs, raises=raises)
+        run.release.set()
+        started = time.monotonic()
+        run.run()
+        seconds[name] = time.monotonic() - started
+        outcomes[name] = run.error
+    fds_after = sorted(os.listdir("/proc/self/fd"))
+    locks_after = my_locks()
+    os.close(blocker)
+    lockable: dict[str, bool] = {}
+    for path in ("/var/lib/cni", "/etc/cni", "/run/netns", "/run/cni", str(held)):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lockable[path] = True
+        except BlockingIOError:
+            lockable[path] = False
+        finally:
+            os.close(fd)
+    return {
+        "outcomes": outcomes,
+        "seconds": seconds,
+        "fds_leaked": sorted(set(fds_after) - set(fds_before)),
+        "locks_before": locks_before,
+        "locks_after": locks_after,
+        "lockable_after": lockable,
+        "made_here_left": host_made_here(),
+    }
+
+
+def dangling_symlink_target(workdir: Path) -> dict[str, Any]:
+    """A dataDir that is a dangling symlink on the host, and one under a dangling symlink:
+    refused with ConfineError, and in bounded time."""
+    make_host_state()
+    dangling = Path("/run/dangling")
+    dangling.symlink_to("/run/nowhere")
+    out: dict[str, Any] = {"wait": confine.MOUNT_POINT_WAIT}
+    for name, data_dir in (("dangling", dangling), ("under_dangling", dangling / "ipam")):
+        run = StagedRun(root_with_stores(workdir, name, [data_dir]), [data_dir], del_in=data_dir)
+        run.release.set()
+        started = time.monotonic()
+        run.run()
+        out[name] = {
+            "seconds": time.monotonic() - started,
+            "error": run.error,
+            "work_ran": "released" in run.seen,
+        }
+    out["nowhere_made"] = os.path.lexists("/run/nowhere")
+    return out
+
+
+def left_behind_when_none_stands(workdir: Path) -> dict[str, Any]:
+    """A has two dataDirs, /run/made-here/a and /run/made-here/b, both missing; B has only
+    /run/made-here/b. A makes both, B mounts on b, A is done first: b stays for B, but no run
+    ever stands on a again, and it must not be left on the host."""
+    make_host_state()
+    only_a, shared = MADE_HERE / "a", MADE_HERE / "b"
+    a = StagedRun(root_with_stores(workdir, "a", [only_a, shared]), [only_a, shared], del_in=only_a)
+    b = StagedRun(root_with_stores(workdir, "b", [shared]), [shared], del_in=shared)
+    entered = [a.enter(), b.enter()]
+    finished = [a.finish()]
+    left_while_b_in = host_made_here()
+    finished.append(b.finish())
+    return {
+        "entered": entered,
+        "finished": finished,
+        "a": a.report(),
+        "b": b.report(),
+        "left_while_b_in": left_while_b_in,
+        "made_here_left": host_made_here(),
+    }
+
+
+def many_runs_at_random(workdir: Path) -> dict[str, Any]:
+    """Six runs, five rounds each, on one missing dataDir, in and out at random moments, each
+    DEL at a random moment inside: every DEL releases in its own root, nothing else happens."""
+    import random  # noqa: PLC0415
+
+    make_host_state()
+    rng = random.Random(3300)  # noqa: S311 (the runs' timing, not a secret)
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def one(name: str, delays: list[float]) -> None:
+        for round_ in range(5):
+            root = workdir / f"{name}-{round_}"
+            root_with_stores(workdir, root.name, [SHARED_DATA_DIR])
+
+            def work(
+                before: float = delays[2 * round_], after: float = delays[2 * round_ + 1]
+            ) -> dict[str, Any]:
+                time.sleep(before)
+                seen = del_with_data_dir(SHARED_DATA_DIR)
+                time.sleep(after)
+                return seen
+
+            try:
+                binds = confine.standard_binds(str(root), [str(SHARED_DATA_DIR)])
+                seen = confine.run_confined(str(root), binds, work)
+            except BaseException as e:
+                with lock:
+                    failures.append(f"{root.name}: {type(e).__name__}: {e}")
+                continue
+            after = store_of(root, SHARED_DATA_DIR)
+            if not seen["del_ok"] or after != ["lock"]:
+                with lock:
+                    failures.append(f"{root.name}: del_ok={seen['del_ok']} store_after={after}")
+
+    threads = [
+        threading.Thread(target=one, args=(f"r{n}", [rng.uniform(0, 0.03) for _ in range(10)]))
+        for n in range(6)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return {
+        "failures": failures,
+        "host_data_dir_after": listing(SHARED_DATA_DIR),
+        "host_after": host_digest(),
+        "host_before": {
+            str(p): RESERVATION if p.parent == HOST_STORE else "host decoy" for p in HOST_DECOYS
+        },
+    }
+
+
 CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "three-runs-one-mount-point": three_runs_one_mount_point,
+    "maker-outlives-the-other": maker_outlives_the_other,
+    "nested-outer-first": nested_outer_first,
+    "nested-inner-first": nested_inner_first,
+    "work-raises-while-another-stands": work_raises_while_another_stands,
+    "interrupted-while-another-stands": interrupted_while_another_stands,
+    "racing-mkdir": racing_mkdir,
+    "split-chain": split_chain,
+    "symlinked-host-paths": symlinked_host_paths,
+    "host-mount-point-target": host_mount_point_target,
+    "parent-removed-while-making": parent_removed_while_making,
+    "no-fd-or-lock-left": no_fd_or_lock_left,
+    "dangling-symlink-target": dangling_symlink_target,
+    "left-behind-when-none-stands": left_behind_when_none_stands,
+    "many-runs-at-random": many_runs_at_random,
     "two-runs-one-mount-point": two_runs_one_mount_point,
     "rescued-disk": rescued_disk,
     "rescued-disk-without-sys-admin": rescued_disk_without_sys_admin,

@@ -263,3 +263,186 @@ def test_the_reaper_refuses_a_rescued_disk_it_cannot_confine(tmp_path: Path) -> 
     assert "cannot confine plugins" in seen["report"]["error"]["message"]
     assert seen["results_after"] == [f"{NETWORK}-{CONTAINER_IDS[0]}-eth0"]
     assert seen["root_store_after"] == [IP]
+
+
+# Attacks on the shared mount points (several runs on several roots at once).
+
+MADE_HERE = "/run/made-here"
+SHARED = f"{MADE_HERE}/ipam"
+
+
+def released_in_own_root(run: dict[str, Any]) -> None:
+    assert run["error"] is None, run
+    assert run["del_ok"], run["del_errors"]
+    assert run["store_after"] == ["lock"], run
+    assert run["plugin_view"] == ["lock"], run
+
+
+def test_three_runs_one_mount_point_each_releases_in_its_own_root(tmp_path: Path) -> None:
+    """A makes the dataDir, B and C mount on it; A is done, then B, then C, each DEL after
+    the runs before it were done."""
+    needs_host_local()
+    seen = run_case("three-runs-one-mount-point", tmp_path)
+    assert seen["entered"] == [True] * 3 and seen["finished"] == [True] * 3
+    for run in seen["runs"].values():
+        released_in_own_root(run)
+    assert seen["host_after"][str(HOST_STORE / IP)] == RESERVATION
+    # The maker was done first: its mount point was stood on, and is left, empty.
+    assert seen["made_here_left"] == [MADE_HERE, SHARED]
+    assert seen["host_data_dir_after"] == []
+
+
+def test_the_maker_done_last_removes_what_it_made(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("maker-outlives-the-other", tmp_path)
+    assert seen["entered"] == [True, True] and seen["finished"] == [True, True]
+    released_in_own_root(seen["a"])
+    released_in_own_root(seen["b"])
+    assert seen["made_here_left"] == []
+
+
+@pytest.mark.parametrize("order", ["outer-first", "inner-first"])
+def test_nested_targets_of_two_runs_each_release_in_its_own_root(
+    tmp_path: Path, order: str
+) -> None:
+    """One run's dataDir (/run/made-here) is a parent of the other's (/run/made-here/ipam);
+    the one in first is done first, then the other DELs."""
+    needs_host_local()
+    seen = run_case(f"nested-{order}", tmp_path)
+    assert seen["entered"] == [True, True] and seen["finished"] == [True, True]
+    released_in_own_root(seen["outer"])
+    released_in_own_root(seen["inner"])
+
+
+@pytest.mark.parametrize("order", ["outer-first", "inner-first"])
+def test_nested_targets_leave_at_most_the_outer_dir_empty(tmp_path: Path, order: str) -> None:
+    """Once both runs are done no run stands on /run/made-here, yet it is left, empty: only
+    the run that made a dir removes it, and when that run was done the other's dir was still
+    in it (or the other stood on it). A known leftover: empty, it shows a plugin nothing."""
+    needs_host_local()
+    seen = run_case(f"nested-{order}", tmp_path)
+    assert seen["made_here_left"] == [MADE_HERE]
+
+
+def test_a_maker_whose_work_raises_leaves_the_other_its_mount(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("work-raises-while-another-stands", tmp_path)
+    assert seen["a"]["error"] == "LookupError: work failed"
+    assert seen["left_while_b_in"] == [MADE_HERE, SHARED]
+    released_in_own_root(seen["b"])
+
+
+def test_an_interrupted_maker_leaves_the_other_its_mount(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("interrupted-while-another-stands", tmp_path)
+    assert seen["a_interrupted"] and seen["cancel_seen"] and seen["b_entered"]
+    assert seen["left_while_b_in"] == [MADE_HERE, SHARED]
+    released_in_own_root(seen["b"])
+
+
+def test_two_runs_racing_to_make_the_same_mount_points(tmp_path: Path) -> None:
+    """Each mkdir of /run/made-here and /run/made-here/ipam waits for the other run's: one of
+    each pair gets FileExistsError, and neither run is refused."""
+    needs_host_local()
+    seen = run_case("racing-mkdir", tmp_path)
+    assert seen["entered"] == [True, True] and seen["finished"] == [True, True]
+    outcomes = sorted(what for _, _, what in seen["mkdir"])
+    assert outcomes == ["FileExistsError", "FileExistsError", "made", "made"], seen["mkdir"]
+    released_in_own_root(seen["a"])
+    released_in_own_root(seen["b"])
+
+
+def test_a_mount_point_chain_made_by_two_runs_leaves_at_most_the_outer_dir_empty(
+    tmp_path: Path,
+) -> None:
+    """A made /run/made-here, B made /run/made-here/ipam in it (A's mkdir: FileExistsError).
+    A is done first, while B stands on ipam: made-here must stay while B is in. Once B is
+    done, B removes the ipam it made; made-here, A's, is left, empty (as in the nested case)."""
+    needs_host_local()
+    seen = run_case("split-chain", tmp_path)
+    assert seen["mkdir"] == [
+        ["a", MADE_HERE, "made"],
+        ["b", SHARED, "made"],
+        ["a", SHARED, "FileExistsError"],
+    ]
+    released_in_own_root(seen["a"])
+    released_in_own_root(seen["b"])
+    assert seen["left_while_b_in"] == [MADE_HERE, SHARED]
+    assert seen["made_here_left"] == [MADE_HERE]
+
+
+def test_the_hosts_own_symlinks_are_followed_as_before(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("symlinked-host-paths", tmp_path)
+    released_in_own_root(seen["linked"])
+    released_in_own_root(seen["under_link"])
+    assert seen["host_decoy"] == RESERVATION.replace("\r", "") or seen["host_decoy"] == RESERVATION
+    assert seen["real_parent_after"] == []  # made through the symlink, removed again
+    assert seen["linked_is_symlink"]
+
+
+def test_a_target_that_is_a_host_mount_point(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("host-mount-point-target", tmp_path)
+    released_in_own_root(seen["run"])
+    assert seen["host_decoy"] in (RESERVATION, RESERVATION.replace("\r", ""))
+    assert seen["still_mounted"]
+
+
+def test_a_parent_removed_while_the_run_makes_the_mount_point(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("parent-removed-while-making", tmp_path)
+    released_in_own_root(seen["once"])
+    assert seen["left_after_once"] == []
+    assert seen["always"]["error"].startswith("ConfineError: ")
+    assert "kept being removed" in seen["always"]["error"]
+    assert not seen["always_work_ran"]
+    assert seen["always_seconds"] < 1.0 + 1.5  # MOUNT_POINT_WAIT, set to 1.0 in the case
+    assert seen["fds_leaked"] == []
+    assert seen["left_after_always"] == []
+    assert seen["always"]["store_after"] == [IP]
+
+
+def test_no_descriptor_or_lock_is_left_whatever_the_outcome(tmp_path: Path) -> None:
+    seen = run_case("no-fd-or-lock-left", tmp_path)
+    outcomes = seen["outcomes"]
+    assert outcomes["ok"] is None
+    assert outcomes["raises"] == "LookupError: boom"
+    assert outcomes["read_only"].startswith("ConfineError: ")
+    assert outcomes["held_exclusively"].startswith("ConfineError: ")
+    assert seen["seconds"]["held_exclusively"] < 0.5 + 1.5  # MOUNT_POINT_WAIT 0.5 here
+    assert seen["fds_leaked"] == []
+    assert seen["locks_after"] == seen["locks_before"]  # only the case's own blocker
+    assert all(seen["lockable_after"].values()), seen["lockable_after"]
+    assert seen["made_here_left"] == [MADE_HERE, f"{MADE_HERE}/held"]  # the case's own
+
+
+def test_a_dangling_symlink_target_is_refused_at_once(tmp_path: Path) -> None:
+    """Before the fix, mount (or mkdir under it) failed with ENOENT at once; it must still be
+    a ConfineError, not a wait for a removal that never happens."""
+    seen = run_case("dangling-symlink-target", tmp_path)
+    for name in ("dangling", "under_dangling"):
+        assert seen[name]["error"].startswith("ConfineError: "), seen[name]
+        assert not seen[name]["work_ran"]
+        assert "kept being removed" not in seen[name]["error"], seen[name]["error"]
+        assert seen[name]["seconds"] < 1.0, seen[name]
+    assert not seen["nowhere_made"]
+
+
+def test_a_mount_point_no_run_stands_on_is_not_left_behind(tmp_path: Path) -> None:
+    """A made /run/made-here/a and /run/made-here/b; B stood on b only. b stays for B while B
+    is in; a, which no run stands on, must go when A is done."""
+    needs_host_local()
+    seen = run_case("left-behind-when-none-stands", tmp_path)
+    released_in_own_root(seen["a"])
+    released_in_own_root(seen["b"])
+    assert f"{MADE_HERE}/a" not in seen["left_while_b_in"], seen["left_while_b_in"]
+    assert f"{MADE_HERE}/a" not in seen["made_here_left"], seen["made_here_left"]
+
+
+def test_many_runs_at_random_moments_each_release_in_their_own_root(tmp_path: Path) -> None:
+    needs_host_local()
+    seen = run_case("many-runs-at-random", tmp_path)
+    assert seen["failures"] == []
+    assert seen["host_after"] == seen["host_before"]
+    assert seen["host_data_dir_after"] in (None, [])

@@ -307,6 +307,7 @@ def _hold_mount_point(root: str, target: str, made: list[str]) -> int:
 
     deadline = time.monotonic() + MOUNT_POINT_WAIT
     while True:
+        locked = False  # the last try found it held exclusively, not gone
         _make_missing(root, target, made)
         try:
             fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -326,7 +327,7 @@ def _hold_mount_point(root: str, target: str, made: list[str]) -> int:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                pass  # another run is removing it
+                locked = True  # another run is removing it
             except OSError as e:
                 os.close(fd)
                 raise ConfineError(
@@ -339,9 +340,14 @@ def _hold_mount_point(root: str, target: str, made: list[str]) -> int:
                     return fd
             os.close(fd)
         if time.monotonic() > deadline:
+            why = (
+                f"another process held it exclusively (flock) for {MOUNT_POINT_WAIT:g} s"
+                if locked
+                else "it kept being removed while this run made it"
+            )
             raise ConfineError(
-                f"cannot confine plugins to {root}: the mount point {target} kept being "
-                f"removed while this run made it; {ADVICE}"
+                f"cannot confine plugins to {root}: cannot hold the mount point {target}: "
+                f"{why}; {ADVICE}"
             )
         time.sleep(0.01)
 

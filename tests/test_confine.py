@@ -410,6 +410,7 @@ def test_no_descriptor_or_lock_is_left_whatever_the_outcome(tmp_path: Path) -> N
     assert outcomes["raises"] == "LookupError: boom"
     assert outcomes["read_only"].startswith("ConfineError: ")
     assert outcomes["held_exclusively"].startswith("ConfineError: ")
+    assert "another process held it exclusively (flock)" in outcomes["held_exclusively"]
     assert seen["seconds"]["held_exclusively"] < 0.5 + 1.5  # MOUNT_POINT_WAIT 0.5 here
     assert seen["fds_leaked"] == []
     assert seen["locks_after"] == seen["locks_before"]  # only the case's own blocker

@@ -514,6 +514,30 @@ class StagedRun:
         }
 
 
+def a_done_first(a: StagedRun, b: StagedRun) -> dict[str, Any]:
+    """A in, then B; A done while B stands in; then B done. What each saw, and what the host
+    holds of /run/made-here while B is still in and after."""
+    entered = [a.enter(), b.enter()]
+    finished = [a.finish()]
+    left_while_b_in = host_made_here()
+    finished.append(b.finish())
+    return {
+        "entered": entered,
+        "finished": finished,
+        "a": a.report(),
+        "b": b.report(),
+        "left_while_b_in": left_while_b_in,
+        "made_here_left": host_made_here(),
+    }
+
+
+def shared_run(workdir: Path, name: str) -> StagedRun:
+    """A StagedRun on a root of its own whose one dataDir, SHARED_DATA_DIR, is missing on the
+    host, its DEL done there."""
+    root = root_with_stores(workdir, name, [SHARED_DATA_DIR])
+    return StagedRun(root, [SHARED_DATA_DIR], del_in=SHARED_DATA_DIR)
+
+
 def host_made_here() -> list[str]:
     """Every path left under /run/made-here on the host, it included."""
     if not MADE_HERE.exists():
@@ -552,9 +576,7 @@ def maker_outlives_the_other(workdir: Path) -> dict[str, Any]:
     a = StagedRun(
         root_with_stores(workdir, "a", [SHARED_DATA_DIR]), [SHARED_DATA_DIR], del_in=SHARED_DATA_DIR
     )
-    b = StagedRun(
-        root_with_stores(workdir, "b", [SHARED_DATA_DIR]), [SHARED_DATA_DIR], del_in=SHARED_DATA_DIR
-    )
+    b = shared_run(workdir, "b")
     entered = [a.enter(), b.enter()]
     finished = [b.finish(), a.finish()]
     return {
@@ -613,21 +635,8 @@ def work_raises_while_another_stands(workdir: Path) -> dict[str, Any]:
         [SHARED_DATA_DIR],
         raises=LookupError("work failed"),
     )
-    b = StagedRun(
-        root_with_stores(workdir, "b", [SHARED_DATA_DIR]), [SHARED_DATA_DIR], del_in=SHARED_DATA_DIR
-    )
-    entered = [a.enter(), b.enter()]
-    finished = [a.finish()]
-    left_while_b_in = host_made_here()
-    finished.append(b.finish())
-    return {
-        "entered": entered,
-        "finished": finished,
-        "a": a.report(),
-        "b": b.report(),
-        "left_while_b_in": left_while_b_in,
-        "made_here_left": host_made_here(),
-    }
+    b = shared_run(workdir, "b")
+    return a_done_first(a, b)
 
 
 def interrupted_while_another_stands(workdir: Path) -> dict[str, Any]:
@@ -635,9 +644,7 @@ def interrupted_while_another_stands(workdir: Path) -> dict[str, Any]:
     on what it made; the other's DEL comes after the maker's KeyboardInterrupt."""
     make_host_state()
     root_a = root_with_stores(workdir, "a", [SHARED_DATA_DIR])
-    b = StagedRun(
-        root_with_stores(workdir, "b", [SHARED_DATA_DIR]), [SHARED_DATA_DIR], del_in=SHARED_DATA_DIR
-    )
+    b = shared_run(workdir, "b")
     cancel, a_in, b_in = threading.Event(), threading.Event(), threading.Event()
     seen: dict[str, Any] = {}
 
@@ -694,16 +701,8 @@ def racing_mkdir(workdir: Path) -> dict[str, Any]:
 
     os.mkdir = racing
     try:
-        a = StagedRun(
-            root_with_stores(workdir, "a", [SHARED_DATA_DIR]),
-            [SHARED_DATA_DIR],
-            del_in=SHARED_DATA_DIR,
-        )
-        b = StagedRun(
-            root_with_stores(workdir, "b", [SHARED_DATA_DIR]),
-            [SHARED_DATA_DIR],
-            del_in=SHARED_DATA_DIR,
-        )
+        a = shared_run(workdir, "a")
+        b = shared_run(workdir, "b")
         a.thread.start()
         b.thread.start()
         entered = [a.inside.wait(30), b.inside.wait(30)]
@@ -759,16 +758,8 @@ def split_chain(workdir: Path) -> dict[str, Any]:
 
     os.mkdir = ordered
     try:
-        a = StagedRun(
-            root_with_stores(workdir, "a", [SHARED_DATA_DIR]),
-            [SHARED_DATA_DIR],
-            del_in=SHARED_DATA_DIR,
-        )
-        b = StagedRun(
-            root_with_stores(workdir, "b", [SHARED_DATA_DIR]),
-            [SHARED_DATA_DIR],
-            del_in=SHARED_DATA_DIR,
-        )
+        a = shared_run(workdir, "a")
+        b = shared_run(workdir, "b")
         a.thread.start()
         a_at_ipam.wait(30)
         entered = [b.enter(), a.inside.wait(30)]
@@ -853,22 +844,14 @@ def parent_removed_while_making(workdir: Path) -> dict[str, Any]:
     os.mkdir = removing
     out: dict[str, Any] = {}
     try:
-        once = StagedRun(
-            root_with_stores(workdir, "once", [SHARED_DATA_DIR]),
-            [SHARED_DATA_DIR],
-            del_in=SHARED_DATA_DIR,
-        )
+        once = shared_run(workdir, "once")
         once.release.set()
         once.run()
         out["once"] = once.report()
         out["left_after_once"] = host_made_here()
         removals["left"] = -1  # every time
         fds_before = sorted(os.listdir("/proc/self/fd"))
-        always = StagedRun(
-            root_with_stores(workdir, "always", [SHARED_DATA_DIR]),
-            [SHARED_DATA_DIR],
-            del_in=SHARED_DATA_DIR,
-        )
+        always = shared_run(workdir, "always")
         always.release.set()
         started = time.monotonic()
         always.run()
@@ -972,18 +955,7 @@ def left_behind_when_none_stands(workdir: Path) -> dict[str, Any]:
     only_a, shared = MADE_HERE / "a", MADE_HERE / "b"
     a = StagedRun(root_with_stores(workdir, "a", [only_a, shared]), [only_a, shared], del_in=only_a)
     b = StagedRun(root_with_stores(workdir, "b", [shared]), [shared], del_in=shared)
-    entered = [a.enter(), b.enter()]
-    finished = [a.finish()]
-    left_while_b_in = host_made_here()
-    finished.append(b.finish())
-    return {
-        "entered": entered,
-        "finished": finished,
-        "a": a.report(),
-        "b": b.report(),
-        "left_while_b_in": left_while_b_in,
-        "made_here_left": host_made_here(),
-    }
+    return a_done_first(a, b)
 
 
 def many_runs_at_random(workdir: Path) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
 
 from cni_reaper import content
 from cni_reaper.host_local import Releases
@@ -15,10 +14,11 @@ from cni_reaper.parallel import TICK_SECONDS, in_parallel
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError
 from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar_text
+from cni_reaper.record import Record
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 
 
-class Executor(NamedTuple):
+class Executor(Record):
     results_fd: int
     quarantine: Quarantine
     clock_now: float

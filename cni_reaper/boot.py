@@ -14,7 +14,7 @@ import stat
 import time
 from collections.abc import Sequence
 from enum import Enum
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from cni_reaper.evidence import journal as journal_witness
 from cni_reaper.evidence import previous_boot, shutdown_marker, wtmp, wtmpdb
@@ -24,6 +24,7 @@ from cni_reaper.evidence.journal import JournalWitness
 from cni_reaper.evidence.previous_boot import Account, PreviousBootVerdict
 from cni_reaper.evidence.shutdown_marker import ShutdownEvidence, ShutdownState
 from cni_reaper.paths import NodePaths
+from cni_reaper.record import Record
 
 Clock = Callable[[], float]
 
@@ -47,7 +48,7 @@ class BootEnd(str, Enum):
     RUNNING = "running"
 
 
-class Boot(NamedTuple):
+class Boot(Record):
     start: float
     kernel: str
     last_record: float  # the newest record of any kind while this boot ran
@@ -161,7 +162,7 @@ _WRITTEN = (
 )
 
 
-class BootContext(NamedTuple):
+class BootContext(Record):
     boot_id: str
     now: float
     btime: float | None
@@ -517,7 +518,7 @@ def read_wtmp(files: Sequence[str]) -> tuple[list[wtmp.WtmpRecord], list[str]]:
     return records, warnings
 
 
-class FirstReading(NamedTuple):
+class FirstReading(Record):
     """What this boot's first run read of its start, kept in the pre-runtime record: later
     runs of the boot still know it after the clock, and so btime, has been stepped."""
 

@@ -12,11 +12,12 @@ import os
 import re
 import stat
 from collections.abc import Collection, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict, Identity
 from cni_reaper.filestat import UNKNOWN_FILE, FileStat
+from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
@@ -30,7 +31,7 @@ class ResultsDirError(OSError):
 _VALID = ContentVerdict(Content.VALID, content.CACHE_KIND)  # its names are the entry's split
 
 
-class CacheEntry(NamedTuple):
+class CacheEntry(Record):
     name: str  # the file name, relative to the results dir
     file: FileStat
     verdict: ContentVerdict
@@ -260,7 +261,7 @@ def cached_netns(dir_fd: int, names: Iterable[str], container_id: str) -> set[st
     return found
 
 
-class CachedAttachment(NamedTuple):
+class CachedAttachment(Record):
     """What a whole entry holds that a DEL needs: libcni's GCNetworkList runs DEL with these."""
 
     config: bytes | None  # the conflist (or single conf) ADD ran with, if the entry has it

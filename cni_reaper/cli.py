@@ -11,7 +11,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cni_reaper import (
     __version__,
@@ -52,6 +52,7 @@ from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import NodePaths
 from cni_reaper.plan import Action, PlannedEntry, Planner, cached_netlist, held_until, why_alive
 from cni_reaper.plugin import ChainCache, PluginDirs, vet_plugin_dirs
+from cni_reaper.record import Record
 from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
 from cni_reaper.reservations import (
     CHANGING_RESERVATIONS,
@@ -398,7 +399,7 @@ def exit_code_for(error: BaseException) -> ExitCode:
     return ExitCode.INTERNAL
 
 
-class _Run(NamedTuple):
+class _Run(Record):
     """One run's inputs, from argv and the node, taken once."""
 
     args: argparse.Namespace

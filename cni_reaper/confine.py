@@ -39,10 +39,11 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from cni_reaper.errors import RefusedError
 from cni_reaper.node_root import PLUGIN_STATE_DIRS
+from cni_reaper.record import Record
 
 if TYPE_CHECKING:
     import ctypes
@@ -69,7 +70,7 @@ START_GRACE = 1.0  # seconds a started thread takes to run, at the very most
 MOUNT_POINT_WAIT = 5.0
 
 
-class Bind(NamedTuple):
+class Bind(Record):
     target: str  # absolute path where plugins look
     source: str  # the directory inside the root that must appear there
 

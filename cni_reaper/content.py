@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import re
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any
+
+from cni_reaper.record import Record
 
 CACHE_KIND = "cniCacheV1"
 _IDENTITY_KEYS = ("networkName", "containerId", "ifName")  # in the order of Identity's fields
@@ -40,7 +42,7 @@ class Content(str, Enum):
 CORRUPT = frozenset({Content.EMPTY, Content.ZEROED, Content.TRUNCATED, Content.GARBAGE})
 
 
-class Identity(NamedTuple):
+class Identity(Record):
     """What names an attachment. A cache file names it twice: in its file name,
     '<network>-<containerID>-<ifname>', and in a cniCacheV1 entry's own fields."""
 
@@ -53,7 +55,7 @@ class Identity(NamedTuple):
         return f"{self.network}-{self.container_id}-{self.ifname}"
 
 
-class ContentVerdict(NamedTuple):
+class ContentVerdict(Record):
     content: Content
     detail: str
     identity: Identity | None = None

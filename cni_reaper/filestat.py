@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import NamedTuple
+
+from cni_reaper.record import Record
 
 _KINDS = {
     stat.S_IFREG: "file",
@@ -20,7 +21,7 @@ _KINDS = {
 }
 
 
-class FileStat(NamedTuple):
+class FileStat(Record):
     kind: str  # file, symlink, directory, fifo, socket, device
     size: int
     mtime: float

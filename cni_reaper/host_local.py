@@ -14,7 +14,6 @@ import re
 import stat
 import sys
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
 
 from cni_reaper.boot import BootContext, WrittenVerdict
 from cni_reaper.filestat import FileStat
@@ -22,6 +21,7 @@ from cni_reaper.netconf import NetworkConfigs, NetworkList
 from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
 from cni_reaper.pool import is_address, listed
 from cni_reaper.pre_runtime import Proof
+from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
@@ -32,7 +32,7 @@ MAX_RESERVATION_BYTES = 4096
 DEFAULT_IFNAME = "eth0"
 
 
-class Owner(NamedTuple):
+class Owner(Record):
     container_id: str
     ifname: str | None  # None: an ID-only reservation
 
@@ -40,7 +40,7 @@ class Owner(NamedTuple):
         return self.container_id if self.ifname is None else f"{self.container_id} {self.ifname}"
 
 
-class Reservation(NamedTuple):
+class Reservation(Record):
     network: str
     store: str  # the network's store dir
     ip: str

@@ -12,8 +12,9 @@ import os
 import re
 import stat
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
+from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, untrusted
 
 CONF_EXTENSIONS = (".conflist", ".conf", ".json")
@@ -29,7 +30,7 @@ class ConfigError(ValueError):
     """A config that libcni would refuse."""
 
 
-class NetworkList(NamedTuple):
+class NetworkList(Record):
     name: str
     cni_version: str
     plugins: tuple[dict[str, Any], ...]
@@ -55,7 +56,7 @@ class NetworkList(NamedTuple):
         return parsed if isinstance(parsed, str) else None
 
 
-class NetworkConfigs(NamedTuple):
+class NetworkConfigs(Record):
     networks: dict[str, NetworkList]  # by name; the first file in load order wins
     problems: tuple[str, ...]  # files that were skipped, and why
 

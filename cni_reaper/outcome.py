@@ -6,10 +6,11 @@ import functools
 import json
 from collections.abc import Iterable, Iterator
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from cni_reaper.boot import Boot, BootEnd, iso
 from cni_reaper.plan import Action, PlannedEntry
+from cni_reaper.record import Record
 
 if TYPE_CHECKING:
     from cni_reaper.netconf import NetworkList
@@ -26,7 +27,7 @@ class Outcome(str, Enum):
     SKIPPED = "skipped"
 
 
-class EntryResult(NamedTuple):
+class EntryResult(Record):
     planned: PlannedEntry
     outcome: Outcome
     del_outcome: DelOutcome | None = None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from cni_reaper.evidence.wtmpdb import DEFAULT_PATH as DEFAULT_WTMPDB_PATH
 from cni_reaper.node_root import resolve_inside
+from cni_reaper.record import Record
 from cni_reaper.runtime.config import FALLBACK_BIN_DIRS, FALLBACK_CONF_DIRS, CniDir, CniDirs
 
 DEFAULT_CACHE_DIR = "var/lib/cni"
@@ -18,7 +19,7 @@ DEFAULT_WTMP = "var/log/wtmp"
 DEFAULT_STATE_DIR = "var/lib/cni-reaper"
 
 
-class SourcedDir(NamedTuple):
+class SourcedDir(Record):
     """A CNI config or plugin dir the reaper uses, and what named it."""
 
     path: str  # from here
@@ -33,7 +34,7 @@ class SourcedDir(NamedTuple):
         return {"path": self.path, "sources": list(self.sources)}
 
 
-class NodePaths(NamedTuple):
+class NodePaths(Record):
     root: str
     cache_dir: str
     sourced_conf_dirs: tuple[SourcedDir, ...]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.cache import CachedAttachment, CacheEntry
@@ -24,6 +24,7 @@ from cni_reaper.netconf import (
 from cni_reaper.plugin import ChainCache, ChainResolution
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.prev_result import Unconvertible, convert
+from cni_reaper.record import Record
 
 STALE_DAMAGE = "left by an earlier boot; the runtime's DEL would abort on it"
 READABLE = "libcni can read it: the runtime's own DEL will use it"
@@ -62,7 +63,7 @@ class Action(str, Enum):
 _CHANGING = frozenset(action for action in Action if action.changes_things)
 
 
-class PlannedEntry(NamedTuple):
+class PlannedEntry(Record):
     entry: CacheEntry
     written: WrittenVerdict
     action: Action

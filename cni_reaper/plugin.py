@@ -8,9 +8,10 @@ import select
 import stat
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cni_reaper.netconf import NetworkList
+from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, trusted_uids, untrusted
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class PluginNotFound(PluginRefused):
     """No plugin of that name in the plugin dirs (or no dirs at all)."""
 
 
-class PluginRun(NamedTuple):
+class PluginRun(Record):
     exit_status: int  # as subprocess reports it: negative for a signal
     stdout: bytes
     stderr: bytes
@@ -38,7 +39,7 @@ class PluginRun(NamedTuple):
     output_truncated: bool
 
 
-class PluginError(NamedTuple):
+class PluginError(Record):
     plugin: str
     msg: str
     code: int | None = None
@@ -67,7 +68,7 @@ class PluginRunner(Protocol):
     def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun: ...
 
 
-class PluginDirs(NamedTuple):
+class PluginDirs(Record):
     """The plugin dirs, vetted once per run: those plugins are looked up in and that make up
     CNI_PATH, in the order given, and those left out, with why."""
 
@@ -211,7 +212,7 @@ def _links_within_its_dir(candidate: str, resolved: str) -> bool:
     return stat.S_ISREG(st.st_mode) and same_dir and os.path.basename(resolved) == target
 
 
-class ChainPlugin(NamedTuple):
+class ChainPlugin(Record):
     """One plugin a DEL would run, and the executable it resolves to."""
 
     kind: str
@@ -234,7 +235,7 @@ class ChainPlugin(NamedTuple):
         }
 
 
-class ChainResolution(NamedTuple):
+class ChainResolution(Record):
     """Every plugin a DEL of a network list would run, in the order a DEL execs them: the list's
     plugins in reverse, as libcni runs them, each followed by the IPAM plugin it delegates to."""
 

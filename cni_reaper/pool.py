@@ -21,12 +21,14 @@ import re
 from _socket import inet_aton
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, NamedTuple, Union
+from typing import Any, Union
+
+from cni_reaper.record import Record
 
 Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 
 
-class AddressRange(NamedTuple):
+class AddressRange(Record):
     start: Address
     end: Address
     gateway: Address | None
@@ -47,7 +49,7 @@ class AddressRange(NamedTuple):
         return f"{self.start}-{self.end}"
 
 
-class RangeSet(NamedTuple):
+class RangeSet(Record):
     number: int  # as host-local counts them: "range 0" in its errors, last_reserved_ip.0
     ranges: tuple[AddressRange, ...]
 
@@ -296,7 +298,7 @@ def range_sets(ipam: Mapping[str, Any]) -> tuple[tuple[RangeSet, ...], str | Non
     return tuple(found), None
 
 
-class PoolHealth(NamedTuple):
+class PoolHealth(Record):
     """One range set of one network, before and after the run."""
 
     network: str

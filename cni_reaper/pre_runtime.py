@@ -23,12 +23,12 @@ import stat
 import struct
 from array import array
 from collections.abc import Callable
-from typing import NamedTuple
 
 from cni_reaper import failpoint
 from cni_reaper.boot import BootContext, FirstReading, Written, WrittenVerdict, iso
 from cni_reaper.filestat import FileStat
 from cni_reaper.pool import dotted_quad_number
+from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
 
 RECORD_DIR = "cni-reaper/pre-runtime"  # under ROOT/run
@@ -126,13 +126,13 @@ class FileIdentities:
         self._keys, self._packed, self._sorted = new_keys, new_packed, True
 
 
-class DirRecord(NamedTuple):
+class DirRecord(Record):
     device: int
     inode: int
     files: FileIdentities
 
 
-class PreRuntimeRecord(NamedTuple):
+class PreRuntimeRecord(Record):
     boot_id: str
     taken_at: float  # by the clock of the run that took it; for people, never for a verdict
     first: FirstReading  # how the boot's start read then, for the report of later runs

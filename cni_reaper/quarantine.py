@@ -17,11 +17,12 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple, Protocol, Union
+from typing import Any, Protocol, Union
 
 from cni_reaper import __version__, failpoint
 from cni_reaper.boot import iso
 from cni_reaper.filestat import FileStat
+from cni_reaper.record import Record
 
 
 class _Digest(Protocol):
@@ -79,7 +80,7 @@ class FileChanged(Exception):
 Sidecar = Union[dict[str, Any], str]
 
 
-class Move(NamedTuple):
+class Move(Record):
     """A file to quarantine: where it is, what the scan saw of it, and its sidecar."""
 
     dir_fd: int
@@ -90,7 +91,7 @@ class Move(NamedTuple):
     vet: Callable[[bytes], str | None] | None = None
 
 
-class _Held(NamedTuple):
+class _Held(Record):
     """A file opened, checked against the scan and hashed, kept open until it has moved."""
 
     fd: int

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from cni_reaper import failpoint
 from cni_reaper.budget import Budget
@@ -22,13 +22,14 @@ from cni_reaper.plugin import (
     resolve_chain,
     vet_plugin_dirs,
 )
+from cni_reaper.record import Record
 from cni_reaper.trust import untrusted_path
 
 BEFORE_PLUGIN = failpoint.declare("del.before-plugin")
 AFTER_PLUGIN = failpoint.declare("del.after-plugin")
 
 
-class Attachment(NamedTuple):
+class Attachment(Record):
     container_id: str
     ifname: str
     cni_args: tuple[tuple[str, str], ...] = ()
@@ -42,7 +43,7 @@ class Attachment(NamedTuple):
         return ";".join(f"{k}={v}" for k, v in args)
 
 
-class DelOutcome(NamedTuple):
+class DelOutcome(Record):
     plugins_run: tuple[str, ...]
     errors: tuple[PluginError, ...]
     released: tuple[str, ...] = ()  # addresses seen released from host-local's store
@@ -179,7 +180,7 @@ def delete(
     return DelOutcome(tuple(ran), ())
 
 
-class DelTools(NamedTuple):
+class DelTools(Record):
     """What every DEL of a real run runs with, taken once for the run."""
 
     runner: PluginRunner

@@ -23,12 +23,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from cni_reaper.boot import Written, iso
 from cni_reaper.host_local import DEFAULT_IFNAME, Reservation
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import ChainCache, ChainResolution
+from cni_reaper.record import Record
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
@@ -57,7 +58,7 @@ class ReservationAction(str, Enum):
 CHANGING_RESERVATIONS = frozenset((ReservationAction.DEL, ReservationAction.QUARANTINE))
 
 
-class PlannedReservation(NamedTuple):
+class PlannedReservation(Record):
     reservation: Reservation
     action: ReservationAction
     reason: str
@@ -107,7 +108,7 @@ class PlannedReservation(NamedTuple):
         return doc
 
 
-class Settled(NamedTuple):
+class Settled(Record):
     planned: PlannedReservation
     outcome: str  # done, failed, skipped, planned
     quarantined_to: str | None = None

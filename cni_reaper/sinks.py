@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import NamedTuple, TextIO
+from typing import TextIO
 
 from cni_reaper.journal import EventLog, is_journal_stream, journal_send
+from cni_reaper.record import Record
 
 
-class Sinks(NamedTuple):
+class Sinks(Record):
     events: EventLog
     text_report: bool  # whether stdout gets the text report (when --json does not ask for JSON)
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import NamedTuple
+
+from cni_reaper.record import Record
 
 # The kernel's MAXSYMLINKS: a path that takes more symlinks than this fails with ELOOP.
 MAX_SYMLINKS = 40
@@ -52,7 +53,7 @@ def _sticky_and_shared(st: os.stat_result) -> bool:
     return bool(st.st_mode & stat.S_ISVTX) and bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
-class ResolvedPath(NamedTuple):
+class ResolvedPath(Record):
     """Where a path leads, walked as the kernel resolves it, and whether the way is trusted."""
 
     path: str  # as asked
@@ -65,7 +66,7 @@ class ResolvedPath(NamedTuple):
         return self.st is not None
 
 
-class _Dir(NamedTuple):
+class _Dir(Record):
     path: str
     fd: int
     st: os.stat_result

@@ -34,9 +34,9 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
-from typing import NamedTuple
 
 from cni_reaper.evidence.journal_files import JournalUnavailable, open_journal
+from cni_reaper.record import Record
 
 KMSG = "/dev/kmsg"
 MOUNTINFO = "/proc/self/mountinfo"
@@ -63,7 +63,7 @@ class _Kind(Enum):
     NO_JOURNAL = "no-journal"
 
 
-class _Family(NamedTuple):
+class _Family(Record):
     name: str
     prefix: re.Pattern[str]  # group 1: the kernel name of the device
     events: tuple[tuple[re.Pattern[str], _Kind], ...]
@@ -104,13 +104,13 @@ _BTRFS = _Family(
 _FAMILIES = {"ext4": _EXT4, "ext3": _EXT4, "ext2": _EXT4, "xfs": _XFS, "btrfs": _BTRFS}
 
 
-class KernelLogVerdict(NamedTuple):
+class KernelLogVerdict(Record):
     verdict: Verdict
     evidence: str | None  # the kernel's line that decided it
     detail: str
 
 
-class FsCrashRecord(NamedTuple):
+class FsCrashRecord(Record):
     path: str
     device: str | None  # "major:minor" of the block device holding path
     kernel_name: str | None  # "sda1", "loop0", "dm-0"
@@ -273,7 +273,7 @@ def journal_kernel_log(
     return lines
 
 
-class _Mount(NamedTuple):
+class _Mount(Record):
     device: str  # major:minor as mountinfo gives it
     mount_point: str
     fs_type: str

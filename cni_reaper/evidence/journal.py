@@ -27,9 +27,10 @@ import os
 import stat
 import time
 from collections.abc import Sequence
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from cni_reaper.evidence.journal_files import Journal, JournalUnavailable, open_journal
+from cni_reaper.record import Record
 
 JOURNAL_DIR = "var/log/journal"
 SHUTDOWN_MESSAGES = {
@@ -49,7 +50,7 @@ RUNNING = "running"  # the boot this run belongs to
 Clock = Callable[[], float]
 
 
-class JournalBoot(NamedTuple):
+class JournalBoot(Record):
     boot_id: str
     first: float  # seconds since the epoch, of its first entry
     last: float | None  # of its last entry; None when not read in time
@@ -66,7 +67,7 @@ class JournalBoot(NamedTuple):
         }
 
 
-class JournalWitness(NamedTuple):
+class JournalWitness(Record):
     consulted: bool  # whether a persistent journal was read at all
     says: str
     boots: tuple[JournalBoot, ...] = ()  # oldest first, at most MAX_BOOTS

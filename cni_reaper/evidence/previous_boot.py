@@ -20,14 +20,15 @@ without wtmpdb) must still be repaired.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+
+from cni_reaper.record import Record
 
 CRASHED = "crashed"
 CLEAN = "clean"
 UNKNOWN = "unknown"
 
 
-class Account(NamedTuple):
+class Account(Record):
     witness: str  # "shutdown marker", "file system", "wtmp", "wtmpdb", "journal"
     consulted: bool  # False: it could not be read here, and says why
     ended: str  # what it says of the previous boot: crashed, clean or unknown
@@ -37,7 +38,7 @@ class Account(NamedTuple):
         return self._asdict()
 
 
-class PreviousBootVerdict(NamedTuple):
+class PreviousBootVerdict(Record):
     crashed: bool | None
     decided_by: str | None  # the witness whose account is the verdict
     accounts: tuple[Account, ...]

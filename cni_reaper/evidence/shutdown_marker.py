@@ -20,10 +20,10 @@ import json
 import os
 from collections.abc import Callable
 from enum import Enum
-from typing import NamedTuple
 
 from cni_reaper import failpoint
 from cni_reaper.paths import NodePaths
+from cni_reaper.record import Record
 
 MARKER = "clean-shutdown"
 LAST_RUN = "last-run"
@@ -40,7 +40,7 @@ class ShutdownState(str, Enum):
     UNKNOWN = "unknown"
 
 
-class ShutdownEvidence(NamedTuple):
+class ShutdownEvidence(Record):
     state: ShutdownState
     boot_id: str | None  # the boot it speaks about
     time: float | None  # clean: when that boot wrote the marker; unclean: when the reaper ran in it

@@ -9,7 +9,8 @@ import os
 import struct
 from collections.abc import Iterable, Iterator
 from enum import IntEnum
-from typing import NamedTuple
+
+from cni_reaper.record import Record
 
 # 384 bytes (x86_64, i386, ppc64el, riscv64, armhf): 32-bit time, read as unsigned since glibc 2.40.
 LAYOUT_384 = struct.Struct("<h2xi32s4s32s256shhiIi16s20s")
@@ -32,7 +33,7 @@ class UtType(IntEnum):
     ACCOUNTING = 9
 
 
-class WtmpRecord(NamedTuple):
+class WtmpRecord(Record):
     ut_type: int
     pid: int
     line: str

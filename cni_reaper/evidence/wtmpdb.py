@@ -19,9 +19,9 @@ import os
 import re
 import stat
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from cni_reaper.node_root import LeavesRoot, host_path, open_inside
+from cni_reaper.record import Record
 
 # upstream's path; Debian 13 makes it a symlink to /var/log/wtmp.db, whose rotated files
 # (logrotate's wtmp.db.1 ...) lie beside the link's target
@@ -40,7 +40,7 @@ BUSY_TIMEOUT = 0.05
 _ROTATED = re.compile(r"_[0-9]{8}\.db\Z")
 
 
-class WtmpdbRow(NamedTuple):
+class WtmpdbRow(Record):
     id: int
     type: int
     user: str

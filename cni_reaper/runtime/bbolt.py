@@ -32,7 +32,9 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterator
-from typing import NamedTuple, Union
+from typing import Union
+
+from cni_reaper.record import Record
 
 MAGIC = 0xED0CDAED
 FORMAT_VERSION = 2
@@ -82,7 +84,7 @@ def fnv1a64(data: bytes) -> int:
     return value
 
 
-class Meta(NamedTuple):
+class Meta(Record):
     page_id: int  # 0 or 1
     byte_order: str  # "<" or ">", as struct spells it
     page_size: int
@@ -92,7 +94,7 @@ class Meta(NamedTuple):
     damage: str  # "" for a meta that can be used
 
 
-class _Page(NamedTuple):
+class _Page(Record):
     page_id: int
     flags: int
     elements: int

@@ -64,7 +64,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any
 
 from cni_reaper.node_root import (
     BadPattern,
@@ -77,6 +77,7 @@ from cni_reaper.node_root import (
     open_inside,
     resolve_inside,
 )
+from cni_reaper.record import Record
 
 MAX_CONFIG_BYTES = 1 << 20
 # Per runtime, imports and drop-ins together; real nodes have a few.
@@ -155,7 +156,7 @@ LIVE_STATE_KINDS = frozenset(
 )
 
 
-class LocatedPath(NamedTuple):
+class LocatedPath(Record):
     runtime: Runtime
     kind: PathKind
     node_path: str  # as the node names it, /var/run taken as /run
@@ -170,7 +171,7 @@ class LocatedPath(NamedTuple):
         return f"{self.runtime.value} {self.kind.value} {self.path} ({self.source}{watched})"
 
 
-class CniDir(NamedTuple):
+class CniDir(Record):
     """A CNI config or plugin dir a runtime of the node uses, and where that was read."""
 
     runtime: Runtime
@@ -182,7 +183,7 @@ class CniDir(NamedTuple):
         return f"{self.runtime.value}: {self.source}"
 
 
-class CniDirs(NamedTuple):
+class CniDirs(Record):
     """The CNI config and plugin dirs of the runtimes found on the node (see _runtime_found),
     each runtime's in the order it searches them, the runtimes in a fixed order: containerd,
     k3s, RKE2, CRI-O, as load reads them. The order only matters where two runtimes are found
@@ -195,7 +196,7 @@ class CniDirs(NamedTuple):
     found: tuple[tuple[Runtime, str], ...] = ()  # the runtimes counted, and why
 
 
-class RuntimeConfigs(NamedTuple):
+class RuntimeConfigs(Record):
     sockets: tuple[LocatedPath, ...]
     activation_sockets: tuple[LocatedPath, ...]  # neither probe them nor count their existence
     live_state_dirs: tuple[LocatedPath, ...]  # under /run unless a config says otherwise
@@ -449,7 +450,7 @@ def _imports(files: _ConfigFiles, node_path: str, doc: dict[str, Any]) -> list[s
     return resolved
 
 
-class _RuntimeCni(NamedTuple):
+class _RuntimeCni(Record):
     """One runtime's CNI dirs, each as its config names it, with its source, in the order the
     runtime searches them."""
 
@@ -457,7 +458,7 @@ class _RuntimeCni(NamedTuple):
     bin_dirs: tuple[tuple[str, str], ...]
 
 
-class _ContainerdSettings(NamedTuple):
+class _ContainerdSettings(Record):
     state: tuple[str, str] | None
     root: tuple[str, str] | None
     address: tuple[str, str] | None
@@ -507,7 +508,7 @@ def _containerd_settings(files: _ConfigFiles, main: str) -> _ContainerdSettings:
     return _ContainerdSettings(state, root, address, tuple(runc_roots), len(docs), cni, unread)
 
 
-class _CriCni(NamedTuple):
+class _CriCni(Record):
     """The CNI keys of one CRI plugin table, or of several merged, each (value, source)."""
 
     conf_dir: tuple[str, str] | None = None

@@ -97,7 +97,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 from cni_reaper.node_root import (
     LeavesRoot,
@@ -107,6 +107,7 @@ from cni_reaper.node_root import (
     listed,
     open_inside,
 )
+from cni_reaper.record import Record
 from cni_reaper.runtime.bbolt import BoltError, Bucket, Database
 from cni_reaper.runtime.config import LocatedPath, Runtime, RuntimeConfigs, crio_settings
 
@@ -150,7 +151,7 @@ class Fate(str, Enum):
 _FATE_RANK = {Fate.DROPPED: 0, Fate.UNSAVED: 1, Fate.UNDECIDED: 2, Fate.KNOWN: 3}
 
 
-class SandboxInventory(NamedTuple):
+class SandboxInventory(Record):
     # sandbox IDs some runtime will still know after this boot, and DEL itself
     known: frozenset[str]
     # why some runtime's records could not be read; non-empty: no ID may be called forgotten
@@ -434,7 +435,7 @@ def _sandboxes(n: int) -> str:
 # CRI-O
 
 
-class _CrioStart(NamedTuple):
+class _CrioStart(Record):
     """What CRI-O's next start does to the sandboxes in its storage as a whole."""
 
     fate: Fate | None  # for every sandbox; None: each is judged by its own files

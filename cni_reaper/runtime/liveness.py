@@ -15,7 +15,6 @@ import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import Enum
-from typing import NamedTuple
 
 from cni_reaper.node_root import (
     DIR_FLAGS,
@@ -26,6 +25,7 @@ from cni_reaper.node_root import (
     listed,
     open_inside,
 )
+from cni_reaper.record import Record
 from cni_reaper.runtime.config import LocatedPath, PathKind, RuntimeConfigs
 
 # What the processes that run containers or call CNI plugins are called: comm (at most 15
@@ -69,7 +69,7 @@ class RootCheck(str, Enum):
     UNREADABLE = "root-unreadable"
 
 
-class RuntimeProcess(NamedTuple):
+class RuntimeProcess(Record):
     pid: int
     name: str  # the runtime name it matched
     exe: str  # /proc/PID/exe, "" when it cannot be read

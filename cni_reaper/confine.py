@@ -313,7 +313,7 @@ def _hold_mount_point(root: str, target: str, made: list[str]) -> int:
         try:
             fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
-            if os.path.islink(target) and not os.path.exists(target):
+            if _dangling(target):
                 raise ConfineError(
                     f"cannot confine plugins to {root}: the mount point {target} is a "
                     f"symbolic link to a missing directory; {ADVICE}"
@@ -364,7 +364,7 @@ def _make_missing(root: str, target: str, made: list[str]) -> None:
             os.mkdir(path, 0o755)
         except FileNotFoundError:
             parent = os.path.dirname(path)
-            if os.path.islink(parent) and not os.path.exists(parent):
+            if _dangling(parent):
                 raise ConfineError(
                     f"cannot confine plugins to {root}: cannot make the mount point {path}: "
                     f"{parent} is a symbolic link to a missing directory; {ADVICE}"
@@ -378,6 +378,11 @@ def _make_missing(root: str, target: str, made: list[str]) -> None:
                 f"{e.strerror}; {ADVICE}"
             ) from None
         made.append(path)
+
+
+def _dangling(path: str) -> bool:
+    """A symbolic link to nothing: no run can make a mount point through it, so none waits."""
+    return os.path.islink(path) and not os.path.exists(path)
 
 
 def _same_file(st: os.stat_result, path: str, follow_symlinks: bool = False) -> bool:

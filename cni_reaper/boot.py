@@ -14,7 +14,6 @@ import stat
 import time
 from collections.abc import Sequence
 from enum import Enum
-from typing import Callable
 
 from cni_reaper.evidence import journal as journal_witness
 from cni_reaper.evidence import previous_boot, shutdown_marker, wtmp, wtmpdb
@@ -26,7 +25,11 @@ from cni_reaper.evidence.shutdown_marker import ShutdownEvidence, ShutdownState
 from cni_reaper.paths import NodePaths
 from cni_reaper.record import Record
 
-Clock = Callable[[], float]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
+
+    Clock = Callable[[], float]
 
 # btime has whole seconds and the kernel stamps files with a coarse clock: closer than this to
 # the boundary, a file's boot cannot be told.

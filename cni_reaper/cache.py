@@ -12,13 +12,16 @@ import os
 import re
 import stat
 from collections.abc import Collection, Iterable, Iterator
-from typing import Any
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict, Identity
 from cni_reaper.filestat import UNKNOWN_FILE, FileStat
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 _ID_THEN_IFNAME = re.compile(r"([0-9a-f]{64})-(.+)\Z")

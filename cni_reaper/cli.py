@@ -11,7 +11,6 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from cni_reaper import (
     __version__,
@@ -53,7 +52,7 @@ from cni_reaper.paths import NodePaths
 from cni_reaper.plan import Action, PlannedEntry, Planner, cached_netlist, held_until, why_alive
 from cni_reaper.plugin import ChainCache, PluginDirs, vet_plugin_dirs
 from cni_reaper.record import Record
-from cni_reaper.report import JsonWriter, Report, ReportWriter, TextWriter, bare_header
+from cni_reaper.report import JsonWriter, Report, TextWriter, bare_header
 from cni_reaper.reservations import (
     CHANGING_RESERVATIONS,
     EntryFate,
@@ -67,13 +66,17 @@ from cni_reaper.reservations import (
 from cni_reaper.runtime import config as runtime_config
 from cni_reaper.runtime import liveness
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from cni_reaper.apply import Executor
     from cni_reaper.budget import Budget
     from cni_reaper.evidence.fs_crash import FsCrashRecord
     from cni_reaper.plugin import PluginRunner
     from cni_reaper.quarantine import Quarantine
     from cni_reaper.replay import DelTools
+    from cni_reaper.report import ReportWriter
     from cni_reaper.runtime.inventory import SandboxInventory
 
 DEFAULT_PLUGIN_TIMEOUT = 30.0

@@ -39,16 +39,17 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
 
 from cni_reaper.errors import RefusedError
 from cni_reaper.node_root import PLUGIN_STATE_DIRS
 from cni_reaper.record import Record
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ctypes
+    from typing import TypeVar
 
-T = TypeVar("T")
+    T = TypeVar("T")
 
 ADVICE = "run with --root / on the node itself, or as root on a writable rescue system"
 

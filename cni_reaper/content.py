@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import re
 from enum import Enum
-from typing import Any
 
 from cni_reaper.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CACHE_KIND = "cniCacheV1"
 _IDENTITY_KEYS = ("networkName", "containerId", "ifName")  # in the order of Identity's fields

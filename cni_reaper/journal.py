@@ -13,13 +13,15 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TextIO
 
 from cni_reaper.escape import is_printable, printable
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from cni_reaper.report import Report
 
 SYSLOG_IDENTIFIER = "cni-reaper"

@@ -12,10 +12,13 @@ import os
 import re
 import stat
 from collections.abc import Iterable
-from typing import Any
 
 from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, untrusted
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CONF_EXTENSIONS = (".conflist", ".conf", ".json")
 MAX_CONF_BYTES = 1 << 20

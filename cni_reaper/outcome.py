@@ -6,13 +6,15 @@ import functools
 import json
 from collections.abc import Iterable, Iterator
 from enum import Enum
-from typing import TYPE_CHECKING, Any
 
 from cni_reaper.boot import Boot, BootEnd, iso
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.record import Record
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from cni_reaper.netconf import NetworkList
 
     # Only real runs replay DEL; a dry run never loads the plugin machinery.

@@ -5,10 +5,13 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 
-Item = TypeVar("Item")
-Done = TypeVar("Done")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    Item = TypeVar("Item")
+    Done = TypeVar("Done")
 
 # How long the caller waits for a result before it gets a tick (None) to do other work with.
 TICK_SECONDS = 0.25

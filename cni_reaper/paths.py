@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from cni_reaper.evidence.wtmpdb import DEFAULT_PATH as DEFAULT_WTMPDB_PATH
 from cni_reaper.node_root import resolve_inside
 from cni_reaper.record import Record
 from cni_reaper.runtime.config import FALLBACK_BIN_DIRS, FALLBACK_CONF_DIRS, CniDir, CniDirs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_CACHE_DIR = "var/lib/cni"
 # With no runtime found on the node: where distributions and upstream's tarballs install.

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import Any, Protocol
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.cache import CachedAttachment, CacheEntry
@@ -26,6 +25,10 @@ from cni_reaper.pre_runtime import Proof
 from cni_reaper.prev_result import Unconvertible, convert
 from cni_reaper.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+
 STALE_DAMAGE = "left by an earlier boot; the runtime's DEL would abort on it"
 READABLE = "libcni can read it: the runtime's own DEL will use it"
 FORGOTTEN = (
@@ -34,18 +37,20 @@ FORGOTTEN = (
 )
 
 
-class SandboxRecords(Protocol):
-    """What the runtimes' own records say of a sandbox (runtime/inventory.py)."""
+if TYPE_CHECKING:
 
-    @property
-    def records_found(self) -> bool:
-        """Whether any runtime's records were found on the node at all."""
+    class SandboxRecords(Protocol):
+        """What the runtimes' own records say of a sandbox (runtime/inventory.py)."""
 
-    def knows(self, sandbox_id: str) -> bool | None:
-        """True: a runtime will know it after this boot and run its DEL; False: none will;
-        None: the records cannot tell."""
+        @property
+        def records_found(self) -> bool:
+            """Whether any runtime's records were found on the node at all."""
 
-    def describe(self, sandbox_id: str) -> str: ...
+        def knows(self, sandbox_id: str) -> bool | None:
+            """True: a runtime will know it after this boot and run its DEL; False: none will;
+            None: the records cannot tell."""
+
+        def describe(self, sandbox_id: str) -> str: ...
 
 
 class Action(str, Enum):

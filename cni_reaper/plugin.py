@@ -8,13 +8,15 @@ import select
 import stat
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
 
 from cni_reaper.netconf import NetworkList
 from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, trusted_uids, untrusted
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Protocol
+
     from cni_reaper.spawn import Child
 
 MAX_STDOUT = 1 << 20
@@ -64,8 +66,12 @@ class PluginError(Record):
         return text
 
 
-class PluginRunner(Protocol):
-    def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun: ...
+if TYPE_CHECKING:
+
+    class PluginRunner(Protocol):
+        def run(
+            self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float
+        ) -> PluginRun: ...
 
 
 class PluginDirs(Record):

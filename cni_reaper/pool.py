@@ -21,11 +21,14 @@ import re
 from _socket import inet_aton
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Union
 
 from cni_reaper.record import Record
 
-Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Union
+
+    Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 
 
 class AddressRange(Record):

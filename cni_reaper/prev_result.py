@@ -11,9 +11,12 @@ The result types libcni 1.1.2 converts between (pkg/types/020, 040, 100):
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
 
 from cni_reaper.netconf import parse_version
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _OLD = ((0, 1, 0), (0, 2, 0))  # 020's versions; "" parses as 0.1.0
 _CURRENT = ((0, 3, 0), (0, 3, 1), (0, 4, 0))  # 040's

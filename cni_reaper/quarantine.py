@@ -17,17 +17,19 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, Union
 
 from cni_reaper import __version__, failpoint
 from cni_reaper.boot import iso
 from cni_reaper.filestat import FileStat
 from cni_reaper.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol, Union
 
-class _Digest(Protocol):
-    def update(self, data: bytes, /) -> None: ...
-    def hexdigest(self) -> str: ...
+    class _Digest(Protocol):
+        def update(self, data: bytes, /) -> None: ...
+        def hexdigest(self) -> str: ...
 
 
 def _interpreters_sha256() -> Callable[..., _Digest]:
@@ -77,7 +79,8 @@ class FileChanged(Exception):
 
 # A sidecar's record, or its JSON text already written out (compact, ASCII, one line with
 # no newline), as sidecar_text() makes it.
-Sidecar = Union[dict[str, Any], str]
+if TYPE_CHECKING:
+    Sidecar = Union[dict[str, Any], str]
 
 
 class Move(Record):

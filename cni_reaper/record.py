@@ -16,11 +16,12 @@ them, sees typing.NamedTuple itself. Only plain records: no Generic, no other ba
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Any
 
 __all__ = ["Record"]
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
     from typing import NamedTuple as Record
 else:
     # As typing has them: a body may not define these, and these it does not copy.

@@ -16,7 +16,6 @@ import stat
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from cni_reaper.budget import Budget
 from cni_reaper.host_local import read_owner, read_reservation
@@ -24,6 +23,10 @@ from cni_reaper.parallel import in_parallel
 from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled, handed_over
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # How often a lock someone else holds is tried again.
 LOCK_RETRY_SECONDS = 0.05

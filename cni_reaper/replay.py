@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from cni_reaper import failpoint
 from cni_reaper.budget import Budget
@@ -17,13 +16,18 @@ from cni_reaper.plugin import (
     ChainResolution,
     PluginDirs,
     PluginError,
-    PluginRunner,
     error_from_run,
     resolve_chain,
     vet_plugin_dirs,
 )
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted_path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cni_reaper.plugin import PluginRunner
 
 BEFORE_PLUGIN = failpoint.declare("del.before-plugin")
 AFTER_PLUGIN = failpoint.declare("del.after-plugin")

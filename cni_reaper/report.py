@@ -6,7 +6,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from cni_reaper import __version__
 from cni_reaper.boot import Boot, BootContext, BootEnd, WrittenVerdict, boot_began, iso, written_in
@@ -19,21 +18,26 @@ from cni_reaper.plan import Action
 from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import FOUND, Proof, no_record
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Protocol, TextIO
+
     from cni_reaper.evidence.fs_crash import FsCrashRecord
     from cni_reaper.runtime.config import LocatedPath
 
 SCHEMA_VERSION = 1
 
 
-class ReportWriter(Protocol):
-    """Where the report goes while the run goes on: nothing is kept per entry but counts."""
+if TYPE_CHECKING:
 
-    def entry(self, report: Report, result: EntryResult) -> None: ...
+    class ReportWriter(Protocol):
+        """Where the report goes while the run goes on: nothing is kept per entry but counts."""
 
-    def reservation(self, report: Report, doc: dict[str, Any]) -> None: ...
+        def entry(self, report: Report, result: EntryResult) -> None: ...
 
-    def finish(self, report: Report) -> None: ...
+        def reservation(self, report: Report, doc: dict[str, Any]) -> None: ...
+
+        def finish(self, report: Report) -> None: ...
 
 
 class Report:

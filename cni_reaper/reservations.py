@@ -23,13 +23,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import Any, TypeVar
 
 from cni_reaper.boot import Written, iso
 from cni_reaper.host_local import DEFAULT_IFNAME, Reservation
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import ChainCache, ChainResolution
 from cni_reaper.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
@@ -174,7 +177,8 @@ class EntryFates:
         return None, None
 
 
-Item = TypeVar("Item")
+if TYPE_CHECKING:
+    Item = TypeVar("Item")
 
 
 def handed_over(items: list[Item]) -> Iterator[Item]:

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TextIO
 
 from cni_reaper.journal import EventLog, is_journal_stream, journal_send
 from cni_reaper.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
 
 
 class Sinks(Record):

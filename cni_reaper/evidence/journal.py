@@ -27,10 +27,13 @@ import os
 import stat
 import time
 from collections.abc import Sequence
-from typing import Callable
 
 from cni_reaper.evidence.journal_files import Journal, JournalUnavailable, open_journal
 from cni_reaper.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
 
 JOURNAL_DIR = "var/log/journal"
 SHUTDOWN_MESSAGES = {
@@ -47,7 +50,8 @@ CRASHED = "crashed"
 UNKNOWN = "unknown"
 RUNNING = "running"  # the boot this run belongs to
 
-Clock = Callable[[], float]
+if TYPE_CHECKING:
+    Clock = Callable[[], float]
 
 
 class JournalBoot(Record):

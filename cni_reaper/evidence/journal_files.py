@@ -11,7 +11,10 @@ ones systemd-python's own Reader is built on, each field fetched alone and given
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class JournalUnavailable(Exception):

@@ -32,9 +32,12 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterator
-from typing import Union
 
 from cni_reaper.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Union
 
 MAGIC = 0xED0CDAED
 FORMAT_VERSION = 2
@@ -101,7 +104,8 @@ class _Page(Record):
     data: bytes  # the whole page, header included (for an inline page, the inline bytes)
 
 
-Value = Union[bytes, "Bucket"]
+if TYPE_CHECKING:
+    Value = Union[bytes, "Bucket"]
 
 
 class Database:

@@ -64,7 +64,6 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Any
 
 from cni_reaper.node_root import (
     BadPattern,
@@ -78,6 +77,10 @@ from cni_reaper.node_root import (
     resolve_inside,
 )
 from cni_reaper.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_CONFIG_BYTES = 1 << 20
 # Per runtime, imports and drop-ins together; real nodes have a few.

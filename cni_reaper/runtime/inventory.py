@@ -97,7 +97,6 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
 from types import MappingProxyType
-from typing import Any
 
 from cni_reaper.node_root import (
     LeavesRoot,
@@ -110,6 +109,10 @@ from cni_reaper.node_root import (
 from cni_reaper.record import Record
 from cni_reaper.runtime.bbolt import BoltError, Bucket, Database
 from cni_reaper.runtime.config import LocatedPath, Runtime, RuntimeConfigs, crio_settings
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CONTAINERD_RUNTIMES = frozenset({Runtime.CONTAINERD, Runtime.K3S, Runtime.RKE2})
 META_DB = "io.containerd.metadata.v1.bolt/meta.db"

@@ -186,6 +186,17 @@ def boot_without_evidence(node: NodeTree) -> None:
     node.runtime_starts()
 
 
+def crashed_before_a_new_boot(node: NodeTree) -> None:
+    """What the tree holds was left by a boot that crashed: a new boot, with an ID of its own,
+    begins a few seconds from now (the real runs run on a clock past it), and all of it is on
+    disk before the run starts, as a crashed boot's files are: else the journal's commit and
+    the writeback of what was just written fall inside the timed run."""
+    now = time.time()
+    node.records.append(wtmp.boot_record(now + 5))
+    node.write_boot_world(btime=now + 4, boot_id=str(uuid.uuid4()))
+    os.sync()
+
+
 # Starts the measured process and waits for it. A child's peak RSS counts the memory of the
 # process it was started from (the kernel keeps the old address space's high-water mark across
 # exec, and a vfork-like spawn shares this process's): started from the benchmark, with its
@@ -271,12 +282,7 @@ def rebooted_and_damaged_again(entries: int, share: float) -> Callable[[NodeTree
                 conf, "podnet", container_id(n), "eth0", result_doc(n), f"/var/run/netns/cni-{n}"
             )
             (node.results / name).write_bytes(damaged_bytes(n, every, whole))
-        now = time.time()
-        node.records.append(wtmp.boot_record(now + 5))
-        node.write_boot_world(btime=now + 4, boot_id=str(uuid.uuid4()))
-        # On disk before the run starts, as a crashed boot's files are: else the journal's
-        # commit and the writeback of what was just written fall inside the timed run.
-        os.sync()
+        crashed_before_a_new_boot(node)
 
     return reset
 
@@ -292,12 +298,7 @@ def orphans_back(reservations: int, share: float) -> Callable[[NodeTree], None]:
         store = node.root / STORE
         for n in range(0, reservations, every):
             (store / store_address(n)).write_bytes(f"{container_id(n)}\r\neth0".encode())
-        now = time.time()
-        node.records.append(wtmp.boot_record(now + 5))
-        node.write_boot_world(btime=now + 4, boot_id=str(uuid.uuid4()))
-        # On disk before the run starts, as a crashed boot's files are: else the journal's
-        # commit and the writeback of what was just written fall inside the timed run.
-        os.sync()
+        crashed_before_a_new_boot(node)
 
     return reset
 
@@ -581,11 +582,7 @@ def replay_del(runs: int, work: Path, parallel: int) -> None:
         # just before each run made ext4 search its recently freed inodes for every sidecar
         # the reaper then created, a cost no node pays at boot.
         node, calls = del_state(work / f"del-{next(trees)}", 200)
-        node.records.append(wtmp.boot_record(time.time() + 5))
-        node.write_boot_world(btime=time.time() + 4)
-        # On disk before the run, as a crashed boot's files are: the reaper's first fsync
-        # would otherwise commit the writeback of the whole tree just made.
-        os.sync()
+        crashed_before_a_new_boot(node)
         return node, calls
 
     def reaper() -> tuple[float, int]:

@@ -286,6 +286,19 @@ def seconds(unit: dict[str, str], start: str, end: str) -> float:
     return (int(unit[f"{end}TimestampMonotonic"]) - int(unit[f"{start}TimestampMonotonic"])) / 1e6
 
 
+def cpu_seconds(unit: dict[str, str]) -> float | None:
+    """The CPU a unit's processes used, by systemd's accounting; None if it kept none (it
+    shows "[not set]", 0, or the largest 64-bit number)."""
+    value = unit.get("CPUUsageNSec", "")
+    if not value.isdigit() or int(value) in (0, 2**64 - 1):
+        return None
+    return int(value) / 1e9
+
+
+def cold_figure(run: dict[str, Any]) -> str:
+    return f"{run['seconds']:.2f} s ({run['cpu']:.2f} s CPU)"
+
+
 def test_the_time_the_reaper_holds_the_runtime_back_next_to_the_floor_program(
     clean: tuple[Node, Boot, Boot], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -389,13 +402,35 @@ def test_the_time_the_reaper_holds_the_runtime_back_next_to_the_floor_program(
         f"  the floor program in the reaper's sandbox (its unit's settings), cold: "
         f"{floor_sandboxed:.2f} s, {floor_sandboxed - floor_cold:+.2f} s on the one without"
     )
+    # The CPU each unit used, by systemd's accounting: what a unit's wall time was beyond it,
+    # it waited (for the disk, or for the other units starting beside it at that point of
+    # the boot: the floor's units run later, when fewer do).
+    accounted = [(name, cpu_seconds(u)) for name, u in (*ran_units, ("sandboxed", sandboxed))]
+    cpu = {name: value for name, value in accounted if value is not None}
+    if len(cpu) < len(accounted):
+        figures.append(f"  CPU by systemd's accounting: not kept for all ({accounted})")
+    else:
+        figures.append(
+            "  CPU by systemd's accounting: "
+            + ", ".join(f"{name} {value:.2f} s" for name, value in cpu.items())
+            + f"; the reaper's to the cold floor's {cpu['reaper'] / cpu['floor']:.2f}x, to the "
+            f"floor's in the sandbox {cpu['reaper'] / cpu['sandboxed']:.2f}x"
+        )
+    beside = {n: cpu_seconds({"CPUUsageNSec": v}) for n, v in timing["beside_reaper"].items()}
+    busiest = sorted(beside.items(), key=lambda item: -(item[1] or 0.0))[:5]
+    figures.append(
+        f"  starting while the reaper ran: {len(beside)} services, "
+        f"{sum(v or 0.0 for v in beside.values()):.2f} s CPU in all by systemd's accounting ("
+        + ", ".join(f"{n} {'?' if v is None else f'{v:.2f} s'}" for n, v in busiest)
+        + ")"
+    )
     # Later in the boot, each from a dropped page cache: a rough account of the difference.
     parts = second.one("breakdown")
     figures.append(
-        "  later, cold, by the driver's clock: the interpreter alone "
-        f"{parts['interpreter']['seconds']:.2f} s, the reaper's imports "
-        f"{parts['imports']['seconds']:.2f} s, a dry run {parts['dry_run']['seconds']:.2f} s "
-        f"(exit {parts['dry_run']['exit']}), the floor {parts['floor']['seconds']:.2f} s"
+        "  later, cold, by the driver's clock (and the CPU of each): the interpreter alone "
+        f"{cold_figure(parts['interpreter'])}, the reaper's imports "
+        f"{cold_figure(parts['imports'])}, a dry run {cold_figure(parts['dry_run'])} "
+        f"(exit {parts['dry_run']['exit']}), the floor {cold_figure(parts['floor'])}"
     )
     # Past pytest's capture, so that CI's log (pytest -q) shows them.
     with capsys.disabled():

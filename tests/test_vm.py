@@ -97,14 +97,36 @@ def crash_disabled(
 
 
 @pytest.fixture(scope="module")
-def clean(image: Image, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Boot, Boot]:
-    # Boot 1 also writes TIMED_ENTRIES more valid cache entries: boot 2 is the timing boot.
-    return scenario(
-        image,
-        tmp_path_factory.mktemp("vm-clean"),
-        "setup-clean",
-        first_cmdline=f"vmtest.results={TIMED_ENTRIES}",
-    )
+def clean_setup(image: Image, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Boot]:
+    """Boot 1 of the clean scenario, which also writes TIMED_ENTRIES more valid cache entries;
+    the node boots no more, its disk the start of each branch below."""
+    node = Node(image, tmp_path_factory.mktemp("vm-clean"))
+    return node, node.boot("setup-clean", f"vmtest.results={TIMED_ENTRIES}")
+
+
+@pytest.fixture(scope="module")
+def clean(
+    clean_setup: tuple[Node, Boot], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Node, Boot, Boot]:
+    """Boot 1, and boot 2 from the disk it left: the timing boot."""
+    node, first = clean_setup
+    timed = node.branch(tmp_path_factory.mktemp("vm-clean-timed"))
+    return timed, first, timed.boot("check")
+
+
+@pytest.fixture(scope="module")
+def clean_floor_first(
+    clean: tuple[Node, Boot, Boot],
+    clean_setup: tuple[Node, Boot],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Boot, Boot]:
+    """The timing boot, and another boot 2 from the same disk, in which the floor program runs
+    at the reaper's point of the boot, before it (vmtest-floor-first.service). From the same
+    disk, not from the one the timing boot left: there containerd has run, and the timed
+    entries, of a sandbox it never knew, are forgotten attachments the reaper then DELs."""
+    node, _ = clean_setup
+    other = node.branch(tmp_path_factory.mktemp("vm-clean-floor-first"))
+    return clean[2], other.boot("check", "vmtest.floor-first")
 
 
 def reaper_records(boot: Boot) -> list[dict[str, Any]]:
@@ -295,6 +317,10 @@ def cpu_seconds(unit: dict[str, str]) -> float | None:
     return int(value) / 1e9
 
 
+def cpu_text(value: float | None) -> str:
+    return "not accounted" if value is None else f"{value:.2f} s"
+
+
 def cold_figure(run: dict[str, Any]) -> str:
     return f"{run['seconds']:.2f} s ({run['cpu']:.2f} s CPU)"
 
@@ -435,6 +461,53 @@ def test_the_time_the_reaper_holds_the_runtime_back_next_to_the_floor_program(
     # Past pytest's capture, so that CI's log (pytest -q) shows them.
     with capsys.disabled():
         print("\n".join(figures))
+
+
+def test_the_floor_program_at_the_reapers_point_of_the_boot(
+    clean_floor_first: tuple[Boot, Boot], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The floor's units of the timing boot run after the reaper, when fewer units start beside
+    them and the boot's first Python process has run: in another boot from the same disk, the
+    floor program runs where the reaper stands (ordered as its unit is, and before it), and the
+    reaper right after it. Printed, never asserted, as the timing boot's figures: the timing
+    boot's reaper against the floor at its point of the boot, by wall and by CPU."""
+    timed, floor_first = clean_floor_first
+    before = timed.one("timing")["units"]
+    units = floor_first.one("timing")["units"]
+    floor, reaper = units["vmtest-floor-first.service"], units["cni-reaper.service"]
+    for name, state in (("floor", floor), ("reaper", reaper)):
+        assert (state["Result"], state["ExecMainStatus"]) == ("success", "0"), (name, state)
+    assert int(floor["ActiveEnterTimestampMonotonic"]) <= int(
+        reaper["ExecMainStartTimestampMonotonic"]
+    )
+    for name in REAPER_AFTER:
+        assert int(units[name]["ActiveEnterTimestampMonotonic"]) <= int(
+            floor["ExecMainStartTimestampMonotonic"]
+        ), name
+    # In the timing boot its condition kept it from running.
+    assert before["vmtest-floor-first.service"]["ActiveState"] == "inactive"
+
+    def run(unit: dict[str, str]) -> tuple[float, float | None]:
+        return seconds(unit, "ExecMainStart", "ExecMainExit"), cpu_seconds(unit)
+
+    floor_wall, floor_cpu = run(floor)
+    timed_wall, timed_cpu = run(before["cni-reaper.service"])
+    after_wall, after_cpu = run(reaper)
+    lines = [
+        f"\nthe floor program at the reaper's point of the boot (a boot from the disk the timing "
+        "boot started from, "
+        f"started at {int(floor['ExecMainStartTimestampMonotonic']) / 1e6:.2f} s of uptime): "
+        f"{floor_wall:.2f} s, {cpu_text(floor_cpu)} CPU",
+        f"  the timing boot's reaper there: {timed_wall:.2f} s, {cpu_text(timed_cpu)} CPU: "
+        f"{timed_wall / floor_wall:.2f}x the floor there by wall",
+        f"  this boot's reaper, after it: {after_wall:.2f} s, {cpu_text(after_cpu)} CPU",
+    ]
+    if floor_cpu and timed_cpu:
+        lines.append(
+            f"  by CPU, the timing boot's reaper to this floor: {timed_cpu / floor_cpu:.2f}x"
+        )
+    with capsys.disabled():
+        print("\n".join(lines))
 
 
 # --- Debian 13: containerd 1.7, wtmpdb, the journal, the file system's replay -----------------

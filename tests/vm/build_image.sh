@@ -101,6 +101,9 @@ image)
         printf '\n[Install]\nWantedBy=multi-user.target\n'
     } >"$R/etc/systemd/system/vmtest-floor-hardened.service"
     chroot "$R" systemctl enable vmtest-floor.service vmtest-floor-warm.service vmtest-floor-hardened.service >/dev/null 2>&1
+    # And, in a boot of its own, at the reaper's point of the boot, before it.
+    cp "$here/guest/vmtest-floor-first.service" "$R/etc/systemd/system/"
+    chroot "$R" systemctl enable vmtest-floor-first.service >/dev/null 2>&1
     # The crash campaign's (tests/vm/campaign.py): the second network and the containerd config
     # that attaches pods to both, which its churn boot puts in place (other scenarios keep one
     # network); the EKS-like boot policy's unit, which runs only when the command line asks.

@@ -328,7 +328,7 @@ def timing() -> dict[str, Any]:
     program was given to read."""
     after = unit("cni-reaper.service", "After")["After"].split()
     names = ["cni-reaper.service", "vmtest-floor.service", "vmtest-floor-warm.service"]
-    names += ["vmtest-floor-hardened.service"]
+    names += ["vmtest-floor-hardened.service", "vmtest-floor-first.service"]
     names += ["containerd.service", *after]
     # Its unit listed the dir just before it ran: the names, not the 80 kB, go to the console.
     floor_files = None

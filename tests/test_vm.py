@@ -309,9 +309,13 @@ def seconds(unit: dict[str, str], start: str, end: str) -> float:
 
 
 def cpu_seconds(unit: dict[str, str]) -> float | None:
-    """The CPU a unit's processes used, by systemd's accounting; None if it kept none (it
-    shows "[not set]", 0, or the largest 64-bit number)."""
-    value = unit.get("CPUUsageNSec", "")
+    """The CPU a unit's processes used, by systemd's accounting."""
+    return cpu_of(unit.get("CPUUsageNSec", ""))
+
+
+def cpu_of(value: str) -> float | None:
+    """A CPUUsageNSec as systemctl shows it, in seconds; None if systemd kept none (it shows
+    "[not set]", 0, or the largest 64-bit number)."""
     if not value.isdigit() or int(value) in (0, 2**64 - 1):
         return None
     return int(value) / 1e9
@@ -442,12 +446,12 @@ def test_the_time_the_reaper_holds_the_runtime_back_next_to_the_floor_program(
             + f"; the reaper's to the cold floor's {cpu['reaper'] / cpu['floor']:.2f}x, to the "
             f"floor's in the sandbox {cpu['reaper'] / cpu['sandboxed']:.2f}x"
         )
-    beside = {n: cpu_seconds({"CPUUsageNSec": v}) for n, v in timing["beside_reaper"].items()}
+    beside = {name: cpu_of(value) for name, value in timing["beside_reaper"].items()}
     busiest = sorted(beside.items(), key=lambda item: -(item[1] or 0.0))[:5]
     figures.append(
         f"  starting while the reaper ran: {len(beside)} services, "
         f"{sum(v or 0.0 for v in beside.values()):.2f} s CPU in all by systemd's accounting ("
-        + ", ".join(f"{n} {'?' if v is None else f'{v:.2f} s'}" for n, v in busiest)
+        + ", ".join(f"{name} {cpu_text(value)}" for name, value in busiest)
         + ")"
     )
     # Later in the boot, each from a dropped page cache: a rough account of the difference.

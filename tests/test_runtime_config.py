@@ -299,11 +299,16 @@ def test_an_unusable_config_is_a_warning_naming_it_and_the_defaults(
 def test_without_tomli_a_config_is_a_warning_not_a_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Only a config outside plain TOML (runtime/plain_toml.py) needs tomli: here an escape."""
     monkeypatch.setitem(sys.modules, "tomli", None)  # what an absent package does to import
-    path = write(tmp_path, "/etc/containerd/config.toml", 'state = "/run/x"\n')
+    path = write(tmp_path, "/etc/containerd/config.toml", 'state = "/run/x\\u0079"\n')
     configs = config.load(str(tmp_path))
     assert configs.warnings == (f"{path}: not read: TOML needs the tomli package before 3.11",)
     assert in_effect(configs, PathKind.TASK_STATE, Runtime.CONTAINERD) == ["/run/containerd"]
+    write(tmp_path, "/etc/containerd/config.toml", 'state = "/run/x"\n')
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    assert in_effect(configs, PathKind.TASK_STATE, Runtime.CONTAINERD) == ["/run/x"]
 
 
 def test_a_bad_import_pattern_is_a_warning(tmp_path: Path) -> None:

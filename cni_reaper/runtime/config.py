@@ -77,6 +77,7 @@ from cni_reaper.node_root import (
     resolve_inside,
 )
 from cni_reaper.record import Record
+from cni_reaper.runtime import plain_toml
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -273,18 +274,23 @@ class _ConfigFiles:
         except OSError as e:
             self.warnings.append(f"{where}: {e.strerror or e}; not read")
             return None
-        parse = _toml_parser()
-        if parse is None:
-            self.warnings.append(f"{where}: not read: TOML needs the tomli package before 3.11")
-            return None
         try:
-            doc = parse(data.decode("utf-8"))
+            text = data.decode("utf-8")
         except UnicodeDecodeError:
             self.warnings.append(f"{where}: not UTF-8, so not TOML; not read")
             return None
-        except (ValueError, RecursionError) as e:
-            self.warnings.append(f"{where}: not valid TOML ({e}); not read")
-            return None
+        # Most configs are plain TOML, read without tomllib's import (plain_toml.py).
+        doc = plain_toml.loads(text)
+        if doc is None:
+            parse = _toml_parser()
+            if parse is None:
+                self.warnings.append(f"{where}: not read: TOML needs the tomli package before 3.11")
+                return None
+            try:
+                doc = parse(text)
+            except (ValueError, RecursionError) as e:
+                self.warnings.append(f"{where}: not valid TOML ({e}); not read")
+                return None
         self.files_read.append(where)
         return doc
 

@@ -29,11 +29,21 @@ Kernel facts this rests on:
   host is such a directory for every other run that mounted on it: two runs on two roots at
   once must not remove one the other still stands on, or the other's plugins would find the
   host's directory there. Each run holds a shared flock(2) on every mount point it stands on,
-  and removes one it made only under an exclusive lock it got without waiting.
+  and removes one only under an exclusive lock it got without (much) waiting.
+- The run that made a mount point may be done while another still stands on it, and must then
+  leave it. So a run that is done marks each mount point it made, while it still stands on
+  them, with an extended attribute in the trusted namespace (only CAP_SYS_ADMIN sets one, as
+  only a run that can confine makes a mount point) naming this boot: left to the others. A
+  run removes the mount points it made, and those of its targets, with their parents, that a
+  run left to the others in this boot: the last run out removes them, whoever made them. A
+  run killed before it was done marks nothing, so a mount point it made stays, unmarked, for
+  whatever may mount on it since (a service's own namespace): no later run adopts it. Where
+  the file system keeps no such attribute, only the maker removes one, as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -69,11 +79,26 @@ START_GRACE = 1.0  # seconds a started thread takes to run, at the very most
 # A mount point another run is removing (it holds it exclusively for an rmdir) is held, or
 # made again, within this many seconds.
 MOUNT_POINT_WAIT = 5.0
+# The extended attribute of a mount point a run made on the host and, done, left to the runs
+# still standing on it: this boot's id.
+LEFT_MARK = "trusted.cni-reaper.left"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the host's own: mount points are the host's
+# How long a run that is done waits for another run's exclusive lock on a mount point, which
+# that run holds only while it removes it; one that stands on it holds it shared, for longer.
+REMOVAL_WAIT = 0.2
 
 
 class Bind(Record):
     target: str  # absolute path where plugins look
     source: str  # the directory inside the root that must appear there
+
+
+class MadeDir(Record):
+    """A directory a run made on the host, as it made it: only that very one is its own."""
+
+    path: str
+    dev: int
+    ino: int
 
 
 class ConfineError(RefusedError):
@@ -157,7 +182,8 @@ def run_confined(
     A source that is missing, not a directory, or reached through a symlink (which could point
     back into the host) is replaced by an empty read-only tmpfs on its target, and on_note is
     called with a sentence saying so, from the confined thread, before work() starts.
-    Mount points missing on the host are made, and removed again once the thread is done.
+    Mount points missing on the host are made, and removed again by the last run that stands
+    on them, once its thread is done.
 
     On KeyboardInterrupt while waiting, cancel is set (work should watch it and stop early),
     the thread is still waited for, and then the interrupt is raised again: nothing work
@@ -173,7 +199,7 @@ def run_confined(
             raise ValueError(f"bind source {bind.source!r} is not under the root {real_root!r}")
     check_layout(root, binds)
     note = on_note or _ignore
-    made: list[str] = []  # mount points made on the host, outermost first
+    made: list[MadeDir] = []  # mount points made on the host, outermost first
     held: list[int] = []  # a descriptor of each mount point stood on, shared-locked
     returned: list[T] = []
     raised: list[BaseException] = []
@@ -206,9 +232,11 @@ def run_confined(
         if finished.is_set():
             # Only then: rmdir of a mount point that another namespace still uses would
             # detach that mount there (Linux 3.18 on).
+            # Marked while this run still stands on them: a run done after it sees the mark.
+            _leave_to_others(made)
             for fd in held:
                 os.close(fd)
-            _remove_mount_points(made)
+            _remove_mount_points(made, [bind.target for bind in binds])
     if raised:
         raise raised[0]
     return returned[0]
@@ -234,7 +262,7 @@ def _wait_through_interrupts(
 def _enter_namespace(
     root: str,
     binds: Sequence[Bind],
-    made: list[str],
+    made: list[MadeDir],
     held: list[int],
     note: Callable[[str], None],
 ) -> None:
@@ -301,7 +329,7 @@ def _mount(
         )
 
 
-def _hold_mount_point(root: str, target: str, made: list[str]) -> int:
+def _hold_mount_point(root: str, target: str, made: list[MadeDir]) -> int:
     """A descriptor of the directory target, shared-locked (flock) for as long as this run
     stands on it; target, and its missing parents, made where missing (listed in made).
     Another run removing it holds it exclusively for a moment: it is then made again."""
@@ -354,7 +382,7 @@ def _hold_mount_point(root: str, target: str, made: list[str]) -> int:
         time.sleep(0.01)
 
 
-def _make_missing(root: str, target: str, made: list[str]) -> None:
+def _make_missing(root: str, target: str, made: list[MadeDir]) -> None:
     missing: list[str] = []
     path = target
     while not os.path.lexists(path):
@@ -378,7 +406,11 @@ def _make_missing(root: str, target: str, made: list[str]) -> None:
                 f"cannot confine plugins to {root}: cannot make the mount point {path}: "
                 f"{e.strerror}; {ADVICE}"
             ) from None
-        made.append(path)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return  # another run removed it already: the caller looks again
+        made.append(MadeDir(path, st.st_dev, st.st_ino))
 
 
 def _dangling(path: str) -> bool:
@@ -426,28 +458,112 @@ def _open_source(source: str) -> tuple[int | None, str]:
             os.close(fd)
 
 
-def _remove_mount_points(made: list[str]) -> None:
-    """The mount points this run made, innermost first; one something else has since put a
-    file in stays, and so does one another run still stands on (it holds it shared): empty,
-    it shows a plugin nothing, and removing it would detach that run's mount."""
-    import fcntl  # noqa: PLC0415
-
+def _remove_mount_points(made: list[MadeDir], targets: Iterable[str]) -> None:
+    """The mount points this run made, and those of its targets a run left to the others in
+    this boot, with their parents so left, innermost first. One something else has since put
+    a file in stays, and so does one another run still stands on (it holds it shared): empty,
+    it shows a plugin nothing, and removing it would detach that run's mount; the last run to
+    stand on it removes it."""
+    boot = _boot_id()
+    mine = {made_dir.path: (made_dir.dev, made_dir.ino) for made_dir in made}
+    found = set(mine)
+    for target in targets:
+        path = target
+        while _left_in(path, boot):
+            found.add(path)
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
     # Each is tried: one that stays (another run stands on it, or something was put in it)
     # keeps its parents too, whose rmdir then fails (ENOTEMPTY) on the host's file system.
-    for path in reversed(made):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if not _same_file(os.fstat(fd), path):
-                continue
-            os.rmdir(path)
-        except OSError:  # BlockingIOError: another run stands on it
-            continue
-        finally:
-            os.close(fd)
+    for path in sorted(found, key=lambda path: (path.count("/"), path), reverse=True):
+        _remove_one(path, mine.get(path), boot)
+
+
+def _remove_one(path: str, made: tuple[int, int] | None, boot: bytes | None) -> None:
+    """rmdir of path, if no run stands on it and it is the directory this run made (made:
+    its device and inode) or one a run left to the others. The name is removed from its
+    parent, held open, as the directory checked: never what the path names by then (a host
+    symlink on the way swapped)."""
+    import fcntl  # noqa: PLC0415
+
+    parent_path, name = os.path.split(path)
+    if not name:
+        return
+    try:
+        parent = os.open(parent_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(name, flags, dir_fd=parent)
+    except OSError:
+        os.close(parent)
+        return
+    try:
+        deadline = time.monotonic() + REMOVAL_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # another run stands on it, or is removing it
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.005)
+        st = os.fstat(fd)
+        if made is not None and made != (st.st_dev, st.st_ino):
+            return  # not the directory this run made: whoever put it there keeps it
+        if made is None and not _left_in(fd, boot):
+            return
+        now = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return  # renamed or replaced since it was opened
+        os.rmdir(name, dir_fd=parent)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+        os.close(parent)
+
+
+def _leave_to_others(made: list[MadeDir]) -> None:
+    """Mark the mount points this run made as left to the runs still standing on them (see
+    the module's docstring); a file system without trusted attributes keeps no mark, and
+    then only this run removes them."""
+    boot = _boot_id()
+    if boot is None:
+        return
+    for made_dir in made:
+        with contextlib.suppress(OSError):
+            fd = os.open(made_dir.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == (made_dir.dev, made_dir.ino):
+                    os.setxattr(fd, LEFT_MARK, boot)
+            finally:
+                os.close(fd)
+
+
+def _left_in(path: str | int, boot: bytes | None) -> bool:
+    """Whether the directory path (or descriptor) was left to the others in boot."""
+    if boot is None:
+        return False
+    try:
+        if isinstance(path, int):
+            return os.getxattr(path, LEFT_MARK) == boot
+        return os.getxattr(path, LEFT_MARK, follow_symlinks=False) == boot
+    except OSError:
+        return False
+
+
+def _boot_id() -> bytes | None:
+    try:
+        with open(BOOT_ID_PATH, "rb") as f:
+            found = f.read(64).strip()
+    except OSError:
+        return None
+    return found or None
 
 
 def _under(path: str, directory: str) -> bool:

@@ -1004,6 +1004,7 @@ def many_runs_at_random(workdir: Path) -> dict[str, Any]:
     return {
         "failures": failures,
         "host_data_dir_after": listing(SHARED_DATA_DIR),
+        "made_here_left": host_made_here(),
         "host_after": host_digest(),
         "host_before": {
             str(p): RESERVATION if p.parent == HOST_STORE else "host decoy" for p in HOST_DECOYS
@@ -1011,7 +1012,189 @@ def many_runs_at_random(workdir: Path) -> dict[str, Any]:
     }
 
 
+def marked_in_another_boot(workdir: Path) -> dict[str, Any]:
+    """/run/made-here/ipam is on the host already, left to the others by a run, but in another
+    boot (a persistent file system keeps the mark, and what it names may be anyone's since). A
+    run stands on it and is done: it made neither, and the mark is not this boot's: both stay."""
+    make_host_state()
+    SHARED_DATA_DIR.mkdir(parents=True)
+    for path in (MADE_HERE, SHARED_DATA_DIR):
+        os.setxattr(path, confine.LEFT_MARK, b"00000000-another-boot", follow_symlinks=False)
+    run = shared_run(workdir, "a")
+    entered, finished = run.enter(), run.finish()
+    return {
+        "entered": entered,
+        "finished": finished,
+        "a": run.report(),
+        "made_here_left": host_made_here(),
+    }
+
+
+UNMARKABLE = Path("/run/no-marks")  # a ramfs: it keeps no extended attribute
+
+
+def unmarkable_mount_points(workdir: Path) -> dict[str, Any]:
+    """The shared dataDir's parent keeps no extended attributes (a ramfs): A makes the mount
+    points, B stands on them, A is done first, then B. Unmarked, they are only A's to remove,
+    and A could not while B stood on them: they stay, empty, as before marks."""
+    make_host_state()
+    UNMARKABLE.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "ramfs", str(UNMARKABLE)], check=True)
+    data_dir = UNMARKABLE / "made/ipam"
+    a, b = (
+        StagedRun(root_with_stores(workdir, name, [data_dir]), [data_dir], del_in=data_dir)
+        for name in ("a", "b")
+    )
+    entered = [a.enter(), b.enter()]
+    finished = [a.finish(), b.finish()]
+    return {
+        "entered": entered,
+        "finished": finished,
+        "a": a.report(),
+        "b": b.report(),
+        "left": sorted(str(p) for p in UNMARKABLE.rglob("*")),
+    }
+
+
+def crashed_maker_not_adopted(workdir: Path) -> dict[str, Any]:
+    """A run is killed (SIGKILL) while it stands on /run/made-here/ipam, which it made: the
+    dir stays on the host, empty. A service then mounts on it in a mount namespace of its own
+    (as systemd's BindPaths= or an `unshare -m` tool would). A later run on another root
+    stands on it and is done: it must not remove it, which would detach the service's mount."""
+    make_host_state()
+    crashed = root_with_stores(workdir, "crashed", [SHARED_DATA_DIR])
+    code = (
+        "import os, signal\n"
+        "from cni_reaper import confine\n"
+        f"binds = confine.standard_binds({str(crashed)!r}, [{str(SHARED_DATA_DIR)!r}])\n"
+        f"confine.run_confined({str(crashed)!r}, binds, "
+        "lambda: os.kill(os.getpid(), signal.SIGKILL))\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", code], cwd=Path.cwd(), check=False)
+    left_by_the_crash = host_made_here()
+    service = subprocess.Popen(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -t tmpfs service {SHARED_DATA_DIR} && echo live > {SHARED_DATA_DIR}/service"
+            " && echo up && exec sleep 60",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        up = service.stdout.readline().strip() if service.stdout else ""
+        later = shared_run(workdir, "later")
+        entered, finished = later.enter(), later.finish()
+        seen = subprocess.run(
+            ["nsenter", "-t", str(service.pid), "-m", "cat", f"{SHARED_DATA_DIR}/service"],
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        service.kill()
+        service.wait()
+    return {
+        "killed_status": killed.returncode,
+        "left_by_the_crash": left_by_the_crash,
+        "service_up": up,
+        "entered": entered,
+        "finished": finished,
+        "later": later.report(),
+        "service_sees": seen.stdout.strip(),
+        "made_here_left": host_made_here(),
+    }
+
+
+def finishing_together(workdir: Path) -> dict[str, Any]:
+    """A's dataDir is /run/made-here/a, B's /run/made-here/b; A made /run/made-here. A is done
+    first: it removes a, and its rmdir of /run/made-here fails (b is in it) while it holds
+    that dir exclusively; B is done just then, removes b and finds /run/made-here held. B
+    waits for A's moment to pass, and removes it: nothing is left."""
+    make_host_state()
+    a_dir, b_dir = MADE_HERE / "a", MADE_HERE / "b"
+    a = StagedRun(root_with_stores(workdir, "a", [a_dir]), [a_dir], del_in=a_dir)
+    b = StagedRun(root_with_stores(workdir, "b", [b_dir]), [b_dir], del_in=b_dir)
+    real_rmdir = os.rmdir
+    a_failed = threading.Event()
+
+    def held_a_moment(path: Any, *args: Any, **kwargs: Any) -> None:
+        dir_fd = kwargs.get("dir_fd")
+        where = os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None else ""
+        try:
+            real_rmdir(path, *args, **kwargs)
+        except OSError:
+            if threading.current_thread() is a.thread and os.path.join(where, path) == str(
+                MADE_HERE
+            ):
+                a_failed.set()
+                time.sleep(confine.REMOVAL_WAIT / 2)  # still holding /run/made-here
+            raise
+
+    os.rmdir = held_a_moment
+    try:
+        entered = [a.enter(), b.enter()]
+        a.release.set()
+        a_failed_in_time = a_failed.wait(30)
+        finished = [b.finish(), a.finish()]
+    finally:
+        os.rmdir = real_rmdir
+    return {
+        "entered": entered,
+        "finished": finished,
+        "a_failed_in_time": a_failed_in_time,
+        "a": a.report(),
+        "b": b.report(),
+        "made_here_left": host_made_here(),
+    }
+
+
+def symlink_swapped_before_rmdir(workdir: Path) -> dict[str, Any]:
+    """The dataDir is reached through a host symlink, /run/made-here/link -> real1, followed
+    as every host symlink on a mount point's way is. The run makes real1/ipam; when it
+    removes it, the link has just been turned to real2, which holds the admin's own empty
+    ipam: the run removes the dir it made, never the admin's."""
+    make_host_state()
+    (MADE_HERE / "real1").mkdir(parents=True)
+    (MADE_HERE / "real2/ipam").mkdir(parents=True)
+    link = MADE_HERE / "link"
+    link.symlink_to("real1")
+    data_dir = link / "ipam"
+    run = StagedRun(root_with_stores(workdir, "a", [data_dir]), [data_dir], del_in=data_dir)
+    real_rmdir = os.rmdir
+    swapped: list[str] = []
+
+    def swapping(path: Any, *args: Any, **kwargs: Any) -> None:
+        if not swapped and str(path).endswith("ipam"):
+            link.unlink()
+            link.symlink_to("real2")
+            swapped.append(str(path))
+        real_rmdir(path, *args, **kwargs)
+
+    os.rmdir = swapping
+    try:
+        entered, finished = run.enter(), run.finish()
+    finally:
+        os.rmdir = real_rmdir
+    return {
+        "entered": entered,
+        "finished": finished,
+        "swapped": swapped,
+        "a": run.report(),
+        "made_here_left": host_made_here(),
+    }
+
+
 CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "crashed-maker-not-adopted": crashed_maker_not_adopted,
+    "finishing-together": finishing_together,
+    "symlink-swapped-before-rmdir": symlink_swapped_before_rmdir,
+    "marked-in-another-boot": marked_in_another_boot,
+    "unmarkable-mount-points": unmarkable_mount_points,
     "three-runs-one-mount-point": three_runs_one_mount_point,
     "maker-outlives-the-other": maker_outlives_the_other,
     "nested-outer-first": nested_outer_first,

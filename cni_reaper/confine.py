@@ -34,11 +34,20 @@ Kernel facts this rests on:
   leave it. So a run that is done marks each mount point it made, while it still stands on
   them, with an extended attribute in the trusted namespace (only CAP_SYS_ADMIN sets one, as
   only a run that can confine makes a mount point) naming this boot: left to the others. A
-  run removes the mount points it made, and those of its targets, with their parents, that a
-  run left to the others in this boot: the last run out removes them, whoever made them. A
-  run killed before it was done marks nothing, so a mount point it made stays, unmarked, for
-  whatever may mount on it since (a service's own namespace): no later run adopts it. Where
-  the file system keeps no such attribute, only the maker removes one, as before.
+  run removes the mount points it made, and those of its targets, with their parents, that
+  were left to the others while it stood there: the last of the runs that stood there then
+  removes them, whoever made them. A mark a run found when it came is not its to act on:
+  whoever stood there when it was made may have been killed since, and with that run's end
+  nothing says that no one else (a service, in a namespace of its own) mounted there since.
+  A run killed before it was done marks nothing. What no run may remove stays, empty, as does
+  a mount point whose mark could not be kept (a file system without trusted attributes, no
+  room for one): only its maker removes that.
+- A flock keeps runs apart, not other mount namespaces: a service's (systemd's BindPaths=, an
+  `unshare -m` tool), a container's, may mount on a mount point while a run stands on it. So
+  before its rmdirs a run reads the mountinfo of one task of every mount namespace on the
+  machine (/proc/PID/task/TID: a run's namespace is its confined thread's), and leaves what
+  any of them has a mount on. A mount made after that look, a moment before the rmdir, is not
+  seen: the one window left.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from cni_reaper.errors import RefusedError
 from cni_reaper.node_root import PLUGIN_STATE_DIRS
@@ -80,9 +89,10 @@ START_GRACE = 1.0  # seconds a started thread takes to run, at the very most
 # made again, within this many seconds.
 MOUNT_POINT_WAIT = 5.0
 # The extended attribute of a mount point a run made on the host and, done, left to the runs
-# still standing on it: this boot's id.
+# standing on it then: this boot's id.
 LEFT_MARK = "trusted.cni-reaper.left"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the host's own: mount points are the host's
+PROC = "/proc"  # the machine's own, whatever the root: every mount namespace is listed there
 # How long a run that is done waits for another run's exclusive lock on a mount point, which
 # that run holds only while it removes it; one that stands on it holds it shared, for longer.
 REMOVAL_WAIT = 0.2
@@ -201,15 +211,17 @@ def run_confined(
     note = on_note or _ignore
     made: list[MadeDir] = []  # mount points made on the host, outermost first
     held: list[int] = []  # a descriptor of each mount point stood on, shared-locked
+    found_left: set[str] = set()  # on the way to a target, left to the others before it came
     returned: list[T] = []
     raised: list[BaseException] = []
     entered = threading.Event()  # the thread runs
     finished = threading.Event()  # work() is over, and with it every use of the namespace
+    namespace: list[tuple[int, int]] = []  # the namespace's device and inode, once made
 
     def confined() -> None:
         entered.set()
         try:
-            _enter_namespace(root, binds, made, held, note)
+            _enter_namespace(root, binds, made, held, found_left, namespace, note)
             returned.append(work())
         except BaseException as e:  # handed to the caller, who raises it again
             raised.append(e)
@@ -232,11 +244,8 @@ def run_confined(
         if finished.is_set():
             # Only then: rmdir of a mount point that another namespace still uses would
             # detach that mount there (Linux 3.18 on).
-            # Marked while this run still stands on them: a run done after it sees the mark.
-            _leave_to_others(made)
-            for fd in held:
-                os.close(fd)
-            _remove_mount_points(made, [bind.target for bind in binds])
+            _wait_gone(namespace)
+            _let_go(made, held, [bind.target for bind in binds], found_left, namespace)
     if raised:
         raise raised[0]
     return returned[0]
@@ -264,6 +273,8 @@ def _enter_namespace(
     binds: Sequence[Bind],
     made: list[MadeDir],
     held: list[int],
+    found_left: set[str],
+    namespace: list[tuple[int, int]],
     note: Callable[[str], None],
 ) -> None:
     import ctypes  # noqa: PLC0415 (only runs that confine load it)
@@ -283,10 +294,14 @@ def _enter_namespace(
             f"cannot confine plugins to {root}: cannot make a private mount namespace "
             f"(unshare: {os.strerror(err)}; it needs root with CAP_SYS_ADMIN); {ADVICE}"
         )
+    made_ns = _namespace_of(f"{PROC}/thread-self")
+    if made_ns is not None:
+        namespace.append(made_ns)
     _mount(libc, root, None, "/", None, MS_REC | MS_PRIVATE)
     for bind in binds:
         target_fd = _hold_mount_point(root, bind.target, made)
         held.append(target_fd)
+        found_left.update(_left_on_the_way(bind.target, _boot_id()))
         # Mounted on the very directory held: not on whatever the path names by then.
         target = f"/proc/self/fd/{target_fd}"
         source_fd, problem = _open_source(bind.source)
@@ -458,49 +473,166 @@ def _open_source(source: str) -> tuple[int | None, str]:
             os.close(fd)
 
 
-def _remove_mount_points(made: list[MadeDir], targets: Iterable[str]) -> None:
-    """The mount points this run made, and those of its targets a run left to the others in
-    this boot, with their parents so left, innermost first. One something else has since put
-    a file in stays, and so does one another run still stands on (it holds it shared): empty,
-    it shows a plugin nothing, and removing it would detach that run's mount; the last run to
-    stand on it removes it."""
+def _wait_gone(namespace: list[tuple[int, int]]) -> None:
+    """Until no thread of this process is in the namespace (the confined one, the DEL workers
+    it started): join() returns once a thread's Python is done, a moment before the kernel lets
+    go of it, and until then its mounts are still to be seen in /proc (_mounted_elsewhere)."""
+    deadline = time.monotonic() + START_GRACE
+    while namespace and time.monotonic() < deadline:
+        try:
+            tids = os.listdir(f"{PROC}/self/task")
+        except OSError:
+            return
+        if not any(_namespace_of(f"{PROC}/self/task/{tid}") in namespace for tid in tids):
+            return
+        time.sleep(0.001)
+
+
+def _namespace_of(task: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(f"{task}/ns/mnt")
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _let_go(
+    made: list[MadeDir],
+    held: list[int],
+    targets: list[str],
+    found_left: set[str],
+    namespace: list[tuple[int, int]],
+) -> None:
+    """Leave what this run made to the runs still standing on it (marked while this run still
+    stands there too: a run done after it sees the mark), stop standing on its mount points,
+    and remove what no run stands on any more. Each step may be done again: an interrupt (a
+    second Ctrl-C) is held until all are done, since cut short, a mark could outlive them."""
+    interrupted: KeyboardInterrupt | None = None
+    marked: set[str] | None = None
+    while True:
+        try:
+            if marked is None:
+                marked = _leave_to_others(made)
+            while held:
+                os.close(held.pop())
+            _remove_mount_points(made, targets, marked, found_left, namespace)
+            break
+        except KeyboardInterrupt as e:
+            interrupted = e
+    if interrupted is not None:
+        raise interrupted
+
+
+def _remove_mount_points(
+    made: list[MadeDir],
+    targets: Iterable[str],
+    marked: set[str],
+    found_left: set[str],
+    own: Iterable[tuple[int, int]] = (),
+) -> None:
+    """The mount points this run made, and those of its targets, with their parents, left to
+    the others while this run stood there (not in found_left), innermost first. One something
+    else has since put a file in stays, and so does one another run still stands on (it holds
+    it shared): empty, it shows a plugin nothing, and removing it would detach that run's
+    mount; the last run to stand on it removes it. marked: what this run left to the others;
+    own: this run's namespace, whose work is over (a thread of it that has not quite gone by
+    then uses none of its mounts)."""
     boot = _boot_id()
     mine = {made_dir.path: (made_dir.dev, made_dir.ino) for made_dir in made}
     found = set(mine)
     for target in targets:
         path = target
-        while _left_in(path, boot):
+        while path not in found_left and _left_in(path, boot):
             found.add(path)
             parent = os.path.dirname(path)
             if parent == path:
                 break
             path = parent
+    # Not one another mount namespace has a mount on: a service's (BindPaths=, `unshare -m`),
+    # a container's, another run's. The flock keeps runs apart; this sees the rest, as far as
+    # the moment of the look (a mount made after it is not seen).
+    found -= _mounted_elsewhere(found, own)
     # Each is tried: one that stays (another run stands on it, or something was put in it)
     # keeps its parents too, whose rmdir then fails (ENOTEMPTY) on the host's file system.
-    for path in sorted(found, key=lambda path: (path.count("/"), path), reverse=True):
-        _remove_one(path, mine.get(path), boot)
+    removed = [
+        path
+        for path in sorted(found, key=lambda path: (path.count("/"), path), reverse=True)
+        if _remove_one(path, mine.get(path), path in marked, boot)
+    ]
+    # A run done at the same moment may have left a parent of these to the others only now,
+    # after this run looked, and failed to remove it while this run's dir was still in it.
+    later: set[str] = set()
+    looked_at = found | found_left
+    for path in removed:
+        parent = os.path.dirname(path)
+        while (
+            parent not in looked_at and parent != os.path.dirname(parent) and _left_in(parent, boot)
+        ):
+            later.add(parent)
+            parent = os.path.dirname(parent)
+    later -= _mounted_elsewhere(later, own)
+    for path in sorted(later, key=lambda path: (path.count("/"), path), reverse=True):
+        _remove_one(path, None, False, boot)
 
 
-def _remove_one(path: str, made: tuple[int, int] | None, boot: bytes | None) -> None:
+def _mounted_elsewhere(paths: set[str], own: Iterable[tuple[int, int]] = ()) -> set[str]:
+    """Those of paths that a mount namespace of this machine, other than own, has a mount
+    on, by the mountinfo of one task in each (a run's namespace is its confined thread's, not
+    its process's). Tasks that end while they are read are passed by."""
+    from cni_reaper.runtime.liveness import unescape_mount_field  # noqa: PLC0415
+
+    if not paths:
+        return set()
+    wanted = {os.fsencode(path) for path in paths}
+    found: set[str] = set()
+    namespaces: set[tuple[int, int]] = set(own)
+    try:
+        pids = [name for name in os.listdir(PROC) if name.isdigit()]
+    except OSError:
+        return set(paths)  # nothing seen is not nothing there: keep them all
+    for pid in pids:
+        try:
+            tids = os.listdir(f"{PROC}/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            task = f"{PROC}/{pid}/task/{tid}"
+            ns = _namespace_of(task)
+            if ns is None or ns in namespaces:
+                continue
+            try:
+                with open(f"{task}/mountinfo", "rb") as table:
+                    points = [line.split(b" ", 5)[4:5] for line in table]
+            except OSError:
+                continue
+            namespaces.add(ns)
+            for point in points:
+                if point and unescape_mount_field(point[0]) in wanted:
+                    found.add(os.fsdecode(unescape_mount_field(point[0])))
+    return found
+
+
+def _remove_one(path: str, made: tuple[int, int] | None, marked: bool, boot: bytes | None) -> bool:
     """rmdir of path, if no run stands on it and it is the directory this run made (made:
-    its device and inode) or one a run left to the others. The name is removed from its
-    parent, held open, as the directory checked: never what the path names by then (a host
-    symlink on the way swapped)."""
+    its device and inode; marked: this run left it to the others, and it must still say so,
+    as a new directory with a reused inode number would not) or one left to the others. The
+    name is removed from its parent, held open, as the directory checked: never what the
+    path names by then (a host symlink on the way swapped). Whether it was removed."""
     import fcntl  # noqa: PLC0415
 
     parent_path, name = os.path.split(path)
     if not name:
-        return
+        return False
     try:
         parent = os.open(parent_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        return
+        return False
     try:
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(name, flags, dir_fd=parent)
     except OSError:
         os.close(parent)
-        return
+        return False
     try:
         deadline = time.monotonic() + REMOVAL_WAIT
         while True:
@@ -509,31 +641,33 @@ def _remove_one(path: str, made: tuple[int, int] | None, boot: bytes | None) -> 
                 break
             except BlockingIOError:  # another run stands on it, or is removing it
                 if time.monotonic() > deadline:
-                    return
+                    return False
                 time.sleep(0.005)
         st = os.fstat(fd)
         if made is not None and made != (st.st_dev, st.st_ino):
-            return  # not the directory this run made: whoever put it there keeps it
-        if made is None and not _left_in(fd, boot):
-            return
+            return False  # not the directory this run made: whoever put it there keeps it
+        if (made is None or marked) and not _left_in(fd, boot):
+            return False
         now = os.stat(name, dir_fd=parent, follow_symlinks=False)
         if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-            return  # renamed or replaced since it was opened
+            return False  # renamed or replaced since it was opened
         os.rmdir(name, dir_fd=parent)
     except OSError:
-        return
+        return False
     finally:
         os.close(fd)
         os.close(parent)
+    return True
 
 
-def _leave_to_others(made: list[MadeDir]) -> None:
-    """Mark the mount points this run made as left to the runs still standing on them (see
-    the module's docstring); a file system without trusted attributes keeps no mark, and
-    then only this run removes them."""
+def _leave_to_others(made: list[MadeDir]) -> set[str]:
+    """Mark the mount points this run made as left to the runs standing on them now (see
+    the module's docstring): the paths so marked. One whose mark cannot be kept (no trusted
+    attributes, no room) is only this run's to remove."""
     boot = _boot_id()
+    marked: set[str] = set()
     if boot is None:
-        return
+        return marked
     for made_dir in made:
         with contextlib.suppress(OSError):
             fd = os.open(made_dir.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -541,8 +675,22 @@ def _leave_to_others(made: list[MadeDir]) -> None:
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) == (made_dir.dev, made_dir.ino):
                     os.setxattr(fd, LEFT_MARK, boot)
+                    marked.add(made_dir.path)
             finally:
                 os.close(fd)
+    return marked
+
+
+def _left_on_the_way(target: str, boot: bytes | None) -> Iterator[str]:
+    """target and each of its parents that was left to the others already."""
+    path = target
+    while True:
+        if _left_in(path, boot):
+            yield path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
 
 
 def _left_in(path: str | int, boot: bytes | None) -> bool:

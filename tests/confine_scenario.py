@@ -1110,6 +1110,102 @@ def crashed_maker_not_adopted(workdir: Path) -> dict[str, Any]:
     }
 
 
+def killed_stander_not_adopted(workdir: Path) -> dict[str, Any]:
+    """A makes /run/made-here/ipam; B, a process of its own, stands on it; A is done: it
+    leaves the dir to B (marked), which it cannot remove while B stands there. B is killed
+    (SIGKILL). A service then mounts on the dir in a mount namespace of its own; a later run,
+    C, stands on it and is done. The mark was there before C came: not C's to act on."""
+    make_host_state()
+    a = shared_run(workdir, "a")
+    b_root = root_with_stores(workdir, "b", [SHARED_DATA_DIR])
+    go = workdir / "kill-b"
+    code = (
+        "import os, signal, time\n"
+        "from cni_reaper import confine\n"
+        f"binds = confine.standard_binds({str(b_root)!r}, [{str(SHARED_DATA_DIR)!r}])\n"
+        "def work():\n"
+        "    print('in', flush=True)\n"
+        f"    while not os.path.exists({str(go)!r}):\n"
+        "        time.sleep(0.01)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"confine.run_confined({str(b_root)!r}, binds, work)\n"
+    )
+    seen: dict[str, Any] = {"a_in": a.enter()}
+    b = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    seen["b_in"] = b.stdout.readline().strip() if b.stdout else ""
+    seen["a_finished"] = a.finish()
+    seen["a"] = a.report()
+    seen["left_after_a"] = host_made_here()
+    go.touch()
+    seen["b_status"] = b.wait(30)
+    service = subprocess.Popen(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -t tmpfs service {SHARED_DATA_DIR} && echo live > {SHARED_DATA_DIR}/service"
+            " && echo up && exec sleep 60",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen["service_up"] = service.stdout.readline().strip() if service.stdout else ""
+        c = shared_run(workdir, "c")
+        seen["c_in"], seen["c_finished"] = c.enter(), c.finish()
+        seen["c"] = c.report()
+        found = subprocess.run(
+            ["nsenter", "-t", str(service.pid), "-m", "cat", f"{SHARED_DATA_DIR}/service"],
+            capture_output=True,
+            text=True,
+        )
+        seen["service_sees"] = found.stdout.strip()
+    finally:
+        service.kill()
+        service.wait()
+    return {**seen, "made_here_left": host_made_here()}
+
+
+def service_mounts_while_a_run_stands(workdir: Path) -> dict[str, Any]:
+    """A run makes /run/made-here/ipam and stands on it; a service mounts on it meanwhile, in
+    a mount namespace of its own. The run is done: the rmdir would detach the service's mount
+    there, so the dir stays, and the service keeps its mount."""
+    make_host_state()
+    run = shared_run(workdir, "a")
+    seen: dict[str, Any] = {"entered": run.enter()}
+    service = subprocess.Popen(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -t tmpfs service {SHARED_DATA_DIR} && echo live > {SHARED_DATA_DIR}/service"
+            " && echo up && exec sleep 60",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen["service_up"] = service.stdout.readline().strip() if service.stdout else ""
+        seen["finished"] = run.finish()
+        seen["a"] = run.report()
+        found = subprocess.run(
+            ["nsenter", "-t", str(service.pid), "-m", "cat", f"{SHARED_DATA_DIR}/service"],
+            capture_output=True,
+            text=True,
+        )
+        seen["service_sees"] = found.stdout.strip()
+    finally:
+        service.kill()
+        service.wait()
+    return {**seen, "made_here_left": host_made_here()}
+
+
 def finishing_together(workdir: Path) -> dict[str, Any]:
     """A's dataDir is /run/made-here/a, B's /run/made-here/b; A made /run/made-here. A is done
     first: it removes a, and its rmdir of /run/made-here fails (b is in it) while it holds
@@ -1191,6 +1287,8 @@ def symlink_swapped_before_rmdir(workdir: Path) -> dict[str, Any]:
 
 CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
     "crashed-maker-not-adopted": crashed_maker_not_adopted,
+    "killed-stander-not-adopted": killed_stander_not_adopted,
+    "service-mounts-while-a-run-stands": service_mounts_while_a_run_stands,
     "finishing-together": finishing_together,
     "symlink-swapped-before-rmdir": symlink_swapped_before_rmdir,
     "marked-in-another-boot": marked_in_another_boot,

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1056,6 +1056,40 @@ def unmarkable_mount_points(workdir: Path) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def service_mounted_on(path: Path) -> Iterator[tuple[str, Callable[[], str]]]:
+    """A service that mounts a tmpfs on path in a mount namespace of its own and writes
+    "live" in it: what it said once up, and what it sees there when asked; killed after."""
+    service = subprocess.Popen(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -t tmpfs service {path} && echo live > {path}/service"
+            " && echo up && exec sleep 60",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def sees() -> str:
+        found = subprocess.run(
+            ["nsenter", "-t", str(service.pid), "-m", "cat", f"{path}/service"],
+            capture_output=True,
+            text=True,
+        )
+        return found.stdout.strip()
+
+    try:
+        yield (service.stdout.readline().strip() if service.stdout else ""), sees
+    finally:
+        service.kill()
+        service.wait()
+
+
 def crashed_maker_not_adopted(workdir: Path) -> dict[str, Any]:
     """A run is killed (SIGKILL) while it stands on /run/made-here/ipam, which it made: the
     dir stays on the host, empty. A service then mounts on it in a mount namespace of its own
@@ -1072,32 +1106,10 @@ def crashed_maker_not_adopted(workdir: Path) -> dict[str, Any]:
     )
     killed = subprocess.run([sys.executable, "-c", code], cwd=Path.cwd(), check=False)
     left_by_the_crash = host_made_here()
-    service = subprocess.Popen(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            f"mount -t tmpfs service {SHARED_DATA_DIR} && echo live > {SHARED_DATA_DIR}/service"
-            " && echo up && exec sleep 60",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        up = service.stdout.readline().strip() if service.stdout else ""
+    with service_mounted_on(SHARED_DATA_DIR) as (up, service_sees):
         later = shared_run(workdir, "later")
         entered, finished = later.enter(), later.finish()
-        seen = subprocess.run(
-            ["nsenter", "-t", str(service.pid), "-m", "cat", f"{SHARED_DATA_DIR}/service"],
-            capture_output=True,
-            text=True,
-        )
-    finally:
-        service.kill()
-        service.wait()
+        sees = service_sees()
     return {
         "killed_status": killed.returncode,
         "left_by_the_crash": left_by_the_crash,
@@ -1105,7 +1117,7 @@ def crashed_maker_not_adopted(workdir: Path) -> dict[str, Any]:
         "entered": entered,
         "finished": finished,
         "later": later.report(),
-        "service_sees": seen.stdout.strip(),
+        "service_sees": sees,
         "made_here_left": host_made_here(),
     }
 
@@ -1138,34 +1150,12 @@ def killed_stander_not_adopted(workdir: Path) -> dict[str, Any]:
     seen["left_after_a"] = host_made_here()
     go.touch()
     seen["b_status"] = b.wait(30)
-    service = subprocess.Popen(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            f"mount -t tmpfs service {SHARED_DATA_DIR} && echo live > {SHARED_DATA_DIR}/service"
-            " && echo up && exec sleep 60",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        seen["service_up"] = service.stdout.readline().strip() if service.stdout else ""
+    with service_mounted_on(SHARED_DATA_DIR) as (up, service_sees):
+        seen["service_up"] = up
         c = shared_run(workdir, "c")
         seen["c_in"], seen["c_finished"] = c.enter(), c.finish()
         seen["c"] = c.report()
-        found = subprocess.run(
-            ["nsenter", "-t", str(service.pid), "-m", "cat", f"{SHARED_DATA_DIR}/service"],
-            capture_output=True,
-            text=True,
-        )
-        seen["service_sees"] = found.stdout.strip()
-    finally:
-        service.kill()
-        service.wait()
+        seen["service_sees"] = service_sees()
     return {**seen, "made_here_left": host_made_here()}
 
 
@@ -1176,33 +1166,11 @@ def service_mounts_while_a_run_stands(workdir: Path) -> dict[str, Any]:
     make_host_state()
     run = shared_run(workdir, "a")
     seen: dict[str, Any] = {"entered": run.enter()}
-    service = subprocess.Popen(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            f"mount -t tmpfs service {SHARED_DATA_DIR} && echo live > {SHARED_DATA_DIR}/service"
-            " && echo up && exec sleep 60",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        seen["service_up"] = service.stdout.readline().strip() if service.stdout else ""
+    with service_mounted_on(SHARED_DATA_DIR) as (up, service_sees):
+        seen["service_up"] = up
         seen["finished"] = run.finish()
         seen["a"] = run.report()
-        found = subprocess.run(
-            ["nsenter", "-t", str(service.pid), "-m", "cat", f"{SHARED_DATA_DIR}/service"],
-            capture_output=True,
-            text=True,
-        )
-        seen["service_sees"] = found.stdout.strip()
-    finally:
-        service.kill()
-        service.wait()
+        seen["service_sees"] = service_sees()
     return {**seen, "made_here_left": host_made_here()}
 
 

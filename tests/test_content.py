@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -129,3 +131,30 @@ def _completes(text: str) -> bool:
             continue
         return True
     return False
+
+
+def _with_config(config: str) -> bytes:
+    doc = json.loads(VALID)
+    doc["config"] = config
+    return json.dumps(doc).encode()
+
+
+def _is_go_base64(config: str) -> bool:
+    """What the check is defined as: std base64, padded to a multiple of 4."""
+    return len(config) % 4 == 0 and re.fullmatch("[A-Za-z0-9+/]*={0,2}", config) is not None
+
+
+_NEAR_BASE64 = st.text(
+    alphabet=st.sampled_from("QUFBQkJ+/=-_ \n\\é\0"), max_size=12
+) | st.sampled_from([base64.b64encode(CONF).decode(), "QQ==", "QUE=", "QUFB", ""])
+
+
+@given(st.lists(_NEAR_BASE64, max_size=8))
+def test_a_config_is_judged_the_same_whatever_was_judged_before(configs: list[str]) -> None:
+    # judge() remembers the last config it found valid: any sequence of entries, a config
+    # repeated or one valid config after another, is judged as the definition judges each.
+    for config in configs:
+        verdict = classify(_with_config(config))
+        assert (verdict.content is Content.VALID) is _is_go_base64(config), config
+        if verdict.content is not Content.VALID:
+            assert verdict.detail == "'config' is not valid base64"

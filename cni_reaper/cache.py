@@ -305,7 +305,8 @@ def read_cached(dir_fd: int, entry: CacheEntry) -> CachedAttachment | str:
     import base64  # noqa: PLC0415 (only a DEL's planning reads a cached config)
 
     try:
-        config_bytes = base64.b64decode(config, validate=True) if config else None
+        bare = content.without_newlines(config) if config else None
+        config_bytes = base64.b64decode(bare, validate=True) if bare else None
     except (ValueError, TypeError):
         return "its config is not base64"
     args = doc.get("cniArgs") or []

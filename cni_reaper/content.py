@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 
 CACHE_KIND = "cniCacheV1"
 _IDENTITY_KEYS = ("networkName", "containerId", "ifName")  # in the order of Identity's fields
-# What Go's encoding/json takes for a []byte: standard base64, padded to a multiple of 4.
+# What Go's encoding/json takes for a []byte: standard base64, padded to a multiple of 4, once
+# the CRs and LFs are out (Go's decoder skips them wherever they are, padding or not).
 _BASE64 = re.compile("[A-Za-z0-9+/]*={0,2}")
+_NO_NEWLINES = {ord("\r"): None, ord("\n"): None}
 # The last config found valid base64. A network's entries cache the same conflist and sit
 # together in name order, so nearly every entry's config equals the one before, which a
 # comparison tells at memcmp speed; the match costs ~25 instructions a character, the most
@@ -223,6 +225,11 @@ def _is_pair_list(value: Any) -> bool:
     return True
 
 
+def without_newlines(config: str) -> str:
+    """A cached config as Go's base64 decoder reads it: its CRs and LFs skipped."""
+    return config.translate(_NO_NEWLINES) if "\n" in config or "\r" in config else config
+
+
 def _check_cache_fields(doc: dict[str, Any]) -> str | None:
     """Why libcni could not unmarshal this cniCacheV1 object, besides its names, or None."""
     config = doc.get("config")
@@ -230,7 +237,8 @@ def _check_cache_fields(doc: dict[str, Any]) -> str | None:
         if not isinstance(config, str):
             return "'config' is not a base64 string"
         if config != _last_valid_config[0]:
-            if len(config) % 4 or not _BASE64.fullmatch(config):
+            bare = without_newlines(config)
+            if len(bare) % 4 or not _BASE64.fullmatch(bare):
                 return "'config' is not valid base64"
             _last_valid_config[0] = config
     args = doc.get("cniArgs")

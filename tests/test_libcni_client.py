@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cni_reaper.cache import CachedAttachment, inventory, read_cached
+from cni_reaper.content import Content
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, have_plugins
 from tests.private_node import cannot_run, damage
 from tests.real_libcni import (
@@ -151,6 +154,48 @@ def test_del_tears_down_and_forgets(node: Node) -> None:
     assert not node.results_file.exists()
     # DEL is idempotent, with or without a cache file.
     assert node.run("del", netns="").ok
+
+
+def _wrapped(config: str, newline: str) -> str:
+    """config broken into lines as a MIME encoder breaks it, with a newline in the padding
+    and around the whole."""
+    lines = newline.join(config[i : i + 76] for i in range(0, len(config), 76))
+    return f"{newline}{lines[:-1]}{newline}{lines[-1]}{newline}"
+
+
+@pytest.mark.parametrize(
+    ("newline", "readable"), [("\n", True), ("\r\n", True), ("\r", True), (" ", False)]
+)
+def test_the_config_is_base64_to_the_reaper_as_it_is_to_libcni(
+    node: Node, newline: str, readable: bool
+) -> None:
+    # Go's base64 decoder skips CR and LF wherever they stand, and nothing else: an entry
+    # whose config holds them is whole to libcni, so it is no damage to the reaper, and a
+    # DEL the reaper plans from it runs with the config libcni would read.
+    assert node.run("add").ok
+    doc = json.loads(node.results_file.read_bytes())
+    doc["config"] = _wrapped(doc["config"], newline)
+    node.results_file.write_bytes(json.dumps(doc).encode())
+
+    libcni = node.run("cached")
+    dir_fd = os.open(node.results_file.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        (entry,) = inventory(dir_fd, [NETWORK])
+        cached = read_cached(dir_fd, entry)
+    finally:
+        os.close(dir_fd)
+    assert libcni.ok is readable, libcni.error
+    assert (entry.content is Content.VALID) is readable, entry.verdict
+    if readable:
+        assert libcni.output["config"] == node.conflist
+        assert isinstance(cached, CachedAttachment)
+        assert cached.config == node.conf_bytes
+    else:
+        assert libcni.error == (
+            f'failed to unmarshal cached network "{NETWORK}" config: '
+            "illegal base64 data at input byte 0"
+        )
+        assert entry.verdict.detail == "'config' is not valid base64"
 
 
 @pytest.mark.parametrize("how", ["empty", "zeroed", "truncated"])

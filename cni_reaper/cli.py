@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import math
@@ -13,11 +12,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from cni_reaper import (
-    __version__,
     boot,
     cache,
     host_local,
     netconf,
+    options,
     outcome,
     pool,
     pre_runtime,
@@ -47,6 +46,7 @@ from cni_reaper.lock import RunLock
 from cni_reaper.node_root import LeavesRoot
 from cni_reaper.node_root import canonical as node_path
 from cni_reaper.notify import Notifier
+from cni_reaper.options import Options
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import NodePaths
 from cni_reaper.plan import Action, PlannedEntry, Planner, cached_netlist, held_until, why_alive
@@ -79,12 +79,6 @@ if TYPE_CHECKING:
     from cni_reaper.report import ReportWriter
     from cni_reaper.runtime.inventory import SandboxInventory
 
-DEFAULT_PLUGIN_TIMEOUT = 30.0
-# Well inside the unit's TimeoutStartSec (5 min): time is left to move files and report.
-DEFAULT_DEADLINE = 180.0
-# Plugins are mostly waiting on the kernel (netlink, iptables' lock): a few at once pay off
-# even on a 2-core node, and a small bound keeps a boot from being swamped.
-DEFAULT_PARALLEL = 4
 EVENT_BLOCK = 64  # lines per write to stderr in a dry run
 
 EXIT_FOR_ERROR: dict[type[BaseException], ExitCode] = {
@@ -93,143 +87,6 @@ EXIT_FOR_ERROR: dict[type[BaseException], ExitCode] = {
     UnsafeInputError: ExitCode.DATA,
     NoPermissionError: ExitCode.NOPERM,
 }
-
-
-# The end of --help, as laid out here: the exit statuses of the man page's EXIT STATUS.
-EXIT_STATUS_HELP = """\
-exit status:
-  0    nothing wrong, or everything repaired
-  1    internal error (a bug)
-  2    usage error, or a --root that is not a directory
-  65   damage found that the policy leaves alone, or an unsafe input
-  73   an action failed: a DEL or a quarantine move
-  75   refused: the lock is held, a runtime runs, or the plugins cannot be confined
-  77   a real run, or --mark-clean-shutdown, not as root
-  130  interrupted (SIGINT)
-
-See man cni-reaper.
-"""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{message}\n{self.format_usage().strip()}")
-
-    def format_help(self) -> str:
-        # Not an epilog: argparse would refill its lines into one paragraph.
-        return f"{super().format_help()}\n{EXIT_STATUS_HELP}"
-
-
-class _HelpFormatter(argparse.HelpFormatter):
-    """argparse's own, sized without shutil: argparse builds a formatter for every argument
-    added, and shutil (which loads bz2 and lzma) would be imported by every run for it."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, width=_terminal_columns() - 2)
-
-
-def _terminal_columns() -> int:
-    try:
-        return int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        pass
-    try:
-        return os.get_terminal_size().columns  # of fd 1, where help goes
-    except (ValueError, OSError):
-        return 80
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="cni-reaper",
-        formatter_class=_HelpFormatter,
-        description="Repair the CNI results cache a crashed node left behind: replay CNI DEL "
-        "for attachments whose cached result is damaged, then move the damaged files to a "
-        "quarantine. Run before the container runtime starts.",
-    )
-    p.add_argument(
-        "--dry-run", action="store_true", help="print the plan; change nothing, run no plugin"
-    )
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON document (schema 1) on stdout"
-    )
-    p.add_argument(
-        "--root", default="/", metavar="DIR", help="prefix for every default path (default: /)"
-    )
-    p.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="libcni cache dir holding results/ (default: ROOT/var/lib/cni)",
-    )
-    p.add_argument(
-        "--conf-dir",
-        action="append",
-        dest="conf_dirs",
-        metavar="DIR",
-        help="CNI config dir; repeatable (default: those the container runtimes' configs name, "
-        "inside ROOT; with no runtime found, ROOT/etc/cni/net.d)",
-    )
-    p.add_argument(
-        "--bin-dir",
-        action="append",
-        dest="bin_dirs",
-        metavar="DIR",
-        help="CNI plugin dir; repeatable (default: those the container runtimes' configs name, "
-        "inside ROOT; with no runtime found, ROOT/opt/cni/bin, ROOT/usr/lib/cni, "
-        "ROOT/usr/libexec/cni)",
-    )
-    p.add_argument(
-        "--wtmp",
-        metavar="FILE",
-        help="wtmp file; FILE.1 is read first (default: ROOT/var/log/wtmp)",
-    )
-    p.add_argument(
-        "--state-dir", metavar="DIR", help="quarantine and state (default: ROOT/var/lib/cni-reaper)"
-    )
-    p.add_argument(
-        "--plugin-timeout",
-        type=float,
-        default=DEFAULT_PLUGIN_TIMEOUT,
-        metavar="SECONDS",
-        help=f"kill a plugin's process group after this long (default: {DEFAULT_PLUGIN_TIMEOUT:g})",
-    )
-    p.add_argument(
-        "--deadline",
-        type=float,
-        default=DEFAULT_DEADLINE,
-        metavar="SECONDS",
-        help="start no DEL after this long, and let no plugin run past it; the files are "
-        f"still quarantined and the run reports why (default: {DEFAULT_DEADLINE:g})",
-    )
-    p.add_argument(
-        "--parallel",
-        type=int,
-        default=DEFAULT_PARALLEL,
-        metavar="N",
-        help="DEL replays at once, each of a different network; never two of one network "
-        f"(default: {DEFAULT_PARALLEL})",
-    )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="act even while a container runtime answers on its socket",
-    )
-    p.add_argument(
-        "--metrics-file",
-        metavar="PATH",
-        help="also write Prometheus text format here, for node_exporter's textfile collector "
-        "(temp file and rename)",
-    )
-    p.add_argument(
-        "--mark-clean-shutdown",
-        action="store_true",
-        help="only write the clean-shutdown marker (the unit's ExecStop), then exit",
-    )
-    p.add_argument(
-        "-v", "--verbose", action="store_true", help="also list and log the entries that are kept"
-    )
-    p.add_argument("--version", action="version", version=f"cni-reaper {__version__}")
-    return p
 
 
 def run(
@@ -244,12 +101,16 @@ def run(
     began = time.monotonic()  # the report's durations count from here (clocks may step)
     env = os.environ if environ is None else environ
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Filled as argparse goes: a usage error after --metrics-file still finds it here.
-    parsed = argparse.Namespace()
+    # Filled as it is read: a usage error after --metrics-file still finds it here.
+    parsed = Options()
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv, namespace=parsed)
-        _refuse_early(parser, args)
+        plain = options.plain(argv)
+        if plain is None:
+            options.parse(argv, parsed)
+        else:
+            vars(parsed).update(vars(plain))
+        args = parsed
+        _refuse_early(args)
     except (UsageError, NoPermissionError) as e:
         if "--json" in argv:
             _json_failure(JsonWriter(sys.stdout), None, bare_header("--dry-run" in argv, ""), e)
@@ -316,25 +177,28 @@ def run(
         events.flush()
 
 
-def _refuse_early(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def _refuse_early(args: Options) -> None:
     """What argv alone, or the root and who runs it, rule out: refused before anything on the
     node is read or made. A usage error ends with the usage, as argparse's own do."""
     if not 0 < args.plugin_timeout < math.inf:  # nan too
-        parser.error("--plugin-timeout must be a positive number of seconds")
+        raise options.usage_error("--plugin-timeout must be a positive number of seconds")
     if not 0 < args.deadline < math.inf:
-        parser.error("--deadline must be a positive number of seconds")
+        raise options.usage_error("--deadline must be a positive number of seconds")
     if args.parallel < 1:
-        parser.error("--parallel must be at least 1")
+        raise options.usage_error("--parallel must be at least 1")
     if args.mark_clean_shutdown and args.dry_run:
-        parser.error("--mark-clean-shutdown writes the marker: it cannot be a --dry-run")
+        raise options.usage_error(
+            "--mark-clean-shutdown writes the marker: it cannot be a --dry-run"
+        )
     try:
         root_is_dir = stat.S_ISDIR(os.stat(args.root).st_mode)
     except FileNotFoundError:
-        parser.error(f"--root {args.root}: no such directory")
+        raise options.usage_error(f"--root {args.root}: no such directory") from None
     except (OSError, ValueError) as e:  # EACCES on the way, ELOOP, a NUL in the path
-        parser.error(f"--root {args.root}: {getattr(e, 'strerror', None) or e}")
+        why = getattr(e, "strerror", None) or e
+        raise options.usage_error(f"--root {args.root}: {why}") from None
     if not root_is_dir:
-        parser.error(f"--root {args.root}: not a directory")
+        raise options.usage_error(f"--root {args.root}: not a directory")
     if not args.dry_run and os.geteuid() != 0:
         what = "--mark-clean-shutdown" if args.mark_clean_shutdown else "a real run"
         raise NoPermissionError(
@@ -343,7 +207,7 @@ def _refuse_early(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         )
 
 
-def _failure_metrics(args: argparse.Namespace, error: BaseException, started: float) -> None:
+def _failure_metrics(args: Options, error: BaseException, started: float) -> None:
     """With --metrics-file, a run that refuses or fails still says so there: its exit code and
     when it ended. Not for the ExecStop's --mark-clean-shutdown, which is no run of the repair."""
     path = getattr(args, "metrics_file", None)
@@ -405,7 +269,7 @@ def exit_code_for(error: BaseException) -> ExitCode:
 class _Run(Record):
     """One run's inputs, from argv and the node, taken once."""
 
-    args: argparse.Namespace
+    args: Options
     paths: NodePaths
     clock: boot.Clock
     runner: PluginRunner | None
@@ -432,7 +296,7 @@ class _Run(Record):
 
 
 def _run(
-    args: argparse.Namespace,
+    args: Options,
     paths: NodePaths,
     runtimes: runtime_config.RuntimeConfigs,
     clock: boot.Clock,
@@ -526,9 +390,7 @@ def _run(
     return report.exit_code
 
 
-def _emit_more(
-    args: argparse.Namespace, paths: NodePaths, report: Report, events: EventLog
-) -> None:
+def _emit_more(args: Options, paths: NodePaths, report: Report, events: EventLog) -> None:
     """One record for each kind past the journal's bound, before the summary."""
     moved_to = os.path.join(paths.quarantine_dir, report.boot.boot_id or "unknown-boot")
     for kind, more in events.cut.items():

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import cni_reaper
-from cni_reaper import cli
+from cni_reaper import cli, options
 from cni_reaper.errors import ExitCode
 from tests.nodetree import CONTAINER_IDS, NodeTree, snapshot
 from tests.private_node import cannot_run
@@ -279,7 +279,7 @@ def test_help_metavars_match_the_man_page_and_it_ends_with_the_exit_statuses() -
 
     man = _man_options()
     assert set(man) >= {"--root", "--cache-dir", "--state-dir", "--plugin-timeout", "--dry-run"}
-    parser = cli.build_parser()
+    parser = options.build_parser()
     for action in parser._actions:
         for option in action.option_strings:
             if not option.startswith("--") or option == "--help":

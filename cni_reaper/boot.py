@@ -13,8 +13,8 @@ import re
 import stat
 import time
 from collections.abc import Sequence
-from enum import Enum
 
+from cni_reaper.choice import Choice
 from cni_reaper.evidence import journal as journal_witness
 from cni_reaper.evidence import previous_boot, shutdown_marker, wtmp, wtmpdb
 from cni_reaper.evidence.fs_crash import FsCrashRecord
@@ -39,13 +39,13 @@ DEFAULT_MARGIN = 2.0
 MAX_USERSPACE_START_DELAY = 900.0
 
 
-class Written(str, Enum):
+class Written(str, Choice):
     PREVIOUS_BOOT = "previous-boot"
     CURRENT_BOOT = "current-boot"
     UNKNOWN = "unknown"
 
 
-class BootEnd(str, Enum):
+class BootEnd(str, Choice):
     CLEAN = "clean"
     CRASHED = "crashed"
     RUNNING = "running"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import re
-from enum import Enum
 
+from cni_reaper.choice import Choice
 from cni_reaper.record import Record
 
 TYPE_CHECKING = False
@@ -31,7 +31,7 @@ MAX_ENTRY_BYTES = 1 << 20
 LEGACY_RESULT_KEYS = frozenset({"ips", "interfaces", "ip4", "ip6", "dns", "routes"})
 
 
-class Content(str, Enum):
+class Content(str, Choice):
     VALID = "valid"
     LEGACY = "legacy"
     EMPTY = "empty"
@@ -71,7 +71,7 @@ class ContentVerdict(Record):
     identity: Identity | None = None
 
 
-class JsonState(str, Enum):
+class JsonState(str, Choice):
     COMPLETE = "complete"
     PREFIX = "prefix"  # valid so far, input ended inside the document
     INVALID = "invalid"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from enum import IntEnum
+from cni_reaper.choice import IntChoice
 
 
-class ExitCode(IntEnum):
+class ExitCode(IntChoice):
     OK = 0  # nothing wrong, or everything repaired
     INTERNAL = 1  # a bug: a traceback went to stderr
     USAGE = 2

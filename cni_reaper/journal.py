@@ -12,8 +12,8 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping
-from enum import Enum
 
+from cni_reaper.choice import Choice
 from cni_reaper.escape import is_printable, printable
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 SYSLOG_IDENTIFIER = "cni-reaper"
 
 
-class Event(str, Enum):
+class Event(str, Choice):
     """One kind per MESSAGE_ID; the IDs never change, so journalctl MESSAGE_ID=... keeps working."""
 
     REPAIRED = "repaired"
@@ -107,11 +107,10 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     split = entry.split
     event = event_of(result)
     name = entry.name
-    # _value_: the value property is a Python call per use, and this runs per damaged file.
-    content = entry.verdict.content._value_
-    written = planned.written.written._value_
-    action = planned.action._value_
-    outcome = result.outcome._value_
+    content = entry.verdict.content.value
+    written = planned.written.written.value
+    action = planned.action.value
+    outcome = result.outcome.value
     fields = {
         "MESSAGE": f"{name}: {content}, {written} -> {action} [{outcome}]: {planned.reason}",
         "MESSAGE_ID": event.message_id,
@@ -313,10 +312,10 @@ class EventLog:
     def counted_as_cut(self, kind: Event) -> bool:
         """Whether the bound of this kind is reached: the record is then only counted, and
         the caller need not build it (a run may leave tens of thousands of one kind)."""
-        count = self._counts.get(kind._value_, 0)
+        count = self._counts.get(kind.value, 0)
         if count < self.bound:
             return False
-        self._counts[kind._value_] = count + 1
+        self._counts[kind.value] = count + 1
         return True
 
     @property

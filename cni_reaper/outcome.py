@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Iterator
-from enum import Enum
 
 from cni_reaper.boot import Boot, BootEnd, iso
+from cni_reaper.choice import Choice
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.record import Record
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from cni_reaper.replay import DelOutcome
 
 
-class Outcome(str, Enum):
+class Outcome(str, Choice):
     DONE = "done"
     PLANNED = "planned"
     FAILED = "failed"
@@ -77,17 +77,16 @@ class EntryResult(Record):
                 f'"quarantined_to":{_json(self.quarantined_to)},'
                 f'"problems":{_quote(self.problems)}}}'
             )
-        # Enum members by _value_: the value property costs a Python call per use.
         return (
             f'{{"path":{_string(entry.name)},{names},"name_problem":{_json(entry.name_problem)},'
             f'"file":{{"kind":"{file.kind}","size":{file.size},"mtime":"{iso(file.mtime)}",'
-            f'"ctime":"{iso(file.ctime)}"}},"content":"{entry.verdict.content._value_}",'
+            f'"ctime":"{iso(file.ctime)}"}},"content":"{entry.verdict.content.value}",'
             f'"content_detail":{_string(entry.verdict.detail)},'
-            f'"written":"{written.written._value_}","evidence":{_string(evidence)},'
-            f'"writing_boot":{boot},"action":"{planned.action._value_}",'
+            f'"written":"{written.written.value}","evidence":{_string(evidence)},'
+            f'"writing_boot":{boot},"action":"{planned.action.value}",'
             f'"reason":{_string(planned.reason)},'
             f'"del":{"null" if planned.action is not Action.DEL_AND_QUARANTINE else self._del()},'
-            f'"outcome":"{self.outcome._value_}",{done}'
+            f'"outcome":"{self.outcome.value}",{done}'
         )
 
     def _del(self) -> str:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from enum import Enum
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.cache import CachedAttachment, CacheEntry
+from cni_reaper.choice import Choice
 from cni_reaper.content import Content
 from cni_reaper.netconf import (
     BUILTIN_LOOPBACK,
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
         def describe(self, sandbox_id: str) -> str: ...
 
 
-class Action(str, Enum):
+class Action(str, Choice):
     KEEP = "keep"
     DEL_AND_QUARANTINE = "del-and-quarantine"
     QUARANTINE = "quarantine"

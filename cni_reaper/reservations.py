@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from enum import Enum
 
 from cni_reaper.boot import Written, iso
+from cni_reaper.choice import Choice
 from cni_reaper.host_local import DEFAULT_IFNAME, Reservation
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import ChainCache, ChainResolution
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
 
-class EntryFate(str, Enum):
+class EntryFate(str, Choice):
     """What became of a results entry in this run, as the reservations' policy needs it."""
 
     KEPT = "kept"  # whole; the runtime will DEL it
@@ -46,7 +46,7 @@ class EntryFate(str, Enum):
     MOVED = "moved"  # moved aside with no DEL: as if there were none
 
 
-class ReservationAction(str, Enum):
+class ReservationAction(str, Choice):
     KEEP = "keep"
     LEAVE = "leave"
     DEL = "del"  # an orphan: DEL, then the quarantine if it is still reserved

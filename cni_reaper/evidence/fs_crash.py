@@ -33,8 +33,8 @@ import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
-from enum import Enum
 
+from cni_reaper.choice import Choice
 from cni_reaper.evidence.journal_files import JournalUnavailable, open_journal
 from cni_reaper.record import Record
 
@@ -49,13 +49,13 @@ _MAX_JOURNAL_ENTRIES = 200_000
 _MOUNT_TEXT = ("EXT4-fs (", "XFS (", "BTRFS ")
 
 
-class Verdict(str, Enum):
+class Verdict(str, Choice):
     REPLAYED = "replayed"  # the journal was replayed at this boot's mount: not unmounted cleanly
     CLEAN = "clean"  # this boot's mount was seen, without a replay
     UNKNOWN = "unknown"
 
 
-class _Kind(Enum):
+class _Kind(Choice):
     START = "start"  # a mount begins (XFS, btrfs)
     MOUNTED = "mounted"  # a mount is done (ext4)
     REPLAY = "replay"

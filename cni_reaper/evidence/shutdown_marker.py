@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from enum import Enum
 
 from cni_reaper import failpoint
+from cni_reaper.choice import Choice
 from cni_reaper.paths import NodePaths
 from cni_reaper.record import Record
 
@@ -34,7 +34,7 @@ EVIDENCE_KEPT = failpoint.declare("marker.evidence-kept")
 LAST_RUN_WRITTEN = failpoint.declare("marker.last-run-written")
 
 
-class ShutdownState(str, Enum):
+class ShutdownState(str, Choice):
     CLEAN = "clean"
     UNCLEAN = "unclean"
     UNKNOWN = "unknown"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable, Iterator
-from enum import IntEnum
 
+from cni_reaper.choice import IntChoice
 from cni_reaper.record import Record
 
 # 384 bytes (x86_64, i386, ppc64el, riscv64, armhf): 32-bit time, read as unsigned since glibc 2.40.
@@ -20,7 +20,7 @@ LAYOUT_400 = struct.Struct("<h2xi32s4s32s256shhqqq16s20s4x")
 MAX_UT_TYPE = 9
 
 
-class UtType(IntEnum):
+class UtType(IntChoice):
     EMPTY = 0
     RUN_LVL = 1
     BOOT_TIME = 2

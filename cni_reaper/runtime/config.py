@@ -63,8 +63,8 @@ import stat
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable
-from enum import Enum
 
+from cni_reaper.choice import Choice
 from cni_reaper.node_root import (
     BadPattern,
     LeavesRoot,
@@ -114,7 +114,7 @@ FALLBACK_CONF_DIRS = ("/etc/cni/net.d",)
 FALLBACK_BIN_DIRS = ("/opt/cni/bin", "/usr/lib/cni", "/usr/libexec/cni")
 
 
-class Runtime(str, Enum):
+class Runtime(str, Choice):
     CONTAINERD = "containerd"
     K3S = "k3s"
     RKE2 = "rke2"
@@ -124,7 +124,7 @@ class Runtime(str, Enum):
     PODMAN = "podman"
 
 
-class PathKind(str, Enum):
+class PathKind(str, Choice):
     """What a located path is, and so how liveness.py reads it."""
 
     # a socket the runtime makes when it starts: probed, and its existence is evidence

@@ -95,9 +95,9 @@ import os
 import posixpath
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from enum import Enum
 from types import MappingProxyType
 
+from cni_reaper.choice import Choice
 from cni_reaper.node_root import (
     LeavesRoot,
     canonical,
@@ -137,7 +137,7 @@ MAX_SANDBOX_CONFIG_BYTES = 4 << 20
 MAX_STORAGE_DIRS = 64
 
 
-class Fate(str, Enum):
+class Fate(str, Choice):
     """What a runtime will do with the network of a sandbox it has a record of."""
 
     KNOWN = "known"  # it will know the sandbox and DEL its network itself

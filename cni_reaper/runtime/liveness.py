@@ -14,8 +14,8 @@ import posixpath
 import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from enum import Enum
 
+from cni_reaper.choice import Choice
 from cni_reaper.node_root import (
     DIR_FLAGS,
     LeavesRoot,
@@ -63,7 +63,7 @@ class EvidenceUnreadable(Exception):
     """Something that would say whether a runtime is alive exists but could not be read."""
 
 
-class RootCheck(str, Enum):
+class RootCheck(str, Choice):
     SAME = "same-root"
     # /proc/PID/root could not be looked at (EACCES without CAP_SYS_PTRACE): counted as alive
     UNREADABLE = "root-unreadable"

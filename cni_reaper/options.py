@@ -246,9 +246,10 @@ def parse(argv: Sequence[str], into: Options) -> Options:
     return into
 
 
-def usage_error(message: str) -> UsageError:
+def usage_error(message: str, parser: argparse.ArgumentParser | None = None) -> UsageError:
     """A usage error as argparse's own end: with the usage."""
-    return UsageError(f"{message}\n{build_parser().format_usage().strip()}")
+    usage = (parser or build_parser()).format_usage().strip()
+    return UsageError(f"{message}\n{usage}")
 
 
 def _terminal_columns() -> int:
@@ -267,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> None:  # type: ignore[override]
-            raise UsageError(f"{message}\n{self.format_usage().strip()}")
+            raise usage_error(message, self)
 
         def format_help(self) -> str:
             # Not an epilog: argparse would refill its lines into one paragraph.

@@ -23,7 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
-    from typing import Any
+    from typing import Any, NoReturn
 
 DEFAULT_PLUGIN_TIMEOUT = 30.0
 # Well inside the unit's TimeoutStartSec (5 min): time is left to move files and report.
@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     import argparse  # noqa: PLC0415 (only for a command line plain() does not read)
 
     class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
+        def error(self, message: str) -> NoReturn:
             raise usage_error(message, self)
 
         def format_help(self) -> str:

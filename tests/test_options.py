@@ -32,7 +32,8 @@ ODD_WORDS = [
 ]  # fmt: skip
 VALUES = [
     "/tmp", "/", "a b", "a=b", "=", "-1", "0", "1", "4", " 4 ", "4.5", "1e3", "1_0", "nan",
-    "inf", "-inf", "0x10", "many", "é", "\udcff", "\u0664", "--x", "-", "9" * 5000,
+    "inf", "-inf", "Infinity", "0x10", "many", "é", "\udcff", "\u0664", "\uff14", "--x", "-",
+    "\u22124", "\u2013v", "\u00a04\u00a0", "\u30004", " -4", "a=b=c", "9" * 4300, "9" * 4301,
 ]  # fmt: skip
 WORD = st.sampled_from(NAMES + ODD_WORDS + VALUES)
 # An option and the word after it, the most of any command line, or one word, or name=value.

@@ -15,7 +15,10 @@ lookup by value `X(value)` (ValueError for no member), `X[name]`, iteration, `le
 the body, enum's hash (a str or int member's is its value's, another's its name's), repr, and
 str() and format() as enum gives them on each Python (3.11 changed both), `in` as 3.12 has it
 (a member or a member's value), copy and pickle to the same member, and no reassigning a
-member. mypy, which needs enum's semantics, sees enum.Enum and enum.IntEnum themselves.
+member or its attributes. What it does not imitate it refuses where the class is made: a value
+not of the data type, an unhashable one, a body that defines `__str__`, `__format__`,
+`__new__`, `__init__`, `__setattr__` or an enum `_sunder_` name, a subclass of a class with
+members. mypy, which needs enum's semantics, sees enum.Enum and enum.IntEnum themselves.
 tests/test_choice.py holds the two to each other.
 """
 
@@ -31,9 +34,12 @@ if TYPE_CHECKING:
     from enum import IntEnum as IntChoice
 else:
     # As enum's _is_dunder, _is_sunder and _is_private: such names are never members.
+    def _is_sunder(key):
+        return len(key) > 2 and key[0] == key[-1] == "_" and key[1] != "_" and key[-2] != "_"
+
     def _is_special(cls_name, key):
-        if len(key) > 2 and key[0] == key[-1] == "_" and key[1] != "_" and key[-2] != "_":
-            return True  # _sunder_
+        if _is_sunder(key):
+            return True
         if len(key) > 4 and key[:2] == key[-2:] == "__" and key[2] != "_" and key[-3] != "_":
             return True  # __dunder__
         return key.startswith(f"_{cls_name.lstrip('_')}__")  # private, name-mangled
@@ -50,6 +56,27 @@ else:
 
     # enum puts its own in the class, over the data type's: a str member shows as `X.NAME`.
     _ENUM_METHODS = ("__repr__", "__str__", "__format__", "__reduce_ex__")
+    # What enum does with these in a body, Choice does not: a class that needs them is refused,
+    # so that it fails where it is made, never quietly behaves otherwise.
+    _NOT_IMITATED = frozenset({"__str__", "__format__", "__new__", "__init__", "__setattr__"})
+
+    def _refuse(cls_name, bases, ns, keys, data_type):
+        if any(getattr(base, "_members_", ()) for base in bases):
+            raise TypeError(f"{cls_name}: a Choice with members cannot be subclassed")
+        if not keys:
+            return  # IntChoice, a base without members
+        sunder = [key for key in ns if _is_sunder(key)]
+        imitated = sorted(_NOT_IMITATED.intersection(ns))
+        if sunder or imitated:
+            raise TypeError(f"{cls_name}: Choice does not imitate {', '.join(sunder + imitated)}")
+        for key in keys:
+            value = ns[key]
+            if data_type is not None and type(value) is not data_type:
+                raise TypeError(f"{cls_name}.{key}: not a {data_type.__name__} but {value!r}")
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(f"{cls_name}.{key}: an unhashable value {value!r}") from None
 
     class _ChoiceType(type):
         def __new__(metacls, cls_name, bases, ns):
@@ -62,6 +89,7 @@ else:
                 body.setdefault(name, getattr(choices[0], name))
             cls = super().__new__(metacls, cls_name, bases, body)
             data_type = next((b for b in cls.__mro__[1:] if b in (str, int)), None)
+            _refuse(cls_name, bases, ns, keys, data_type)
             by_name = {}
             by_value = {}
             for key in keys:
@@ -153,6 +181,12 @@ else:
 
         def __reduce_ex__(self, protocol):
             return type(self), (self._value_,)
+
+        def __setattr__(self, name, value):
+            raise AttributeError(f"cannot set {name!r} of {self!r}: a member is constant")
+
+        def __delattr__(self, name):
+            raise AttributeError(f"cannot delete {name!r} of {self!r}: a member is constant")
 
         def __copy__(self):
             return self

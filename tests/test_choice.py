@@ -37,7 +37,7 @@ def _str_body() -> dict[str, Any]:
         "NOT_A_FILE": "not-a-file",
         "EMPTY": "",
         "ALIAS": "valid",  # a second name for VALID
-        "_private_helper": 3,  # a sunder-like name is no member
+        "_private": "p",  # one leading underscore: a member, in both
         "first": property(is_first),
         "describe": lambda self: f"{self.value}!",
     }
@@ -177,6 +177,36 @@ def test_any_str_choice_has_the_members_and_aliases_enum_makes(
     assert {k: v.name for k, v in mine.__members__.items()} == {
         k: v.name for k, v in theirs.__members__.items()
     }
+
+
+@pytest.mark.parametrize(
+    ("bases", "body"),
+    [
+        ((str,), {"A": "a", "B": 1}),  # enum would make "1" of it, an alias of another "1"
+        ((str,), {"A": ("a",)}),  # enum would call str("a",): "a"
+        ((), {"A": [1]}),  # unhashable: enum would search its members one by one
+        ((str,), {"A": "a", "__str__": lambda self: "custom"}),
+        ((str,), {"A": "a", "__format__": lambda self, spec: "custom"}),
+        ((str,), {"A": "a", "_missing_": classmethod(lambda cls, value: None)}),
+        ((str,), {"A": "a", "_order_": "A"}),
+        ((str,), {"A": "a", "_ignore_": []}),
+    ],
+)
+def test_what_choice_does_not_imitate_is_refused_where_the_class_is_made(
+    bases: tuple[type, ...], body: dict[str, Any]
+) -> None:
+    with pytest.raises(TypeError):
+        _made(choice.Choice, "Odd", (*bases, choice.Choice), body)
+
+
+def test_a_member_and_a_class_with_members_stay_as_made() -> None:
+    with pytest.raises(AttributeError):
+        Content.VALID.value = "whole"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del Content.VALID.name
+    with pytest.raises(TypeError):
+        _made(choice.Choice, "More", (Content,), {"NEW": "new"})
+    assert Content.VALID.value == "valid" and Content("valid") is Content.VALID
 
 
 def test_a_member_pickles_to_itself() -> None:

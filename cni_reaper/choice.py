@@ -2,8 +2,9 @@
 
 A run creates 17 enumerations before it reads a file, at every boot while the runtime waits.
 enum's metaclass builds each member through several layers of Python (its class dict, the
-member's descriptors, the maps by name and by value, the checks of every name): some 11 M
-instructions for the 17 under 3.11, about 8 % of what a run spends before it reads a file.
+member's descriptors, the maps by name and by value, the checks of every name): with Choice a
+run's start-up is 7 M instructions less under 3.11 (5 % of it), and an entry's inventory
+6,000 less, as a member's class attribute no longer goes through the metaclass's `__getattr__`.
 Here a member is made once, as the data type's own object, its name and value kept on it as
 plain attributes (which also spares enum's `value` property, a Python call at every read).
 

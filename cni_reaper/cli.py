@@ -104,12 +104,7 @@ def run(
     # Filled as it is read: a usage error after --metrics-file still finds it here.
     parsed = Options()
     try:
-        plain = options.plain(argv)
-        if plain is None:
-            options.parse(argv, parsed)
-        else:
-            vars(parsed).update(vars(plain))
-        args = parsed
+        args = options.read(argv, parsed)
         _refuse_early(args)
     except (UsageError, NoPermissionError) as e:
         if "--json" in argv:

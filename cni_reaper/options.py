@@ -55,6 +55,7 @@ DESCRIPTION = (
 
 # What an option takes: nothing (a flag), a word, a word each time it is given, a number.
 FLAG, WORD, WORDS, FLOAT, INT = "flag", "word", "words", "float", "int"
+_NUMBERS = {FLOAT: float, INT: int}  # how both readers make a number of the word
 
 
 class Option(Record):
@@ -229,19 +230,27 @@ def plain(argv: Sequence[str]) -> Options | None:
         if option.takes == WORDS:
             setattr(read, option.dest, [*(getattr(read, option.dest) or ()), value])
             continue
+        convert = _NUMBERS.get(option.takes)
         try:
-            setattr(read, option.dest, _VALUE_TYPES[option.takes](value))
+            setattr(read, option.dest, value if convert is None else convert(value))
         except ValueError:
             return None
     return read
 
 
-_VALUE_TYPES = {WORD: str, FLOAT: float, INT: int}
+def read(argv: Sequence[str], into: Options) -> Options:
+    """argv read into `into`: by plain() if it is plain, else by argparse, which fills it as it
+    goes (a usage error after --metrics-file finds it there)."""
+    found = plain(argv)
+    if found is None:
+        return parse(argv, into)
+    vars(into).update(vars(found))
+    return into
 
 
 def parse(argv: Sequence[str], into: Options) -> Options:
-    """argv read by argparse into `into`, which it fills as it goes (a usage error after
-    --metrics-file finds it there); --help and --version print and exit, as argparse's do."""
+    """argv read by argparse into `into`; --help and --version print and exit, as argparse's
+    do."""
     build_parser().parse_args(argv, namespace=into)
     return into
 
@@ -283,11 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = Parser(prog="cni-reaper", formatter_class=HelpFormatter, description=DESCRIPTION)
     actions = {FLAG: "store_true", WORDS: "append"}
-    types = {FLOAT: float, INT: int}
     for option in OPTIONS:
         extra: dict[str, Any] = {}
-        if option.takes in types:
-            extra["type"] = types[option.takes]
+        if option.takes in _NUMBERS:
+            extra["type"] = _NUMBERS[option.takes]
         if option.metavar is not None:
             extra["metavar"] = option.metavar
         parser.add_argument(

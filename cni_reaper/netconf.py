@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import stat
 from collections.abc import Iterable
 
@@ -149,17 +148,15 @@ _GO_ESCAPES = {
 }
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def go_quote(text: str) -> str:
     """A string as Go's %q (strconv.Quote) writes it, for libcni's messages."""
-    # Go's JSON decoder turns a lone surrogate escape into U+FFFD; Python's keeps it.
-    text = _SURROGATE.sub("\ufffd", text)
     out = ['"']
     for char in text:
         code = ord(char)
-        if char in ('"', "\\"):
+        if 0xD800 <= code <= 0xDFFF:
+            # Go's JSON decoder turns a lone surrogate escape into U+FFFD; Python's keeps it.
+            out.append("\ufffd")
+        elif char in ('"', "\\"):
             out.append("\\" + char)
         elif char.isprintable():
             # Python's printable classes are Go's unicode.IsPrint: letters, marks, numbers,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import bisect
 import ipaddress
-import re
 
 # socket.py turns its constants into enums when imported, some 2 ms of every run's start-up;
 # inet_aton is _socket's own.
@@ -66,15 +65,20 @@ class RangeSet(Record):
 
 # An IPv4 address as Go's net.IP.String() writes it: four numbers 0-255 in plain decimal, no
 # sign, space, leading zero or other digits. Exactly the names address_of() reads without
-# ipaddress (below).
-_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-DOTTED_QUAD = re.compile(r"\.".join([_OCTET] * 4))
+# ipaddress (below). A set of the 256 spellings, not a regular expression: as fast to match,
+# and the expression's compilation was 0.3 ms of every run's start.
+_OCTETS = frozenset([str(n) for n in range(256)])
+
+
+def is_dotted_quad(name: str) -> bool:
+    parts = name.split(".", 4)
+    return len(parts) == 4 and _OCTETS.issuperset(parts)
 
 
 def is_address(name: str) -> bool:
     """Whether address_of(name) is an address, without making it: a store's every name is
     asked, a few times a run."""
-    return DOTTED_QUAD.fullmatch(name) is not None or address_of(name) is not None
+    return is_dotted_quad(name) or address_of(name) is not None
 
 
 def address_value(name: str) -> tuple[int, int] | None:
@@ -87,8 +91,8 @@ def address_value(name: str) -> tuple[int, int] | None:
 
 
 def dotted_quad_number(name: str) -> int | None:
-    """The number of a name DOTTED_QUAD spells, None for any other name."""
-    if DOTTED_QUAD.fullmatch(name) is None:
+    """The number of a dotted quad (is_dotted_quad), None for any other name."""
+    if not is_dotted_quad(name):
         return None
     return int.from_bytes(inet_aton(name), "big")
 
@@ -125,7 +129,7 @@ class AddressStates:
     bytes an address (at 100,000 reservations a dict keyed by their names took some 10 MB).
     A name address_value() reads as a dotted quad is kept as its number in one sorted array,
     its state's code in the low byte; any other name (IPv6, nearly never) in a dict. A dotted
-    quad has one spelling (DOTTED_QUAD), so its number stands for its name."""
+    quad has one spelling (is_dotted_quad), so its number stands for its name."""
 
     _AWAY = 0x80
 

@@ -52,7 +52,7 @@ Numbers = tuple[int, int, int, int]  # inode, size, mtime and ctime (ns)
 class FileIdentities:
     """name -> a file's numbers as a record holds them, in a few bytes a file: the record of
     a host-local store of 100,000 reservations, as a dict of names and identity() bytes, was
-    about 18 MB. A name that is a dotted quad (pool.DOTTED_QUAD, one spelling per address:
+    about 18 MB. A name that is a dotted quad (pool.is_dotted_quad, one spelling per address:
     host-local's IPv4 reservations) is kept as its number in a sorted array, its numbers
     packed beside it; any other name, or numbers that do not pack, in a dict."""
 

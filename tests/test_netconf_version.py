@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cni_reaper.netconf import ConfigError, NetworkList, parse_version
+from cni_reaper.netconf import ConfigError, NetworkList, go_quote, parse_version
 from cni_reaper.plugin import PluginDirs, ProcessRunner
 from cni_reaper.replay import Attachment, delete
 
@@ -179,6 +179,21 @@ tricky_part = st.one_of(
 @example("\ud800")
 def test_parse_version_is_gos_over_any_string(text: str) -> None:
     assert ours(text) == model_parse_version(text)
+
+
+@given(
+    st.text(alphabet=st.characters(), max_size=12)
+    | st.text(alphabet='\ud800\udbff\udc00\udfffa"\n\x7f', max_size=8)
+)
+@example("\ud83d\ude00")  # a pair as Python keeps it from a JSON escape: two lone halves to Go
+def test_a_lone_surrogate_is_quoted_as_the_replacement_character(text: str) -> None:
+    """Go's JSON decoder reads a lone surrogate escape as U+FFFD, so its %q never shows one:
+    quoted, any surrogate is U+FFFD, and the rest as if there were none."""
+    replaced = re.sub("[\ud800-\udfff]", "\ufffd", text)
+    quoted = go_quote(text)
+    assert quoted == go_quote(replaced)
+    assert not re.search("[\ud800-\udfff]", quoted)
+    assert quoted.count("\ufffd") == replaced.count("\ufffd")
 
 
 def test_a_version_libcni_cannot_parse_fails_the_del_before_any_plugin(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cni_reaper.pool import (
@@ -19,6 +19,7 @@ from cni_reaper.pool import (
     dotted_quad_number,
     health,
     is_address,
+    is_dotted_quad,
     listed,
     range_sets,
 )
@@ -132,6 +133,55 @@ def test_a_store_file_name_is_an_address_exactly_when_ipaddress_says_so(name: st
     except ValueError:
         expected = None
     assert address_of(name) == expected
+
+
+# Spellings of a number at and beside the edges of an octet's.
+OCTET_EDGES = [
+    "0",
+    "00",
+    "01",
+    "09",
+    "010",
+    "9",
+    "10",
+    "99",
+    "100",
+    "199",
+    "249",
+    "250",
+    "255",
+    "256",
+    "260",
+]
+
+
+@given(
+    st.one_of(
+        st.text(alphabet="0123456789.\n \u0664", max_size=18),
+        st.tuples(*[st.integers(-5, 300)] * 4).map(lambda t: ".".join(map(str, t))),
+        st.tuples(*[st.text(alphabet="0123456789", min_size=1, max_size=4)] * 4).map(".".join),
+        st.lists(st.sampled_from(OCTET_EDGES), min_size=3, max_size=5).map(".".join),
+        st.ip_addresses(v=4).map(str),
+        st.text(max_size=18),
+    )
+)
+@settings(max_examples=1000)
+@example("256.1.1.1")
+@example("1.2.3.4.5")
+@example("00.1.2.3")
+@example("255.255.255.255")
+def test_a_dotted_quad_is_an_ipv4_address_as_ipaddress_writes_it(name: str) -> None:
+    """is_dotted_quad reads no regular expression: it takes a name exactly when ipaddress
+    reads it as an IPv4 address and writes it back the same, and its number is that
+    address's."""
+    try:
+        address = ipaddress.IPv4Address(name)
+    except ValueError:
+        expected = None
+    else:
+        expected = int(address) if str(address) == name else None
+    assert is_dotted_quad(name) is (expected is not None)
+    assert dotted_quad_number(name) == expected
 
 
 @given(

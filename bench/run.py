@@ -30,8 +30,10 @@ DEL: 200 damaged attachments over 4 networks (bridge + host-local, ptp + host-lo
 private net and mount namespace, on a journalled ext4 mounted there (the reaper's /run a
 tmpfs, as a node's); the reaper (for real) against a serial shell loop that runs the same
 plugin DELs directly with the same environment and stdin, and, for reference, one such loop
-per network all at once. The state is built anew
-before every run of any of them; medians of --runs runs (9).
+per network all at once, and the Python floor: one Python process that runs the same calls from
+a thread per network by posix_spawn. The state is built anew before every run of any of them;
+medians of --runs runs (9). Also printed: the reaper's own CPU (not its plugins') by stage
+(bench/own_cpu.py), and the Python floor's.
 
 The package is byte-compiled first, as the Debian and RPM packages do at install: with
 PYTHONDONTWRITEBYTECODE set, every run would otherwise compile it from source.
@@ -528,6 +530,59 @@ def del_state(root: Path, attachments: int) -> tuple[NodeTree, list[Call]]:
     return node, calls
 
 
+# The least a Python program does to run the DELs the loops at once run: one thread per
+# network, each starting its plugins one after another by posix_spawn, with the same stdin and
+# environment, and waiting for each; then its own CPU seconds, written to the file named first.
+PYTHON_DEL_FLOOR = """
+import os, sys, threading, time
+null = os.open(os.devnull, os.O_WRONLY)
+failed = []
+def loop(calls):
+    with open(calls) as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        plugin, stdin, *assigns = line.split("\\t")
+        env = dict(assign.split("=", 1) for assign in assigns)
+        fd = os.open(stdin, os.O_RDONLY)
+        actions = [(os.POSIX_SPAWN_DUP2, fd, 0), (os.POSIX_SPAWN_DUP2, null, 1)]
+        pid = os.posix_spawn(plugin, [plugin], env, file_actions=actions)
+        os.close(fd)
+        if os.waitpid(pid, 0)[1]:
+            failed.append(plugin)
+            return
+threads = [threading.Thread(target=loop, args=(calls,)) for calls in sys.argv[2:]]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+with open(sys.argv[1], "w") as f:
+    f.write(f"{time.process_time()} total\\n")
+sys.exit(1 if failed else 0)
+"""
+
+
+def by_network(calls: list[Call]) -> list[tuple[str, list[Call]]]:
+    """The calls of each network, in order, as one loop of its own runs them."""
+    return [
+        (name, [c for c in calls if json.loads(c[1])["name"] == name]) for name, _, _ in NETWORKS
+    ]
+
+
+def python_calls(calls: list[Call], work: Path) -> Path:
+    """The calls as PYTHON_DEL_FLOOR reads them: a line each, the plugin, its stdin file and
+    its CNI_ variables (as the shell loop gives them), separated by tabs."""
+    work.mkdir(exist_ok=True)
+    lines = []
+    for number, (plugin, stdin, env) in enumerate(calls):
+        stdin_file = work / f"stdin-{number}"
+        stdin_file.write_bytes(stdin)
+        assigns = [f"{key}={value}" for key, value in env.items() if key.startswith("CNI_")]
+        lines.append("\t".join([plugin, str(stdin_file), *assigns]))
+    listed = work / "calls"
+    listed.write_text("\n".join(lines) + "\n")
+    return listed
+
+
 def shell_loop(calls: list[Call], work: Path) -> Path:
     """One line per plugin call, run in order by one shell."""
     lines = ["#!/bin/sh", "set -e"]
@@ -586,6 +641,17 @@ def replay_del(runs: int, work: Path, parallel: int) -> None:
         crashed_before_a_new_boot(node)
         return node, calls
 
+    # Each process's own CPU seconds (not its plugins'), every run's, as it wrote them: its
+    # total, and the reaper's by stage (bench/own_cpu.py).
+    cpu_file = work / "own-cpu"
+    own_cpu: dict[str, list[dict[str, float]]] = {"reaper": [], "python floor": []}
+
+    def own(name: str, measured: tuple[float, int]) -> tuple[float, int]:
+        parts = (line.partition(" ") for line in cpu_file.read_text().splitlines())
+        own_cpu[name].append({part: float(seconds) for seconds, _, part in parts})
+        cpu_file.unlink()
+        return measured
+
     def reaper() -> tuple[float, int]:
         node, _ = fresh()
         # A node's /run is a tmpfs, empty at boot: the pre-runtime record and the shutdown
@@ -597,10 +663,11 @@ def replay_del(runs: int, work: Path, parallel: int) -> None:
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(run)], check=True)
         try:
             # The boot began after the crash: run the reaper on a clock past it.
-            argv = [sys.executable, "-m", "tests.clocked_run", str(time.time() + 60), "--"]
-            argv += ["--root", str(node.root), "--bin-dir", PLUGIN_DIR, "--json"]
+            # tests.clocked_run's run, that writes its own CPU seconds as it leaves.
+            argv = [sys.executable, "-m", "bench.own_cpu", str(cpu_file), str(time.time() + 60)]
+            argv += ["--", "--root", str(node.root), "--bin-dir", PLUGIN_DIR, "--json"]
             argv += ["--parallel", str(parallel)]
-            return timed(argv, {**os.environ, "PYTHONPATH": str(REPO)})
+            return own("reaper", timed(argv, {**os.environ, "PYTHONPATH": str(REPO)}))
         finally:
             subprocess.run(["umount", str(run)], check=True)
 
@@ -613,14 +680,31 @@ def replay_del(runs: int, work: Path, parallel: int) -> None:
         running the plugins in parallel can give on this machine."""
         _, calls = fresh()
         loops = []
-        for name, _, _ in NETWORKS:
-            mine = [c for c in calls if json.loads(c[1])["name"] == name]
+        for name, mine in by_network(calls):
             loop_dir = scripts / name
             loop_dir.mkdir(exist_ok=True)
             loops.append(f"sh {shell_loop(mine, loop_dir)} &")
         return timed(["sh", "-c", " ".join(loops) + " wait"])
 
-    (r_wall, r_rss), (s_wall, _), (p_wall, _) = medians(runs, reaper, serial, loops_at_once)
+    def python_floor() -> tuple[float, int]:
+        """The same, from one Python process (PYTHON_DEL_FLOOR): what is left of the
+        reaper's time beyond it is the reaper's own work, not its interpreter's."""
+        _, calls = fresh()
+        listed = [
+            str(python_calls(mine, scripts / f"py-{name}")) for name, mine in by_network(calls)
+        ]
+        return own(
+            "python floor", timed([sys.executable, "-c", PYTHON_DEL_FLOOR, str(cpu_file), *listed])
+        )
+
+    (r_wall, r_rss), (s_wall, _), (p_wall, _), (f_wall, _) = medians(
+        runs, reaper, serial, loops_at_once, python_floor
+    )
+    # The warm-up's figures are left out, as medians() leaves out its wall time.
+    cpu = {
+        name: {part: statistics.median(run[part] for run in samples[1:]) for part in samples[0]}
+        for name, samples in own_cpu.items()
+    }
     print(
         f"DEL replay, 200 damaged attachments over {len(NETWORKS)} networks, --parallel {parallel}"
     )
@@ -629,6 +713,18 @@ def replay_del(runs: int, work: Path, parallel: int) -> None:
         f"{r_wall:>9.3f} {s_wall:>14.3f} {r_wall / s_wall:>6.2f} {r_rss / 1024:>8.1f}   "
         f"{p_wall:.3f} s, {p_wall / s_wall:.2f}"
     )
+    print(
+        f"the reaper against the loops at once: {r_wall / p_wall:.2f}x; the Python floor "
+        f"(one thread per network, posix_spawn) {f_wall:.3f} s, {f_wall / p_wall:.2f}x of them, "
+        f"the reaper {r_wall / f_wall:.2f}x of it"
+    )
+    reaper_cpu = cpu["reaper"]
+    print(
+        f"own CPU, not the plugins': the reaper {reaper_cpu.pop('total'):.3f} s, "
+        f"the Python floor {cpu['python floor']['total']:.3f} s; the reaper's by stage:"
+    )
+    for stage, seconds in reaper_cpu.items():
+        print(f"  {seconds:.3f} s  {stage}")
 
 
 def main() -> None:

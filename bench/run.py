@@ -371,6 +371,7 @@ def scan_rows(
 ) -> list[dict[str, Any]]:
     """Every path at every size; the real run's trees on journalled, the others on work."""
     rows: list[dict[str, Any]] = []
+    print(SCAN_HEADER, flush=True)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for entries in sizes:
         for index, (path, build) in enumerate(scan_paths(entries, journalled is not None)):
@@ -435,6 +436,7 @@ def scan_rows(
                 # The warm-up's is left out, as medians() leaves its wall time out.
                 row["up_to_dels"] = statistics.median(up_to_dels[1:])
             rows.append(row)
+            print_scan_row(row)
             if volatile:
                 subprocess.run(["umount", str(node.root / "run")], check=True)
             shutil.rmtree(root)
@@ -455,19 +457,26 @@ def after_the_plan(prom: Path) -> float:
     return run - float(found["cni_reaper_plan_duration_seconds"])
 
 
-def print_scan(rows: list[dict[str, Any]]) -> None:
-    """A Markdown table, as the README keeps it, and each path's growth."""
+SCAN_HEADER = (
+    "| path | entries | reaper (s) | floor (s) | ratio | reaper peak RSS "
+    "| with --json (s) | ratio | peak RSS |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def print_scan_row(row: dict[str, Any]) -> None:
+    """One row of the Markdown table the README keeps, as soon as it is measured: a run at
+    100,000 entries takes minutes."""
     print(
-        "| path | entries | reaper (s) | floor (s) | ratio | reaper peak RSS "
-        "| with --json (s) | ratio | peak RSS |"
+        f"| {row['path']} | {row['entries']:,} | {row['reaper']:.3f} | {row['floor']:.3f} "
+        f"| {row['ratio']:.2f} | {row['rss_mib']:.1f} MiB | {row['json']:.3f} "
+        f"| {row['json_ratio']:.2f} | {row['json_rss_mib']:.1f} MiB |",
+        flush=True,
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        print(
-            f"| {row['path']} | {row['entries']:,} | {row['reaper']:.3f} | {row['floor']:.3f} "
-            f"| {row['ratio']:.2f} | {row['rss_mib']:.1f} MiB | {row['json']:.3f} "
-            f"| {row['json_ratio']:.2f} | {row['json_rss_mib']:.1f} MiB |"
-        )
+
+
+def print_scan(rows: list[dict[str, Any]]) -> None:
+    """What the rows say together: each real run's time up to the DELs, each path's growth."""
     for row in rows:
         if "up_to_dels" in row:
             print(

@@ -577,16 +577,23 @@ def by_network(calls: list[Call]) -> list[tuple[str, list[Call]]]:
     ]
 
 
-def python_calls(calls: list[Call], work: Path) -> Path:
-    """The calls as PYTHON_DEL_FLOOR reads them: a line each, the plugin, its stdin file and
-    its CNI_ variables (as the shell loop gives them), separated by tabs."""
+def staged(calls: list[Call], work: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """Each call's plugin, its stdin written to a file in work, and its CNI_ variables: what
+    the shell loop and the Python floor give each plugin."""
     work.mkdir(exist_ok=True)
-    lines = []
     for number, (plugin, stdin, env) in enumerate(calls):
         stdin_file = work / f"stdin-{number}"
         stdin_file.write_bytes(stdin)
-        assigns = [f"{key}={value}" for key, value in env.items() if key.startswith("CNI_")]
-        lines.append("\t".join([plugin, str(stdin_file), *assigns]))
+        yield plugin, stdin_file, {k: v for k, v in env.items() if k.startswith("CNI_")}
+
+
+def python_calls(calls: list[Call], work: Path) -> Path:
+    """The calls as PYTHON_DEL_FLOOR reads them: a line each, the plugin, its stdin file and
+    its CNI_ variables, separated by tabs."""
+    lines = [
+        "\t".join([plugin, str(stdin_file), *(f"{k}={v}" for k, v in cni_env.items())])
+        for plugin, stdin_file, cni_env in staged(calls, work)
+    ]
     listed = work / "calls"
     listed.write_text("\n".join(lines) + "\n")
     return listed
@@ -595,12 +602,8 @@ def python_calls(calls: list[Call], work: Path) -> Path:
 def shell_loop(calls: list[Call], work: Path) -> Path:
     """One line per plugin call, run in order by one shell."""
     lines = ["#!/bin/sh", "set -e"]
-    for number, (plugin, stdin, env) in enumerate(calls):
-        stdin_file = work / f"stdin-{number}"
-        stdin_file.write_bytes(stdin)
-        assigns = " ".join(
-            f"{key}='{value}'" for key, value in env.items() if key.startswith("CNI_")
-        )
+    for plugin, stdin_file, cni_env in staged(calls, work):
+        assigns = " ".join(f"{key}='{value}'" for key, value in cni_env.items())
         lines.append(f"{assigns} {plugin} < {stdin_file} > /dev/null")
     script = work / "serial-del.sh"
     script.write_text("\n".join(lines) + "\n")
@@ -690,9 +693,7 @@ def replay_del(runs: int, work: Path, parallel: int) -> None:
         _, calls = fresh()
         loops = []
         for name, mine in by_network(calls):
-            loop_dir = scripts / name
-            loop_dir.mkdir(exist_ok=True)
-            loops.append(f"sh {shell_loop(mine, loop_dir)} &")
+            loops.append(f"sh {shell_loop(mine, scripts / name)} &")
         return timed(["sh", "-c", " ".join(loops) + " wait"])
 
     def python_floor() -> tuple[float, int]:

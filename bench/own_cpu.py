@@ -17,7 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cni_reaper import apply, cli, plugin
+from cni_reaper import command
+
+command.load()  # as the installed command loads the package
+
+from cni_reaper import apply, cli, plugin  # noqa: E402
 
 START_UP = "the interpreter and the imports"
 # Where a real run's CPU goes after its start-up: (the class or module, the function, its

@@ -1,3 +1,3 @@
-from cni_reaper.cli import console
+from cni_reaper.command import console
 
 console()

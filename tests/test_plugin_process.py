@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cni_reaper.errors import ExitCode
+from cni_reaper.plugin import ProcessRunner
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS
 
@@ -82,3 +84,22 @@ cat > /dev/null
     assert facts["CNI_PATH"].split(":")[-1] == str(bin_dir)
     # The reaper gives its caller's working directory back.
     assert Path.cwd() == bin_dir.parent
+
+
+def test_a_plugin_gets_its_whole_config_however_large() -> None:
+    """The config is written as the plugin reads it, then its stdin closed: wc counts every
+    byte of a small config, of none, and of one four times what a pipe holds."""
+    runner = ProcessRunner()
+    for config in (b'{"cniVersion":"1.0.0"}\n', b"", b"x" * (256 << 10)):
+        counted = runner.run(shutil.which("wc") or "/usr/bin/wc", {}, config, timeout=30)
+        assert (counted.exit_status, counted.timed_out) == (0, False), counted.stderr
+        assert counted.stdout.split()[-1] == str(len(config)).encode()
+
+
+def test_a_plugin_that_never_reads_its_config_is_not_waited_for() -> None:
+    """A program that exits without reading a config larger than a pipe holds is reaped as
+    it exits, not held until its timeout: the rest of its input is given up, its exit status
+    reported."""
+    big = b"x" * (1 << 20)
+    run = ProcessRunner().run(shutil.which("true") or "/bin/true", {}, big, timeout=30)
+    assert (run.exit_status, run.timed_out) == (0, False)

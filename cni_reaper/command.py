@@ -1,11 +1,12 @@
 """The installed command's first code: the rest of the package loaded with the cyclic garbage
 collector off, and what that made set aside where the collector never walks it again.
 
-Loading the package makes tens of thousands of objects (functions, classes, their dicts) that
-live as long as the process and are never garbage. The collector, triggered by allocations,
-walks them over and over while they are made, and at every full collection of the run after:
-measured at about a tenth of the import and 3 % of a run over 1,000 entries. gc.freeze() moves
-them to a generation it never collects. The run's own objects are collected as before.
+Loading the package makes some 15,000 objects the collector tracks (functions, classes, their
+dicts) that live as long as the process and are never garbage. The collector, triggered by
+allocations, walks them over and over while they are made, and at every full collection of the
+run after: measured, 1.1 ms of the import's 15 and 1.6 ms in all of a dry run over 1,000 entries
+(3 %). gc.freeze() moves them to a generation it never collects. The run's own objects are
+collected as before.
 """
 
 from __future__ import annotations

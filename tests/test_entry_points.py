@@ -125,4 +125,6 @@ print(gc.isenabled(), gc.get_freeze_count() > 0, "cni_reaper.cli" in sys.modules
     ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     enabled, frozen, loaded, freed = ran.stdout.split()
     assert (enabled, frozen, loaded) == ("True", "True", "True"), ran.stderr
-    assert int(freed) > 9000  # freed by the collector's own rounds, no gc.collect()
+    # Freed by the collector's own rounds, no gc.collect(): none with it off. The last few
+    # thousand may still wait for the next round (3.13 collects every 2,000 allocations).
+    assert int(freed) > 5000

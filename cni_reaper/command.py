@@ -12,6 +12,7 @@ collected as before.
 from __future__ import annotations
 
 import gc
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,11 +32,9 @@ def load() -> None:
         gc.enable()
 
 
-def console(argv: Sequence[str] | None = None, clock: Clock | None = None) -> NoReturn:
+def console(argv: Sequence[str] | None = None, clock: Clock = time.time) -> NoReturn:
     """The installed command and `python -m cni_reaper`: cli.console, once loaded."""
     load()
     from cni_reaper import cli  # noqa: PLC0415 (loaded just now)
 
-    if clock is None:
-        cli.console(argv)
     cli.console(argv, clock=clock)

@@ -5,13 +5,14 @@ GC would run, with their cached result, args and config, then go to the quaranti
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cni_reaper.errors import ExitCode
-from tests.bolt_writer import containerd_sandbox, sandbox_metadata, write_db
+from tests.bolt_writer import containerd_sandbox, put, sandbox_metadata, write_db
 from tests.crashed import Crashed, by_path
 from tests.nodetree import CONTAINER_IDS, cache_entry_bytes
 
@@ -187,3 +188,143 @@ def test_under_root_a_cached_config_naming_a_data_dir_the_plugins_would_not_see_
     assert "/srv/ipam-elsewhere is not one the plugins see" in entry["del"]["config_problem"]
     assert entry["del"]["plugins_run"] == []
     assert (entry["outcome"], code) == ("failed", ExitCode.ACTION_FAILED)
+
+
+# Records of the same software that no CRI wrote, and CRI records kept where the reaper does
+# not look: a whole entry is called forgotten only from a CRI runtime's own records.
+
+
+def write_file(crashed: Crashed, node_path: str, data: str | bytes) -> Path:
+    path = crashed.node.root / node_path.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def write_meta_db(crashed: Crashed, root: str, records: list[Any]) -> None:
+    path = crashed.node.root / root.lstrip("/") / "io.containerd.metadata.v1.bolt/meta.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_db(path, [records], no_freelist_sync=True)
+
+
+def dockers_containerd(crashed: Crashed) -> None:
+    """containerd.io as Docker installs it: the CRI turned off, a database all the same, with
+    Docker's namespace only."""
+    write_file(crashed, "/etc/containerd/config.toml", 'disabled_plugins = ["cri"]\n')
+    labels = ["v1", "moby", "containers", "c" * 64, "labels"]
+    write_meta_db(crashed, "/var/lib/containerd", [put(labels, "com.docker", "1")])
+
+
+def podmans_storage(crashed: Crashed) -> None:
+    """podman or buildah run once on the node: containers/storage's default graph root, whose
+    containers carry no CRI-O pod metadata."""
+    metadata = json.dumps({"name": "buildah-working-container"})
+    containers = json.dumps([{"id": "d" * 64, "metadata": metadata}])
+    write_file(
+        crashed, "/var/lib/containers/storage/overlay-containers/containers.json", containers
+    )
+
+
+def k3s_with_its_own_data_dir(crashed: Crashed) -> None:
+    """k3s started with data-dir set (config.yaml), which the reaper does not read: its
+    containerd's records, which know the sandbox, are under /data/k3s."""
+    write_file(crashed, "/etc/rancher/k3s/config.yaml", "data-dir: /data/k3s\n")
+    write_meta_db(crashed, "/data/k3s/agent/containerd", containerd_sandbox("k8s.io", KNOWN))
+
+
+def containerd_rooted_by_its_unit(crashed: Crashed) -> None:
+    """containerd started with --root by a drop-in of its unit, which the reaper does not read."""
+    write_file(crashed, "/etc/containerd/config.toml", "version = 2\n")
+    unit = "[Service]\nExecStart=\nExecStart=/usr/bin/containerd --root /srv/containerd\n"
+    write_file(crashed, "/etc/systemd/system/containerd.service.d/10-root.conf", unit)
+    write_meta_db(crashed, "/srv/containerd", containerd_sandbox("k8s.io", KNOWN))
+
+
+def containerd_on_a_volume_not_mounted_yet(crashed: Crashed) -> None:
+    """/var/lib/containerd on a nofail volume, which local-fs.target does not wait for: an
+    empty mount point when the reaper runs."""
+    write_file(crashed, "/etc/containerd/config.toml", "version = 2\n")
+    (crashed.node.root / "var/lib/containerd").mkdir(parents=True)
+
+
+def cri_dockerd(crashed: Crashed) -> None:
+    """Docker Engine through cri-dockerd: its sandboxes are Docker's containers, which it
+    tears down itself."""
+    config = {"ID": KNOWN, "Config": {"Labels": {"io.kubernetes.docker.type": "podsandbox"}}}
+    write_file(crashed, f"/var/lib/docker/containers/{KNOWN}/config.v2.json", json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    ("elsewhere", "others"),
+    [
+        (k3s_with_its_own_data_dir, dockers_containerd),
+        (k3s_with_its_own_data_dir, podmans_storage),
+        (containerd_rooted_by_its_unit, podmans_storage),
+        (containerd_on_a_volume_not_mounted_yet, podmans_storage),
+        (cri_dockerd, dockers_containerd),
+    ],
+)
+def test_records_no_cri_wrote_prove_no_sandbox_forgotten(
+    crashed: Crashed,
+    capsys: pytest.CaptureFixture[str],
+    elsewhere: Callable[[Crashed], None],
+    others: Callable[[Crashed], None],
+) -> None:
+    """The runtime that made the entry keeps its records where the reaper does not look; the
+    records it does find are another program's. Called forgotten, the entry would be DEL'd
+    with the reaper's plugins and moved away from under the runtime that still knows it."""
+    crashed.add(KNOWN)
+    held = crashed.ips()
+    elsewhere(crashed)
+    others(crashed)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    entry = by_path(report)[f"hl-{KNOWN}-eth0"]
+    assert (entry["action"], entry["outcome"]) == ("keep", "skipped"), entry
+    assert "no CRI runtime's sandbox records found on this node" in entry["reason"]
+    assert (crashed.node.results / f"hl-{KNOWN}-eth0").exists()
+    assert crashed.ips() == held
+    assert code == ExitCode.OK
+    assert any(
+        "not the CRI's records" in line or "not CRI-O's records" in line
+        for line in report["runtime_records"]
+    ), report["runtime_records"]
+
+
+@pytest.mark.parametrize(
+    ("config", "data"),
+    [
+        ("/etc/containerd/config.toml", b"# r\xe9pertoire\nroot = '/data/containerd'\n"),
+        ("/etc/crio/crio.conf.d/10-root.conf", b"# r\xe9pertoire\n[crio]\nroot = '/data/crio'\n"),
+    ],
+)
+def test_a_runtime_config_not_read_whole_proves_no_sandbox_forgotten(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], config: str, data: bytes
+) -> None:
+    """The runtime's config, which may move its records, could not be read (Latin-1 in a
+    comment: Go's TOML reader takes it, the reaper does not): the CRI records found at the
+    default root may not be the ones the runtime starts with."""
+    crashed.add(FORGOTTEN)
+    held = crashed.ips()
+    write_file(crashed, config, data)
+    if "crio" in config:
+        write_file(crashed, "/etc/crio/crio.conf", "[crio]\n")
+        pod = {"pod": True, "pod-name": "web", "pod-id": KNOWN}
+        containers = json.dumps([{"id": KNOWN, "metadata": json.dumps(pod)}])
+        storage = "/var/lib/containers/storage/overlay-containers"
+        write_file(crashed, f"{storage}/containers.json", containers)
+        write_file(crashed, f"{storage}/{KNOWN}/userdata/config.json", "{}")
+    else:
+        containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN))
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    entry = by_path(report)[f"hl-{FORGOTTEN}-eth0"]
+    assert (entry["action"], entry["outcome"]) == ("keep", "skipped"), entry
+    assert crashed.ips() == held
+    assert (crashed.node.results / f"hl-{FORGOTTEN}-eth0").exists()
+    assert any("could not be read whole" in w for w in report["warnings"]), report["warnings"]
+    assert code == ExitCode.OK

@@ -70,7 +70,7 @@ def test_a_node_without_any_runtime_records_cannot_tell(tmp_path: Path) -> None:
     assert found.known == frozenset()
     assert found.unreadable == ()
     assert found.knows(IDS[0]) is None
-    assert found.describe(IDS[0]) == "no runtime's sandbox records found on this node"
+    assert found.describe(IDS[0]) == "no CRI runtime's sandbox records found on this node"
     rancher = "/agent/containerd/io.containerd.metadata.v1.bolt/meta.db"
     assert found.sources == (
         f"containerd: {host(tmp_path, META_DB)}: not present: no sandbox records",
@@ -458,12 +458,17 @@ def test_crio_storage_that_cannot_be_read(tmp_path: Path, content: bytes, proble
     assert found.knows(IDS[0]) is None
 
 
-def test_an_empty_containers_json_is_an_empty_store(tmp_path: Path) -> None:
+def test_an_empty_containers_json_is_an_empty_store_that_says_nothing_of_pods(
+    tmp_path: Path,
+) -> None:
+    """Read, not unreadable; but an empty store (podman's, buildah's, or CRI-O's own after a
+    wipe) is no proof that no runtime knows a sandbox: the IDs missing from it are not dropped."""
     path = write(tmp_path, f"{GRAPH}/overlay-containers/containers.json", b"")
     found = inventory_of(tmp_path)
     assert found.unreadable == ()
-    assert (
-        found.sources[-1]
-        == f"cri-o: {host(tmp_path, GRAPH)}: overlay-containers/containers.json: 0 sandboxes"
+    assert found.sources[-1] == (
+        f"cri-o: {host(tmp_path, GRAPH)}: overlay-containers/containers.json: "
+        "no container with CRI-O's pod metadata: not CRI-O's records"
     )
+    assert found.knows(IDS[0]) is None
     assert path.exists()

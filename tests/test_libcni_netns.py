@@ -540,7 +540,7 @@ def test_with_no_runtime_records_whole_entries_are_kept_and_orphans_released(
     entries = {e["path"]: e for e in report["entries"]}
     kept = entries[whole_forgotten["results_name"]]
     assert (kept["action"], kept["outcome"]) == ("keep", "skipped")
-    assert "no runtime's sandbox records found on this node" in kept["reason"]
+    assert "no CRI runtime's sandbox records found on this node" in kept["reason"]
     assert entries[known["results_name"]]["action"] == "keep"
     (orphan,) = report["host_local"]
     assert (orphan["ip"], orphan["action"], orphan["outcome"]) == (deleted["ips"][0], "del", "done")

@@ -210,6 +210,9 @@ class RuntimeConfigs(Record):
     files_read: tuple[str, ...]
     warnings: tuple[str, ...]
     cni_dirs: CniDirs = CniDirs()
+    # Runtimes on the node whose config could not be read whole: where they keep their sandbox
+    # records is not known, so no sandbox may be called one they dropped (inventory.py).
+    records_in_doubt: tuple[str, ...] = ()
 
     @property
     def all_paths(self) -> tuple[LocatedPath, ...]:
@@ -383,6 +386,7 @@ class _Collector:
     def __init__(self, root: str) -> None:
         self.root = root
         self.paths: dict[tuple[PathKind, str], LocatedPath] = {}
+        self.in_doubt: list[str] = []  # RuntimeConfigs.records_in_doubt
 
     def add(
         self, runtime: Runtime, kind: PathKind, path: str, source: str, in_effect: bool = True
@@ -478,6 +482,9 @@ class _ContainerdSettings(Record):
     # A file that could not be read, or a CNI key that could not be read as containerd reads
     # it (each a warning): what containerd takes from there is unknown.
     cni_unread: bool
+    # A file that could not be read, or its root, state or address key: where containerd
+    # keeps its records is unknown.
+    settings_unread: bool = False
 
 
 def _table(doc: Any, *keys: str) -> dict[str, Any]:
@@ -490,7 +497,7 @@ def _table(doc: Any, *keys: str) -> dict[str, Any]:
 def _containerd_settings(files: _ConfigFiles, main: str) -> _ContainerdSettings:
     state = root = address = None
     cri_plugins: dict[str, tuple[str, dict[str, Any]]] = {}  # the last file's table wins whole
-    warned = len(files.warnings)
+    at_start = warned = len(files.warnings)
     docs = _containerd_files(files, main)
     unread = len(files.warnings) > warned
     for node_path, doc in docs:
@@ -504,6 +511,7 @@ def _containerd_settings(files: _ConfigFiles, main: str) -> _ContainerdSettings:
         for name in CRI_PLUGINS:
             if _table(doc, "plugins", name):
                 cri_plugins[name] = (node_path, doc)
+    settings_unread = len(files.warnings) > at_start
     runc_roots = []
     for name, (node_path, doc) in cri_plugins.items():
         for handler in _table(doc, "plugins", name, "containerd", "runtimes"):
@@ -514,7 +522,9 @@ def _containerd_settings(files: _ConfigFiles, main: str) -> _ContainerdSettings:
     warned = len(files.warnings)
     cni = _containerd_cni(files, docs)
     unread = unread or len(files.warnings) > warned
-    return _ContainerdSettings(state, root, address, tuple(runc_roots), len(docs), cni, unread)
+    return _ContainerdSettings(
+        state, root, address, tuple(runc_roots), len(docs), cni, unread, settings_unread
+    )
 
 
 class _CriCni(Record):
@@ -713,8 +723,16 @@ def _containerd(paths: _Collector, files: _ConfigFiles, cni: _CniCollector) -> N
     for value, source in found.runc_roots:
         paths.add(runtime, PathKind.NAMESPACED_OCI_ROOT, value, source)
     why = _runtime_found(files, CONTAINERD_CONFIG, CONTAINERD_ROOT)
+    if why is not None and found.settings_unread:
+        paths.in_doubt.append(f"containerd: {_NOT_READ_WHOLE}")
     if why is not None and found.cni is not None:
         cni.add(runtime, why, found.cni, found.cni_unread)
+
+
+_NOT_READ_WHOLE = (
+    "its config could not be read whole (see the warnings): where it keeps its sandbox records "
+    "is not known, so none is taken as one it dropped"
+)
 
 
 def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime, cni: _CniCollector) -> None:
@@ -811,12 +829,13 @@ def _crio(
     storage_runroot: tuple[str, str],
     storage_graphroot: tuple[str, str],
     cni: _CniCollector,
+    storage_unread: bool = False,  # containers/storage's config, which may set the graph root
 ) -> None:
     runtime = Runtime.CRIO
     listen = runroot = root = version_file = namespaces_dir = None
     network_dir = plugin_dir = plugin_dirs = None
     oci_roots: dict[str, tuple[str, str]] = {}
-    warned = len(files.warnings)
+    at_start = warned = len(files.warnings)
     config_files = [CRIO_CONFIG, *_crio_drop_ins(files, CRIO_DROP_IN_DIR)]
     if len(config_files) > MAX_CONFIG_FILES:
         files.warnings.append(
@@ -839,6 +858,7 @@ def _crio(
             found = files.string(doc, node_path, *keys)
             if found is not None:
                 oci_roots[handler] = found
+    settings_unread = len(files.warnings) > at_start or (storage_unread and root is None)
     warned = len(files.warnings)
     network = ("crio", "network")
     for node_path, doc in docs:
@@ -847,6 +867,8 @@ def _crio(
         plugin_dir = files.string(doc, node_path, *network, "plugin_dir") or plugin_dir
     unread = unread or len(files.warnings) > warned
     why = _runtime_found(files, CRIO_CONFIG, *config_files[1:2], CRIO_STATE_DIR)
+    if why is not None and settings_unread:
+        paths.in_doubt.append(f"cri-o: {_NOT_READ_WHOLE}")
     if why is not None:
         bin_dirs = [(d, "default") for d in CRIO_PLUGIN_DIRS]
         if plugin_dirs is not None:
@@ -898,8 +920,10 @@ def load(root: str) -> RuntimeConfigs:
     _containerd(paths, files, cni)
     _rancher(paths, files, Runtime.K3S, cni)
     _rancher(paths, files, Runtime.RKE2, cni)
+    warned = len(files.warnings)
     storage_runroot, storage_graphroot = _storage_defaults(files)
-    _crio(paths, files, storage_runroot, storage_graphroot, cni)
+    storage_unread = len(files.warnings) > warned
+    _crio(paths, files, storage_runroot, storage_graphroot, cni, storage_unread)
     _without_config(paths, storage_runroot)
     cni_dirs = cni.result()
     return RuntimeConfigs(
@@ -912,6 +936,7 @@ def load(root: str) -> RuntimeConfigs:
         files_read=tuple(files.files_read),
         warnings=tuple(files.warnings),
         cni_dirs=cni_dirs,
+        records_in_doubt=tuple(paths.in_doubt),
     )
 
 

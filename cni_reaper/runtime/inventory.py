@@ -77,14 +77,20 @@ internal/criocli/wipe.go, which was cmd/crio/wipe.go before 1.28):
 - A version file (version_file, under /run) that exists means CRI-O has started in this boot
   already: no wipe happens at its next start.
 
-No runtime records at all (no containerd database, no CRI-O containers.json, wherever the
-configs put them): knows() answers None, not False. No runtime would DEL those sandboxes, but
-whatever made the entries keeps its records where this reaper did not look (a runtime started
-with flags that move its root, one it does not read): a whole entry is left for it, as before
-the inventory existed. An ID missing from records that were read is dropped.
+No CRI runtime's records at all (no containerd database with the CRI's namespace, no
+containers/storage holding a CRI-O container, wherever the configs put them): knows() answers
+None, not False. No runtime would DEL those sandboxes, but whatever made the entries keeps its
+records where this reaper did not look (a runtime started with flags that move its root, k3s
+with its own data-dir, a root on a volume not mounted yet, one it does not read): a whole entry
+is left for it, as before the inventory existed. Records of the same software that no CRI
+wrote say nothing of the pods kubelet ran, and do not count: Docker's containerd (namespace
+moby only), podman's or buildah's containers/storage (no container with CRI-O's pod metadata).
+An ID missing from CRI records that were read is dropped.
 
 Records that cannot be read (a damaged meta.db, an unparsable containers.json, a symlink out of
-the root) make the inventory unreadable: then no ID is said to be dropped.
+the root), or a runtime's config that could not be read whole, so that its records may be kept
+elsewhere (RuntimeConfigs.records_in_doubt), make the inventory unreadable: then no ID is said
+to be dropped.
 """
 
 from __future__ import annotations
@@ -167,7 +173,7 @@ class SandboxInventory(Record):
     unsaved: frozenset[str] = frozenset()
     # for every ID in some runtime's records: which runtime, and what it will do
     notes: Mapping[str, str] = MappingProxyType({})
-    # whether any runtime's records were found at all
+    # whether any CRI runtime's records were found at all
     records_found: bool = True
 
     def knows(self, sandbox_id: str) -> bool | None:
@@ -182,7 +188,7 @@ class SandboxInventory(Record):
 
     def describe(self, sandbox_id: str) -> str:
         if not self.records_found:
-            return "no runtime's sandbox records found on this node"
+            return "no CRI runtime's sandbox records found on this node"
         return self.notes.get(sandbox_id, "no runtime has a record of it")
 
 
@@ -400,11 +406,13 @@ def _containerd(root: str, located: LocatedPath, found: _Found) -> None:
     if fd is None:
         found.sources.append(f"{runtime}: {where}: not present: no sandbox records")
         return
-    found.records_found = True
     per_namespace: dict[str, int] = {}
     records = []
     try:
         db = Database(fd, where)
+        # Docker's containerd keeps a database too, with its own namespace (moby) only: records
+        # the CRI never wrote say nothing of the pods kubelet ran.
+        of_the_cri = db.bucket(b"v1", CRI_NAMESPACE.encode()) is not None
         for namespace, sandbox_id, fate, note in _containerd_sandboxes(db, runtime):
             per_namespace[namespace] = per_namespace.get(namespace, 0) + 1
             records.append((sandbox_id, fate, note))
@@ -420,6 +428,10 @@ def _containerd(root: str, located: LocatedPath, found: _Found) -> None:
     counted = f" (namespace {namespaces})" if namespaces else ""
     counts = {fate: sum(1 for _, f, _ in records if f is fate) for fate in _COUNTED}
     extra = "".join(f", {counts[fate]} {what}" for fate, what in _COUNTED.items() if counts[fate])
+    if of_the_cri:
+        found.records_found = True
+    else:
+        extra += f"; no namespace {CRI_NAMESPACE}: not the CRI's records"
     found.sources.append(f"{runtime}: {where}: {_sandboxes(len(ids))}{counted}{extra}")
 
 
@@ -570,11 +582,12 @@ def _storage_dirs(root: str, graph_root: str) -> list[str]:
     return [posixpath.join(graph_root, name) for name in dirs]
 
 
-def _crio_sandbox_ids(data: bytes) -> list[str]:
+def _crio_sandbox_ids(data: bytes) -> tuple[list[str], int]:
     """The CRI-O pod sandboxes of a containers.json, as containers/storage reads it (an empty
-    file is an empty store)."""
+    file is an empty store), and how many of its containers are CRI-O's (sandbox or not): one
+    podman or buildah made has no pod metadata."""
     if not data.strip():
-        return []
+        return [], 0
     try:
         containers = json.loads(data)
     except (ValueError, RecursionError) as e:
@@ -582,6 +595,7 @@ def _crio_sandbox_ids(data: bytes) -> list[str]:
     if not isinstance(containers, list):
         raise _Unreadable("not a JSON list")
     ids = []
+    of_crio = 0
     for container in containers:
         if not isinstance(container, dict) or not isinstance(container.get("id"), str):
             raise _Unreadable("a container without an id")
@@ -589,14 +603,11 @@ def _crio_sandbox_ids(data: bytes) -> list[str]:
             metadata = json.loads(container.get("metadata") or "{}")
         except (TypeError, ValueError, RecursionError):
             continue  # CRI-O ignores a container whose metadata it cannot parse
-        if (
-            isinstance(metadata, dict)
-            and metadata.get("pod") is True
-            and metadata.get("pod-name")
-            and metadata.get("pod-id")
-        ):
-            ids.append(container["id"])
-    return ids
+        if isinstance(metadata, dict) and metadata.get("pod-name") and metadata.get("pod-id"):
+            of_crio += 1
+            if metadata.get("pod") is True:
+                ids.append(container["id"])
+    return ids, of_crio
 
 
 def _crio_sandbox_fate(root: str, userdata: str, start: _CrioStart) -> tuple[Fate, str]:
@@ -635,17 +646,22 @@ def _crio(root: str, located: LocatedPath, start: Callable[[], _CrioStart], foun
         return
     sandboxes = []  # (ID, its userdata dir)
     read = []
+    of_crio = 0  # CRI-O's containers, sandboxes or not
     for storage_dir in storage_dirs:
         for file_name in STORAGE_FILES:
             node_path = f"{storage_dir}/{file_name}"
             try:
+                ids: list[str] = []
+                containers = 0
                 data = _read_file(root, node_path, MAX_STORAGE_FILE_BYTES)
-                ids = [] if data is None else _crio_sandbox_ids(data)
+                if data is not None:
+                    ids, containers = _crio_sandbox_ids(data)
             except _Unreadable as e:
                 found.unreadable.append(f"cri-o: {host_path(root, node_path)}: {e}")
                 return
             if data is not None:
                 read.append(node_path[len(located.node_path) :].lstrip("/"))
+            of_crio += containers
             for sandbox_id in ids:
                 if "/" in sandbox_id or sandbox_id in ("", ".", ".."):
                     found.unreadable.append(
@@ -655,6 +671,13 @@ def _crio(root: str, located: LocatedPath, start: Callable[[], _CrioStart], foun
                 sandboxes.append((sandbox_id, f"{storage_dir}/{sandbox_id}/userdata"))
     if not read:
         found.sources.append(f"cri-o: {where}: no containers.json: no sandbox records")
+        return
+    if not of_crio:
+        # The graph root podman and buildah share by default: what they keep there is no pod's.
+        found.sources.append(
+            f"cri-o: {where}: {', '.join(read)}: no container with CRI-O's pod metadata: "
+            "not CRI-O's records"
+        )
         return
     found.records_found = True
     if not sandboxes:
@@ -674,6 +697,7 @@ def load(root: str, configs: RuntimeConfigs) -> SandboxInventory:
     """The sandboxes the runtimes of the node at root will still know after this boot."""
     root = os.path.abspath(root)
     found = _Found()
+    found.unreadable.extend(configs.records_in_doubt)
     for located in _in_effect(configs, CONTAINERD_RUNTIMES):
         _containerd(root, located, found)
     # What CRI-O's next start does is worked out only for a node that has CRI-O sandboxes.

@@ -15,6 +15,7 @@ from cni_reaper import (
     boot,
     cache,
     host_local,
+    multus,
     netconf,
     options,
     outcome,
@@ -626,6 +627,7 @@ def _pipeline(run: _Run) -> Report:
             planner.alive,
             pins,
             del_problems,
+            sandboxes.knows,
         )
     finally:
         for quarantine in quarantines:
@@ -786,12 +788,23 @@ def _reservations(
     alive: Callable[[str], str | None] | None = None,
     pins: frozenset[str] | str = frozenset(),
     del_problems: Mapping[str, str] | None = None,
+    knows: Callable[[str], bool | None] | None = None,  # SandboxInventory.knows
 ) -> None:
     """After every DEL of the results cache has run: the addresses nobody else will release,
     then how full each pool is left."""
     args = run.args
 
     owner_alive = _owner_alive(pins, alive)
+    cached_by_multus = multus.delegate_results(run.paths.root) if stores else None
+    delegated = None
+    if cached_by_multus is not None:
+
+        def delegated(network: str, container_id: str, ifname: str) -> str | None:
+            # A sandbox no runtime will tear down had its Multus entry DEL'd by this run: what
+            # that DEL left is an orphan like any other.
+            if knows is not None and knows(container_id) is False:
+                return None
+            return cached_by_multus(network, container_id, ifname)
 
     def config_for(network: str) -> tuple[netconf.NetworkList | None, str | None]:
         netlist = run.configs.get(network)
@@ -806,6 +819,7 @@ def _reservations(
         chains,
         del_problems or {},
         args.dry_run,
+        delegated,
     )
     # Only what changes things or is shown is kept whole; of the rest (at 100,000 reservations
     # nearly all kept, at about 1.7 KiB each whole) only what the pools count.

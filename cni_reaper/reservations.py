@@ -6,6 +6,9 @@ Decided after the results cache is done with, from what became of each attachmen
 - an entry left alone (written in this boot, may be alive, cannot be read): left too.
 - an entry DEL'd in this run whose address is still reserved: that DEL failed or left it; the
   address goes to the quarantine under host-local's lock.
+- no entry of its network, but a delegate's result Multus cached for it, of a sandbox not
+  proven forgotten (multus.py): Multus's DEL, when the runtime's DEL of its entry runs it,
+  releases the address; kept.
 - no entry at all, or one moved aside without a DEL (the node died between host-local's
   reservation and libcni's cache write; a peer deleted the results dir; a cniVersion below
   0.4.0): an orphan, whoever knows its sandbox. A runtime that knows it DELs through the
@@ -204,8 +207,12 @@ class ReservationPlanner:
         chains: ChainCache,
         del_problems: Mapping[str, str],
         dry_run: bool = False,
+        # where a meta plugin cached a delegate's result for (network, container ID, ifname),
+        # if one did and its DEL is still to come (multus.py)
+        delegated: Callable[[str, str, str], str | None] | None = None,
     ) -> None:
         self._fates = fates
+        self._delegated = delegated
         self._alive = alive
         self._config_for = config_for
         self._chain = chains
@@ -239,6 +246,14 @@ class ReservationPlanner:
         if fate is EntryFate.DELETED:
             reason = "still reserved after the DEL of its results entry"
             return plan(r, ReservationAction.QUARANTINE, reason, "failed")
+        if fate is None and self._delegated is not None and r.owner.ifname is not None:
+            cached = self._delegated(r.network, r.owner.container_id, r.owner.ifname)
+            if cached is not None:
+                reason = (
+                    f"Multus cached it as a delegate's ({cached}): Multus's DEL releases it "
+                    "when the runtime tears the sandbox down"
+                )
+                return plan(r, ReservationAction.KEEP, reason, "runtime")
         return self._orphan(r, ifname)
 
     def _orphan(self, r: Reservation, ifname: str | None) -> PlannedReservation:

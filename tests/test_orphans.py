@@ -15,8 +15,9 @@ import pytest
 from cni_reaper import cli
 from cni_reaper.errors import ExitCode
 from cni_reaper.journal import EventLog
+from tests.bolt_writer import containerd_sandbox, write_db
 from tests.crashed import Crashed
-from tests.nodetree import CONTAINER_IDS, snapshot
+from tests.nodetree import CONTAINER_IDS, cache_entry_bytes, snapshot
 
 QUARANTINE_BOOT = "11111111-2222-3333-4444-555555555555"
 
@@ -282,3 +283,42 @@ def test_under_root_the_file_system_witness_says_it_cannot_speak_for_the_root(
     assert record["verdict"] == "unknown"
     assert "describe this machine, not the root's" in record["detail"]
     assert record["consulted"] is False
+
+
+def test_a_delegates_address_multus_will_release_is_no_orphan(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Multus runs its delegates through libcni with its own cache dir: the delegate's entry is
+    in /var/lib/cni/multus/results, the runtime's entry is Multus's own. A sandbox the runtime
+    knows gets Multus's DEL, which DELs the delegate and releases its address: the reaper
+    leaves that address to it. Of a sandbox no runtime will tear down, the address is an
+    orphan as any other: nobody's DEL will come."""
+    known, forgotten = CONTAINER_IDS[:2]
+    delegates = crashed.node.root / "var/lib/cni/multus/results"
+    delegates.mkdir(parents=True)
+    for container_id in (known, forgotten):
+        entry = crashed.add(container_id)  # the delegate's ADD, as Multus runs it
+        entry.rename(delegates / entry.name)
+    multus = {"cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus"}
+    conf = json.dumps(multus).encode()
+    crashed.node.write_result(
+        f"multus-cni-network-{known}-eth0",
+        cache_entry_bytes(conf, "multus-cni-network", known, "eth0"),
+    )
+    meta_db = crashed.node.root / "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
+    meta_db.parent.mkdir(parents=True)
+    write_db(meta_db, [containerd_sandbox("k8s.io", known)], no_freelist_sync=True)
+    held = crashed.ips()
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "-v")
+
+    assert code == ExitCode.OK, report
+    by_owner = {r["owner"]["container_id"]: r for r in report["host_local"]}
+    kept = by_owner[known]
+    assert kept["action"] == "keep", kept
+    assert f"Multus cached it as a delegate's ({delegates / f'hl-{known}-eth0'})" in kept["reason"]
+    assert by_owner[forgotten]["action"] == "del", by_owner[forgotten]
+    assert list(crashed.ips().values()) == [f"{known}\r\neth0"]
+    assert len(held) == 2
+    assert (delegates / f"hl-{known}-eth0").exists()

@@ -37,6 +37,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 
+    from cni_reaper.multus import DelegateResults
+
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
 
@@ -207,9 +209,8 @@ class ReservationPlanner:
         chains: ChainCache,
         del_problems: Mapping[str, str],
         dry_run: bool = False,
-        # where a meta plugin cached a delegate's result for (network, container ID, ifname),
-        # if one did and its DEL is still to come (multus.py)
-        delegated: Callable[[str, str, str], str | None] | None = None,
+        # where Multus cached a delegate's result, if it did and its DEL is still to come
+        delegated: DelegateResults | None = None,
     ) -> None:
         self._fates = fates
         self._delegated = delegated

@@ -12,16 +12,19 @@ from typing import Any
 import pytest
 
 from cni_reaper.errors import ExitCode
+from cni_reaper.runtime.inventory import META_DB
 from tests.bolt_writer import containerd_sandbox, put, sandbox_metadata, write_db
 from tests.crashed import Crashed, by_path
 from tests.nodetree import CONTAINER_IDS, cache_entry_bytes
 
-META_DB = "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
 KNOWN, FORGOTTEN, DROPPED = CONTAINER_IDS[:3]
 
 
-def containerd_knows(crashed: Crashed, *records: list[Any]) -> None:
-    path = crashed.node.root / META_DB
+def containerd_knows(
+    crashed: Crashed, *records: list[Any], root: str = "/var/lib/containerd"
+) -> None:
+    """A meta.db under containerd's root (its default, or where another config puts it)."""
+    path = crashed.node.root / root.lstrip("/") / META_DB
     path.parent.mkdir(parents=True, exist_ok=True)
     write_db(path, [[op for ops in records for op in ops]], no_freelist_sync=True)
 
@@ -201,18 +204,12 @@ def write_file(crashed: Crashed, node_path: str, data: str | bytes) -> Path:
     return path
 
 
-def write_meta_db(crashed: Crashed, root: str, records: list[Any]) -> None:
-    path = crashed.node.root / root.lstrip("/") / "io.containerd.metadata.v1.bolt/meta.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_db(path, [records], no_freelist_sync=True)
-
-
 def dockers_containerd(crashed: Crashed) -> None:
     """containerd.io as Docker installs it: the CRI turned off, a database all the same, with
     Docker's namespace only."""
     write_file(crashed, "/etc/containerd/config.toml", 'disabled_plugins = ["cri"]\n')
     labels = ["v1", "moby", "containers", "c" * 64, "labels"]
-    write_meta_db(crashed, "/var/lib/containerd", [put(labels, "com.docker", "1")])
+    containerd_knows(crashed, [put(labels, "com.docker", "1")])
 
 
 def podmans_storage(crashed: Crashed) -> None:
@@ -229,7 +226,9 @@ def k3s_with_its_own_data_dir(crashed: Crashed) -> None:
     """k3s started with data-dir set (config.yaml), which the reaper does not read: its
     containerd's records, which know the sandbox, are under /data/k3s."""
     write_file(crashed, "/etc/rancher/k3s/config.yaml", "data-dir: /data/k3s\n")
-    write_meta_db(crashed, "/data/k3s/agent/containerd", containerd_sandbox("k8s.io", KNOWN))
+    containerd_knows(
+        crashed, containerd_sandbox("k8s.io", KNOWN), root="/data/k3s/agent/containerd"
+    )
 
 
 def containerd_rooted_by_its_unit(crashed: Crashed) -> None:
@@ -237,7 +236,7 @@ def containerd_rooted_by_its_unit(crashed: Crashed) -> None:
     write_file(crashed, "/etc/containerd/config.toml", "version = 2\n")
     unit = "[Service]\nExecStart=\nExecStart=/usr/bin/containerd --root /srv/containerd\n"
     write_file(crashed, "/etc/systemd/system/containerd.service.d/10-root.conf", unit)
-    write_meta_db(crashed, "/srv/containerd", containerd_sandbox("k8s.io", KNOWN))
+    containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN), root="/srv/containerd")
 
 
 def containerd_on_a_volume_not_mounted_yet(crashed: Crashed) -> None:

@@ -651,11 +651,8 @@ def _crio(root: str, located: LocatedPath, start: Callable[[], _CrioStart], foun
         for file_name in STORAGE_FILES:
             node_path = f"{storage_dir}/{file_name}"
             try:
-                ids: list[str] = []
-                containers = 0
                 data = _read_file(root, node_path, MAX_STORAGE_FILE_BYTES)
-                if data is not None:
-                    ids, containers = _crio_sandbox_ids(data)
+                ids, containers = _crio_sandbox_ids(data or b"")
             except _Unreadable as e:
                 found.unreadable.append(f"cri-o: {host_path(root, node_path)}: {e}")
                 return

@@ -42,6 +42,7 @@ from cni_reaper.journal import (
     more_fields,
     reservation_fields,
     summary_fields,
+    warning_fields,
 )
 from cni_reaper.lock import RunLock
 from cni_reaper.node_root import LeavesRoot
@@ -375,6 +376,8 @@ def _run(
             else:
                 report = _pipeline(run)
     report.finish()
+    for warning in report.warnings:
+        events.emit(warning_fields(warning, len(report.warnings), args.dry_run))
     _emit_more(args, paths, report, events)
     summary = summary_fields(report, sum(events.cut.values()))
     events.emit(summary)

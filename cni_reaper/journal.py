@@ -1,4 +1,5 @@
-"""Events for the log: one structured journal record per action and one for the summary.
+"""Events for the log: one structured journal record per action, one per warning of the run, and
+one for the summary.
 
 Under systemd, when stderr is the journal stream systemd named in $JOURNAL_STREAM and
 systemd-python is there, records go to the journal natively with their fields; otherwise the
@@ -36,6 +37,7 @@ class Event(str, Choice):
     LEFT = "left"
     NEEDS_ATTENTION = "needs-attention"
     KEPT = "kept"
+    WARNING = "warning"  # something the run could not read or use, and what it did instead
     MORE = "more"  # the records of one kind past RECORDS_PER_KIND, counted in one record
     SUMMARY = "summary"
 
@@ -55,6 +57,7 @@ _MESSAGE_IDS = {
     Event.LEFT: "2555a316e595483ab986f58054267ae4",
     Event.NEEDS_ATTENTION: "53f32876435644e29b4cbec508b4c40c",
     Event.KEPT: "cba8cac8fd334944a069e83d9a34fe19",
+    Event.WARNING: "e11d630a71f740d3be578689a342ba78",
     Event.MORE: "56ee09c1f831411289e89261cd26f4a4",
     Event.SUMMARY: "40d33e61a7024481a04d33a66d8dad96",
 }
@@ -66,6 +69,7 @@ _PRIORITIES = {
     Event.LEFT: 4,
     Event.NEEDS_ATTENTION: 4,
     Event.KEPT: 6,
+    Event.WARNING: 4,
     Event.MORE: 4,  # raised to its kind's where that is higher (err for repair-failed)
     Event.SUMMARY: 5,
 }
@@ -175,6 +179,21 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     return _without_empty(fields)
 
 
+def warning_fields(warning: str, warnings: int, dry_run: bool) -> dict[str, str]:
+    """A warning of the run as one record, with how many the run had. Under the unit no text
+    report is printed, so this record is where the journal learns what the run could not read
+    or use (a config, a boot record, a plugin dir), and so why it kept what it kept."""
+    return {
+        "MESSAGE": warning,
+        "MESSAGE_ID": Event.WARNING.message_id,
+        "PRIORITY": str(Event.WARNING.priority),
+        "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
+        "CNI_REAPER_EVENT": Event.WARNING.value,
+        "CNI_REAPER_WARNINGS": str(warnings),
+        "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
+    }
+
+
 def _seconds(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
@@ -215,6 +234,7 @@ def summary_fields(report: Report, not_logged: int = 0) -> dict[str, str]:
         else "unknown",
         "CNI_REAPER_ADDRESSES_LEFT": str(sum(p.left_total for p in report.pools)),
         "CNI_REAPER_NOT_LOGGED": str(not_logged) if not_logged else "",
+        "CNI_REAPER_WARNINGS": str(len(report.warnings)) if report.warnings else "",
         "CNI_REAPER_SECONDS": _seconds(report.in_all),
         "CNI_REAPER_SECONDS_TO_PLAN": _seconds(report.to_plan),
     }

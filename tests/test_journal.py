@@ -101,7 +101,18 @@ def test_every_action_is_one_structured_record_plus_a_summary(
     recorder = Recorder()
     code, report = crashed.run(capsys, events=EventLog(send=recorder))
 
-    entries, summary = recorder.sent[:-1], recorder.sent[-1]
+    *records, summary = recorder.sent
+    entries = [r for r in records if r["CNI_REAPER_EVENT"] != "warning"]
+    # Under the unit no text report is printed: each of its warnings is a record of its own,
+    # after the entries', counted in the summary.
+    warnings = records[len(entries) :]
+    assert report["warnings"], "the node is one the reaper warns about"
+    assert [r["MESSAGE"] for r in warnings] == report["warnings"]
+    for record in warnings:
+        assert record["MESSAGE_ID"] == Event.WARNING.message_id
+        assert (record["PRIORITY"], record["CNI_REAPER_DRY_RUN"]) == ("4", "0")
+        assert record["CNI_REAPER_WARNINGS"] == str(len(warnings))
+    assert summary["CNI_REAPER_WARNINGS"] == str(len(warnings))
     # Kept entries are not actions: they are logged only with -v.
     assert {r["CNI_REAPER_FILE"]: r["CNI_REAPER_EVENT"] for r in entries} == {
         name: event for name, event in expected.items() if event != "kept"
@@ -150,6 +161,7 @@ def test_message_ids_never_change() -> None:
         "left": "2555a316e595483ab986f58054267ae4",
         "needs-attention": "53f32876435644e29b4cbec508b4c40c",
         "kept": "cba8cac8fd334944a069e83d9a34fe19",
+        "warning": "e11d630a71f740d3be578689a342ba78",
         "more": "56ee09c1f831411289e89261cd26f4a4",
         "summary": "40d33e61a7024481a04d33a66d8dad96",
     }
@@ -174,7 +186,9 @@ def test_without_the_journal_the_same_facts_go_to_stderr_as_lines(
     ):
         assert fact in line
     assert lines[-1].startswith("cni-reaper: 4 entries;")
-    assert len(lines) == 4  # three actions and the summary
+    warned = [line for line in lines if "(cni_reaper_event=warning " in line]
+    assert warned[0].endswith(f"cni_reaper_warnings={len(warned)} cni_reaper_dry_run=0)")
+    assert len(lines) == 4 + len(warned)  # three actions, the warnings and the summary
 
 
 def test_native_logging_is_chosen_only_for_the_stream_systemd_named(tmp_path: Path) -> None:
@@ -282,7 +296,7 @@ def test_no_record_of_any_kind_has_an_empty_field(
 ) -> None:
     records = records_of_every_kind(crashed, capsys)
     assert {r["MESSAGE_ID"] for r in records} == {e.message_id for e in Event}
-    kinds = {"entry", "reservation", "more", "summary"}
+    kinds = {"entry", "reservation", "warning", "more", "summary"}
     seen = {
         r["CNI_REAPER_EVENT"]
         if r["CNI_REAPER_EVENT"] in kinds
@@ -333,16 +347,28 @@ def test_past_the_bound_a_kind_is_counted_in_one_record_and_the_report_stays_who
     crashed.node.record_before_runtime(crashed.t0 + 20)
     crashed.node.runtime_starts()
     left = [crashed.node.write_result(f"hl-{n + 100:064x}-eth0", b"") for n in range(4)]
+    for n in range(3):  # each a warning naming it, beside the run's own
+        crashed.node.write_conf(f"{n}-broken.conflist", b"{")
     stream = io.StringIO()
 
     code, report = crashed.run(capsys, events=EventLog(stream=stream, bound=2))
 
     assert code == 65
     assert len(report["entries"]) == len(repaired) + len(left)  # the report has them all
+    assert len(report["warnings"]) >= 5
     lines = stream.getvalue().splitlines()
     events = [line.split("cni_reaper_event=")[1].split()[0].rstrip(")") for line in lines]
-    assert Counter(events) == {"repaired": 2, "left": 2, "more": 2, "summary": 1}
-    more = {line.split("cni_reaper_more_of=")[1].split()[0]: line for line in lines[-3:-1]}
+    assert Counter(events) == {"repaired": 2, "left": 2, "warning": 2, "more": 3, "summary": 1}
+    assert [line for line in lines if "cni_reaper_event=warning" in line] == [
+        f"cni-reaper: {warning} (cni_reaper_event=warning "
+        f"cni_reaper_warnings={len(report['warnings'])} cni_reaper_dry_run=0)"
+        for warning in report["warnings"][:2]
+    ]
+    more = {line.split("cni_reaper_more_of=")[1].split()[0]: line for line in lines[-4:-1]}
+    assert more["warning"].startswith(
+        f"cni-reaper: {len(report['warnings']) - 2} more warning records not logged (2 logged"
+    )
+    assert f"cni_reaper_warnings={len(report['warnings'])} " in lines[-1]
     quarantine = crashed.node.quarantine / "11111111-2222-3333-4444-555555555555"
     assert more["repaired"].startswith(
         "cni-reaper: 3 more repaired records not logged (2 logged, at most 2 of a kind per "
@@ -352,7 +378,8 @@ def test_past_the_bound_a_kind_is_counted_in_one_record_and_the_report_stays_who
     assert "cni_reaper_not_logged=3 " in more["repaired"]
     assert "cni_reaper_not_logged=2 " in more["left"]
     assert "quarantine" not in more["left"]  # left files stay where they are
-    assert "cni_reaper_not_logged=5 " in lines[-1]  # the summary counts them all
+    # The summary counts them all.
+    assert f"cni_reaper_not_logged={5 + len(report['warnings']) - 2} " in lines[-1]
 
 
 def test_the_records_for_cut_failures_keep_their_priority() -> None:

@@ -120,14 +120,18 @@ def test_twenty_thousand_left_alone_lose_no_record_to_the_rate_limit(
     # The JSON report stays whole.
     assert len(report["entries"]) == LEFT_ALONE
     assert {e["action"] for e in report["entries"]} == {"leave"}
-    # Every record the reaper sent is in the journal: the first of the left ones, one MORE
-    # record for the rest, the summary.
+    # Every record the reaper sent is in the journal: the first of the left ones, the run's
+    # warnings (the text report's, which a unit does not print), one MORE record for the rest
+    # of the left ones, the summary.
     records = result["records"]
     assert by_message_id(records) == {
         Event.LEFT.message_id: RECORDS_PER_KIND,
+        Event.WARNING.message_id: len(report["warnings"]),
         Event.MORE.message_id: 1,
         Event.SUMMARY.message_id: 1,
     }
+    warned = [r for r in records if r["MESSAGE_ID"] == Event.WARNING.message_id]
+    assert [r["MESSAGE"] for r in warned] == report["warnings"]
     (more,) = (r for r in records if r["MESSAGE_ID"] == Event.MORE.message_id)
     assert more["CNI_REAPER_MORE_OF"] == "left"
     assert int(more["CNI_REAPER_NOT_LOGGED"]) == LEFT_ALONE - RECORDS_PER_KIND

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from cni_reaper.journal import Event
 from tests.private_node import cannot_run
 from tests.vm.campaign import reaper_seconds
 from tests.vm.machine import Boot, Image, Node, have_tools
@@ -31,6 +32,9 @@ TRIXIE_DEBS = Path(
 # The clean reboot's results files besides its pods' (issue 17: the time the unit holds the
 # runtime back on a real boot, next to the floor program).
 TIMED_ENTRIES = 1000
+# The records of what was done or left, or of records cut: none but the summary's and the
+# warnings' on a node that has nothing to repair.
+ENTRY_EVENTS = {e.value for e in Event} - {Event.SUMMARY.value, Event.WARNING.value}
 # The reaper's After= (its unit file) and what a service's default dependencies add.
 REAPER_AFTER = ("local-fs.target", "systemd-update-utmp.service", "sysinit.target", "basic.target")
 SEED_ERROR = 'failed to get network "podnet" cached result: decoding version from network config'
@@ -145,6 +149,13 @@ def witnesses(boot: Boot) -> dict[str, str]:
     record = summary(boot)
     prefix = "CNI_REAPER_WITNESS_"
     return {k[len(prefix) :].lower(): v for k, v in record.items() if k.startswith(prefix)}
+
+
+def warnings_logged(boot: Boot) -> list[str]:
+    """The run's warnings, each a record of its own in the journal, counted by its summary."""
+    logged = [r["MESSAGE"] for r in reaper_records(boot) if r.get("CNI_REAPER_EVENT") == "warning"]
+    assert str(len(logged)) == summary(boot).get("CNI_REAPER_WARNINGS", "0"), logged
+    return logged
 
 
 def podnet_files(sizes: dict[str, int]) -> dict[str, int]:
@@ -312,7 +323,7 @@ def test_after_a_clean_shutdown_the_reaper_touches_nothing(
     before = {k: v for k, v in first.one("bulk").items() if k != "kind"}
     assert second.one("timing")["bulk"] == before
     assert record["CNI_REAPER_ENTRIES"] == str(len(facts["results"]) + TIMED_ENTRIES)
-    assert not [r for r in reaper_records(second) if r.get("CNI_REAPER_EVENT") != "summary"]
+    assert not [r for r in reaper_records(second) if r.get("CNI_REAPER_EVENT") in ENTRY_EVENTS]
     assert "reboot: Power down" in first.serial
 
 
@@ -636,12 +647,18 @@ def test_trixie_after_a_clean_shutdown_every_witness_says_clean_and_nothing_is_t
     assert record["CNI_REAPER_PREVIOUS_BOOT_CRASHED"] == "0", record
     said = witnesses(second)
     assert said["shutdown_marker"] == "clean" and said["wtmpdb"] == "clean", said
-    # The journal too: systemd's shutdown message reached /var/log/journal before the end.
-    assert (said["file_system"], said["journal"]) == ("clean", "clean"), said
+    # The journal too: systemd's shutdown message reached /var/log/journal before the end. Its
+    # read is bounded (2 s): under emulation, from a cold disk, it may not be done in time, and
+    # then it says unknown, and a warning says why.
+    assert said["file_system"] == "clean", said
+    logged = warnings_logged(second)
+    if said["journal"] != "clean":
+        assert said["journal"] == "unknown", said
+        assert [w for w in logged if w.startswith("journal: ") and "deadline" in w], logged
     assert "CNI_REAPER_WITNESSES_DISAGREE" not in record
     assert record["CNI_REAPER_EXIT_CODE"] == "0"
     assert facts["quarantine"] == []
     assert podnet_files(facts["results"]) == podnet_files(first.one("pods")["results"])
-    assert not [r for r in reaper_records(second) if r.get("CNI_REAPER_EVENT") != "summary"]
+    assert not [r for r in reaper_records(second) if r.get("CNI_REAPER_EVENT") in ENTRY_EVENTS]
     rows = [row for row in facts["records"]["wtmpdb_rows"] if row[1] == 1]
     assert rows[-2][4] is not None  # wtmpdb shutdown wrote boot 1's Logout

@@ -120,6 +120,12 @@ def render(report: Report, started: float, finished: float) -> str:
         [(_label(content=c.value), report.contents.get(c.value, 0)) for c in Content],
     )
     lines += _series(
+        "cni_reaper_warnings",
+        "Warnings of the last run: what it could not read or use; the report and the journal's "
+        "warning records say what.",
+        [("", len(report.warnings))],
+    )
+    lines += _series(
         "cni_reaper_actions",
         "Results cache entries of the last run by planned action and outcome.",
         [

@@ -44,9 +44,10 @@ def test_metrics_file_holds_the_run_figures(
     textfile.mkdir()
     prom = textfile / "cni-reaper.prom"
 
-    code, _ = crashed.run(capsys, "--metrics-file", str(prom))
+    code, report = crashed.run(capsys, "--metrics-file", str(prom))
 
     found = samples(prom)
+    assert found[("cni_reaper_warnings", ())] == len(report["warnings"]) > 0
     assert found[("cni_reaper_entries", (("content", "valid"),))] == 1
     assert found[("cni_reaper_entries", (("content", "empty"),))] == 2
     # Every verdict has its series, zero or not.

@@ -35,12 +35,16 @@ from cni_reaper.errors import (
 from cni_reaper.escape import printable, printable_lines
 from cni_reaper.evidence import shutdown_marker
 from cni_reaper.journal import (
+    ERR,
+    NOTICE,
+    WARNING,
     Event,
     EventLog,
     entry_fields,
     event_of,
     more_fields,
     reservation_fields,
+    say,
     summary_fields,
     warning_fields,
 )
@@ -156,7 +160,7 @@ def run(
             if why_not is not None:
                 # It quotes what systemctl printed: escaped, as all outside text.
                 shown = printable(why_not)
-                print(f"cni-reaper: no clean-shutdown marker written: {shown}", file=sys.stderr)
+                say(f"cni-reaper: no clean-shutdown marker written: {shown}", NOTICE, env)
             return ExitCode.OK
         assert runtimes is not None  # read for every run but the ExecStop's
         return _run(
@@ -236,7 +240,7 @@ def _write_metrics(path: str, text: str) -> None:
         metrics.write(path, text)
     except (OSError, ValueError) as e:  # ValueError: a NUL in the name
         shown, why = printable(path), getattr(e, "strerror", None) or str(e)
-        print(f"cni-reaper: metrics not written to {shown}: {why}", file=sys.stderr)
+        say(f"cni-reaper: metrics not written to {shown}: {why}", WARNING)
 
 
 def _json_failure(
@@ -947,15 +951,24 @@ def main(
         if isinstance(e, UsageError) and "\nusage: " in message:
             cut = message.rindex("\nusage: ")
             message, usage = message[:cut], message[cut:]
-        print(f"cni-reaper: {printable(message)}{usage}", file=sys.stderr)
-        return int(exit_code_for(e))
+        code = exit_code_for(e)
+        say(
+            f"cni-reaper: {printable(message)}{usage}",
+            WARNING if code is ExitCode.REFUSED else ERR,
+            environ,
+        )
+        return int(code)
     except KeyboardInterrupt:
-        print("cni-reaper: interrupted", file=sys.stderr)
+        say("cni-reaper: interrupted", WARNING, environ)
         return int(ExitCode.INTERRUPTED)
     except Exception:
         import traceback  # noqa: PLC0415 (only for a bug)
 
         # A traceback quotes values too (a file name in an exception): escaped like the rest.
-        sys.stderr.write(printable_lines(traceback.format_exc().splitlines()))
-        print("cni-reaper: internal error (a bug): see the traceback above", file=sys.stderr)
+        traceback_lines = printable_lines(traceback.format_exc().splitlines())
+        say(
+            f"{traceback_lines}cni-reaper: internal error (a bug): see the traceback above",
+            ERR,
+            environ,
+        )
         return int(ExitCode.INTERNAL)

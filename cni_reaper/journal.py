@@ -61,17 +61,18 @@ _MESSAGE_IDS = {
     Event.MORE: "56ee09c1f831411289e89261cd26f4a4",
     Event.SUMMARY: "40d33e61a7024481a04d33a66d8dad96",
 }
-# syslog levels: 3 err, 4 warning, 5 notice, 6 info.
+# syslog levels
+ERR, WARNING, NOTICE, INFO = 3, 4, 5, 6
 _PRIORITIES = {
-    Event.REPAIRED: 5,
-    Event.REPAIR_FAILED: 3,
-    Event.PLANNED: 5,
-    Event.LEFT: 4,
-    Event.NEEDS_ATTENTION: 4,
-    Event.KEPT: 6,
-    Event.WARNING: 4,
-    Event.MORE: 4,  # raised to its kind's where that is higher (err for repair-failed)
-    Event.SUMMARY: 5,
+    Event.REPAIRED: NOTICE,
+    Event.REPAIR_FAILED: ERR,
+    Event.PLANNED: NOTICE,
+    Event.LEFT: WARNING,
+    Event.NEEDS_ATTENTION: WARNING,
+    Event.KEPT: INFO,
+    Event.WARNING: WARNING,
+    Event.MORE: WARNING,  # raised to its kind's where that is higher (err for repair-failed)
+    Event.SUMMARY: NOTICE,
 }
 
 # Records of each kind (one Event but MORE and SUMMARY) sent per run; the rest of that kind
@@ -404,6 +405,24 @@ def _line(fields: Mapping[str, str]) -> str:
 
 def _printable_fields(fields: Mapping[str, str]) -> dict[str, str]:
     return {key: printable(value) for key, value in fields.items()}
+
+
+def say(text: str, priority: int, environ: Mapping[str, str] | None = None) -> None:
+    """A message of the run's own (an error that ends it, a file it could not write) on
+    stderr. Under the unit that is journald's stream, which takes a leading <N> as the line's
+    syslog priority (SyslogLevelPrefix=, on unless a unit turns it off): each line gets it,
+    so that `journalctl -p err` shows a run that failed, traceback and all; elsewhere the
+    text is written as it is."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, ValueError, OSError):  # replaced by something without one
+        fd = -1
+    if fd >= 0 and is_journal_stream(os.environ if environ is None else environ, fd):
+        text = "".join(f"<{priority}>{line}\n" for line in text.splitlines())
+    else:
+        text += "\n"
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 def is_journal_stream(environ: Mapping[str, str], stderr_fd: int = 2) -> bool:

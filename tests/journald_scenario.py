@@ -36,6 +36,7 @@ from tests.private_node import private_tmpfs
 
 JOURNALD = Path("/lib/systemd/systemd-journald")
 SOCKETS = Path("/run/systemd/journal")
+END_OF_STREAM = "journald_scenario: the command has exited"
 
 
 def wait_for(path: Path, seconds: float = 20) -> None:
@@ -50,8 +51,10 @@ def stream_to_journald(identifier: str) -> socket.socket:
     """What systemd connects a service's stdout/stderr to: journald's stdout stream socket."""
     stream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stream.connect(str(SOCKETS / "stdout"))
-    # identifier, unit id, priority, level prefix, forward to syslog, kmsg, console
-    stream.sendall(f"{identifier}\n\n6\n0\n0\n0\n0\n".encode())
+    # identifier, unit id, priority, level prefix, forward to syslog, kmsg, console; a
+    # service's own defaults: info, and a leading <N> read as the line's priority
+    # (SyslogLevelPrefix=yes).
+    stream.sendall(f"{identifier}\n\n6\n1\n0\n0\n0\n".encode())
     stream.shutdown(socket.SHUT_RD)
     return stream
 
@@ -130,10 +133,14 @@ def main(out: Path, command: list[str]) -> None:
             timeout=120,
             preexec_fn=join_unit if cgroup is not None else None,
         )
+        # The stream's lines are read in order: after this one, the command's lines are in.
+        stream.sendall(f"<7>{END_OF_STREAM}\n".encode())
         stream.close()
         records: list[dict[str, str]] = []
         deadline = time.monotonic() + 20
-        # journald takes the datagrams in its own time; the summary record comes last.
+        # journald takes the datagrams in its own time; the summary record comes last, and
+        # only a run that got as far as its report sends one.
+        summary_due = proc.returncode in (0, 65, 73)
         while time.monotonic() < deadline:
             shown = subprocess.run(
                 ["journalctl", "--directory=/run/log/journal", "-o", "json", "--no-pager"],
@@ -141,9 +148,12 @@ def main(out: Path, command: list[str]) -> None:
                 text=True,
             )
             records = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
-            if any(r.get("CNI_REAPER_EVENT") == "summary" for r in records):
+            ended = any(r.get("MESSAGE") == END_OF_STREAM for r in records)
+            summary = any(r.get("CNI_REAPER_EVENT") == "summary" for r in records)
+            if ended and (summary or not summary_due):
                 break
             time.sleep(0.2)
+        records = [r for r in records if r.get("MESSAGE") != END_OF_STREAM]
         if copy:
             shutil.copytree("/run/log/journal", copy)
         out.write_text(

@@ -291,6 +291,34 @@ def test_records_arrive_in_a_real_journald(crashed: Crashed, tmp_path: Path) -> 
     assert not SPLIT_FIELDS & by_file[UNSPLITTABLE].keys()
 
 
+def test_a_run_that_ends_early_says_why_in_the_journal_at_its_priority(
+    crashed: Crashed, tmp_path: Path
+) -> None:
+    """No summary is logged then: the one line is all the journal learns, and `journalctl -p`
+    must find it. A refusal is a warning (the runtime is up: nothing to do now), the rest err,
+    every line of it."""
+    reason = _why_no_journald()
+    if reason:
+        cannot_run(reason)
+    mixed_node(crashed, wall_clock=True)
+    before = sorted(p.name for p in crashed.node.results.iterdir())
+
+    with crashed.containerd_answering():
+        refused = reaper_in_journald(crashed.node.root, tmp_path / "refused.json")
+    usage = reaper_in_journald(crashed.node.root, tmp_path / "usage.json", "--parallel", "0")
+
+    assert refused["exit"] == 75
+    (line,) = refused["records"]
+    assert line["MESSAGE"].startswith("cni-reaper: a container runtime is running (it answers")
+    assert line["PRIORITY"] == "4"
+    assert usage["exit"] == 2
+    lines = usage["records"]
+    assert lines[0]["MESSAGE"] == "cni-reaper: --parallel must be at least 1"
+    assert lines[1]["MESSAGE"].startswith("usage: cni-reaper ")
+    assert {r["PRIORITY"] for r in lines} == {"3"}
+    assert sorted(p.name for p in crashed.node.results.iterdir()) == before
+
+
 def test_no_record_of_any_kind_has_an_empty_field(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:

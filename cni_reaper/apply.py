@@ -7,7 +7,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 
-from cni_reaper import content
+from cni_reaper.content import same_damage
 from cni_reaper.host_local import Releases
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.parallel import TICK_SECONDS, in_parallel
@@ -154,7 +154,10 @@ def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:
         entry = planned.entry
         sidecar = _sidecar(planned, outcome, replayed, ex.clock_now)
         moves.append(
-            (len(results), Move(ex.results_fd, entry.name, entry.file, sidecar, _vet(planned)))
+            (
+                len(results),
+                Move(ex.results_fd, entry.name, entry.file, sidecar, same_damage(entry.content)),
+            )
         )
         results.append(EntryResult(planned, outcome, replayed))
     moved = ex.quarantine.move_all([move for _, move in moves])
@@ -172,17 +175,6 @@ def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:
 
 
 UNATTEMPTED = "its DEL was not attempted: left where it is, whole, for the next run's DEL"
-
-
-def _vet(planned: PlannedEntry) -> Callable[[bytes], str | None]:
-    """The bytes about to be moved must still be the damage the plan was made on."""
-    judged = planned.entry.verdict.content
-
-    def vet(data: bytes) -> str | None:
-        found = content.classify(data).content
-        return None if found is judged else f"now {found.value}, was {judged.value}"
-
-    return vet
 
 
 def _sidecar(

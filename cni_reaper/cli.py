@@ -40,6 +40,7 @@ from cni_reaper.journal import (
     WARNING,
     Event,
     EventLog,
+    delegate_fields,
     entry_fields,
     event_of,
     more_fields,
@@ -500,6 +501,13 @@ def _pipeline(run: _Run) -> Report:
     reserved_before = {
         network: pool.ListedAddresses(host_local.address_names(store)) for network, store in stores
     }
+    # Multus's delegate results: judged first (the pre-runtime record takes their dir before
+    # the results dir), moved once the whole plan is kept, before any DEL (ready() below).
+    multus_cache = multus.MultusCache.open(paths.multus_results_dir)
+    if multus_cache.problem:
+        warnings.append(multus_cache.problem)
+    cached_by_multus = multus_cache.delegate_results() if stores else None
+    delegates = _planned_delegates(run, boot_ctx, proof, multus_cache)
     fates = EntryFates()  # what became of each entry; told of the results dir once it is open
     chains = ChainCache(run.plugin_dirs)  # each config's plugins, resolved once for every DEL
     cached_configs = _CachedConfigs(run)
@@ -518,6 +526,7 @@ def _pipeline(run: _Run) -> Report:
             except OSError as e:
                 warnings.append(f"cannot keep this boot's pre-runtime record: {e}")
         report.mark_planned()
+        _settle_delegates(run, report, multus_cache, delegates, veto, boot_ctx)
         return veto
 
     try:
@@ -542,6 +551,7 @@ def _pipeline(run: _Run) -> Report:
             # stays so
             alive=lambda container_id: why_alive(live, container_id),
             pins=_pinned_netns(run) if stores else frozenset(),
+            cached_by_multus=cached_by_multus,
         )
         return report
     quarantines: list[Quarantine] = []  # the one a real run opens, if it changes anything
@@ -635,6 +645,7 @@ def _pipeline(run: _Run) -> Report:
             pins,
             del_problems,
             sandboxes.knows,
+            cached_by_multus,
         )
     finally:
         for quarantine in quarantines:
@@ -772,6 +783,63 @@ class _CachedConfigs:
         return None, problem
 
 
+def _planned_delegates(
+    run: _Run, boot_ctx: boot.BootContext, proof: pre_runtime.Proof, found: multus.MultusCache
+) -> list[multus.PlannedDelegate]:
+    """The policy for each of Multus's delegate results (multus.py), none changed yet."""
+    if found.fd is None:
+        return []
+    entries = found.entries(run.configs.networks.keys())
+    if not entries:
+        return []
+    proof.open_dir(found.results_dir, os.fstat(found.fd))
+    live = _live_containers(run)
+
+    def alive(container_id: str) -> str | None:
+        return why_alive(live, container_id)
+
+    where = found.results_dir
+    return [
+        multus.plan_delegate(e, proof.written(where, e.name, e.file, boot_ctx), alive)
+        for e in entries
+    ]
+
+
+def _settle_delegates(
+    run: _Run,
+    report: Report,
+    found: multus.MultusCache,
+    plan: list[multus.PlannedDelegate],
+    veto: str | None,
+    boot_ctx: boot.BootContext,
+) -> None:
+    """Multus's damaged delegate results moved aside: once the whole plan is made and kept,
+    before the first DEL, one of which may be Multus's own and need them gone too."""
+    try:
+        if veto is not None:
+            plan = [multus.held_back(p, veto) for p in plan]
+        if run.args.dry_run or not plan:
+            docs = [
+                multus.delegate_doc(
+                    p, found.results_dir, "planned" if p.action.changes_things else "skipped"
+                )
+                for p in plan
+            ]
+        else:
+            from cni_reaper import multus_repair  # noqa: PLC0415 (real runs with them only)
+
+            docs = multus_repair.carry_out(
+                plan, found, run.paths.quarantine_dir, boot_ctx.boot_id, boot_ctx.now
+            )
+    finally:
+        found.close()
+    verbose, dry_run = run.args.verbose, run.args.dry_run
+    for doc in docs:
+        report.add_delegate(doc)
+        if doc["action"] != "keep" or verbose:
+            run.events.emit(delegate_fields(doc, dry_run))
+
+
 def _sandbox_records(run: _Run) -> SandboxInventory:
     """What the runtimes' records on disk say of the sandboxes they will still know."""
     from cni_reaper.runtime import inventory  # noqa: PLC0415 (only with a results dir)
@@ -796,13 +864,13 @@ def _reservations(
     pins: frozenset[str] | str = frozenset(),
     del_problems: Mapping[str, str] | None = None,
     knows: Callable[[str], bool | None] | None = None,  # SandboxInventory.knows
+    cached_by_multus: multus.DelegateResults | None = None,  # as found before any move
 ) -> None:
     """After every DEL of the results cache has run: the addresses nobody else will release,
     then how full each pool is left."""
     args = run.args
 
     owner_alive = _owner_alive(pins, alive)
-    cached_by_multus = multus.delegate_results(run.paths.root) if stores else None
     delegated = None
     if cached_by_multus is not None:
 

@@ -13,7 +13,7 @@ from cni_reaper.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 CACHE_KIND = "cniCacheV1"
 _IDENTITY_KEYS = ("networkName", "containerId", "ifName")  # in the order of Identity's fields
@@ -250,6 +250,17 @@ def _check_cache_fields(doc: dict[str, Any]) -> str | None:
     if result is not None and type(result) is not dict:
         return "'result' is not an object"
     return None
+
+
+def same_damage(judged: Content) -> Callable[[bytes], str | None]:
+    """For a file about to be moved: why its bytes are no longer the damage the plan judged,
+    or None when they still are."""
+
+    def vet(data: bytes) -> str | None:
+        found = classify(data).content
+        return None if found is judged else f"now {found.value}, was {judged.value}"
+
+    return vet
 
 
 def classify(data: bytes) -> ContentVerdict:

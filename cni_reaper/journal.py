@@ -180,6 +180,36 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     return _without_empty(fields)
 
 
+def delegate_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
+    """One of Multus's delegate results (multus.delegate_doc()) as one record."""
+    outcome, action = str(doc["outcome"]), str(doc["action"])
+    event = {
+        "done": Event.REPAIRED,
+        "failed": Event.REPAIR_FAILED,
+        "planned": Event.PLANNED,
+    }.get(outcome) or {"keep": Event.KEPT, "report": Event.NEEDS_ATTENTION}.get(action, Event.LEFT)
+    fields = {
+        "MESSAGE": f"{doc['path']}: Multus delegate result {doc['content']}, {doc['written']} -> "
+        f"{action} [{outcome}]: {doc['reason']}",
+        "MESSAGE_ID": event.message_id,
+        "PRIORITY": str(event.priority),
+        "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
+        "CNI_NETWORK": str(doc["network"] or ""),
+        "CNI_CONTAINERID": str(doc["container_id"] or ""),
+        "CNI_IFNAME": str(doc["ifname"] or ""),
+        "CNI_REAPER_FILE": str(doc["path"]),
+        "CNI_REAPER_CONTENT": str(doc["content"]),
+        "CNI_REAPER_WRITTEN": str(doc["written"]),
+        "CNI_REAPER_ACTION": f"{action}-delegate-result",
+        "CNI_REAPER_OUTCOME": outcome,
+        "CNI_REAPER_EVENT": event.value,
+        "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
+        "CNI_REAPER_QUARANTINED_TO": str(doc["quarantined_to"] or ""),
+        "CNI_REAPER_PROBLEMS": str(doc["problem"] or ""),
+    }
+    return _without_empty(fields)
+
+
 def warning_fields(warning: str, warnings: int, dry_run: bool) -> dict[str, str]:
     """A warning of the run as one record, with how many the run had. Under the unit no text
     report is printed, so this record is where the journal learns what the run could not read

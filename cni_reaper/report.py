@@ -79,6 +79,9 @@ class Report:
         # orphans' docs were some 15 MB held to the end.
         self.reservations: Counter[tuple[str, str]] = Counter()
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
+        # Multus's delegate results (multus.py): a few a pod on the nodes that have them,
+        # kept whole and written out with the summary.
+        self.delegates: list[dict[str, Any]] = []
         # what the runtimes' own records say of the sandboxes they will know
         self.runtime_records = runtime_records if runtime_records is not None else []
         # Seconds from the run's start (time.monotonic() as it began, after the interpreter's
@@ -151,6 +154,14 @@ class Report:
         if self.writer is not None:
             self.writer.reservation(self, doc)
 
+    def add_delegate(self, doc: dict[str, Any]) -> None:
+        """One of Multus's delegate results, as multus.delegate_doc() has it."""
+        self.delegates.append(doc)
+        if doc["outcome"] == "failed":
+            self._failed = True
+        elif doc["outcome"] == "skipped" and doc["action"] != "keep":
+            self._left_alone = True  # to report, maybe in flight, or changed since the scan
+
     def mark_planned(self) -> None:
         if self._began is not None:
             self.to_plan = round(time.monotonic() - self._began, 3)
@@ -177,6 +188,9 @@ class Report:
             "outcome": self._tally(2),
             "plugin_errors": self.plugin_errors,
             "host_local": dict(sorted((f"{a}/{o}", n) for (a, o), n in self.reservations.items())),
+            "multus_results": dict(
+                sorted(Counter(f"{d['action']}/{d['outcome']}" for d in self.delegates).items())
+            ),
             "exit_code": int(self.exit_code),
             "seconds": {"to_plan": self.to_plan, "in_all": self.in_all},
         }
@@ -210,6 +224,14 @@ class Report:
                 else f"{acted['done']} done, {acted['failed']} failed"
             )
             said += f"; host-local reservations: {counts}, {acted['skipped']} left alone"
+        moved = Counter(d["outcome"] for d in self.delegates if d["action"] != "keep")
+        if moved:
+            counts = (
+                f"{moved['planned']} planned"
+                if self.dry_run
+                else f"{moved['done']} done, {moved['failed']} failed"
+            )
+            said += f"; Multus delegate results: {counts}, {moved['skipped']} left alone"
         return said
 
     def header(self) -> dict[str, Any]:
@@ -246,6 +268,7 @@ _NOTHING_FOUND = {
     "outcome": {},
     "plugin_errors": 0,
     "host_local": {},
+    "multus_results": {},
     "seconds": {"to_plan": None, "in_all": None},
 }
 
@@ -323,7 +346,7 @@ class JsonWriter:
 
     def finish(self, report: Report) -> None:
         self._start(report)
-        self._end(None, report.summary(), report.pools)
+        self._end(None, report.summary(), report.pools, report.delegates)
 
     def fail(
         self, report: Report | None, header: dict[str, Any], message: str, exit_code: int
@@ -336,19 +359,24 @@ class JsonWriter:
         summary = report.summary() if report is not None else dict(_NOTHING_FOUND)
         summary["exit_code"] = exit_code
         error = {"message": message, "exit_code": exit_code}
-        self._end(error, summary, report.pools if report is not None else [])
+        if report is None:
+            self._end(error, summary, [], [])
+        else:
+            self._end(error, summary, report.pools, report.delegates)
 
     def _end(
         self,
         error: dict[str, Any] | None,
         summary: dict[str, Any],
         pools: list[PoolHealth],
+        delegates: list[dict[str, Any]],
     ) -> None:
         failed = f'  "error": {json.dumps(error)},\n' if error is not None else ""
         pending = self._pending
         self._begin_reservations()  # the reservations themselves written as each was decided
         pending.append(
-            f'],\n  "pools": {json.dumps([p.to_json() for p in pools])},\n{failed}'
+            f'],\n  "multus_results": {json.dumps(delegates)},'
+            f'\n  "pools": {json.dumps([p.to_json() for p in pools])},\n{failed}'
             f'  "summary": {json.dumps(summary)}\n}}\n'
         )
         self._out.write("".join(pending))
@@ -425,7 +453,20 @@ class TextWriter:
 
     def finish(self, report: Report) -> None:
         self._start(report)
-        lines = [pool_line(p, report.dry_run) for p in report.pools]
+        lines = []
+        for d in report.delegates:
+            if d["action"] == "keep" and not self._verbose:
+                continue
+            lines.append(
+                f"{d['path']}: Multus delegate result {d['content']}, {d['written']} -> "
+                f"{d['action']} [{d['outcome']}]"
+            )
+            lines.append(f"    why: {d['reason']}")
+            if d["problem"]:
+                lines.append(f"    problem: {d['problem']}")
+            if d["quarantined_to"]:
+                lines.append(f"    moved to {d['quarantined_to']}")
+        lines.extend(pool_line(p, report.dry_run) for p in report.pools)
         s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"

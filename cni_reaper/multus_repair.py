@@ -1,0 +1,71 @@
+"""Moving Multus's damaged delegate results aside (multus.py says why): the repair stage's
+part for them, real runs only, once the whole plan is made and kept and before any DEL, so
+that the reaper's own DEL of a Multus entry, which runs Multus, finds them gone too.
+
+Each goes to quarantine/<boot>/multus/ beside its sidecar, through a results entry's checks
+(quarantine.py): still the file the plan judged (inode, size, mtime, ctime), still the same
+damage, and the same again once it has arrived; one that changed stays where it is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from cni_reaper.content import same_damage
+from cni_reaper.multus import MultusCache, PlannedDelegate, delegate_doc
+from cni_reaper.plan import Action
+from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+QUARANTINE_SUBDIR = "multus"
+
+
+def carry_out(
+    plan: Sequence[PlannedDelegate],
+    found: MultusCache,
+    quarantine_dir: str,
+    boot_id: str,
+    now: float,
+) -> list[dict[str, Any]]:
+    """The plan's moves made; every delegate result's record, in the plan's order."""
+    results_dir = found.results_dir
+    docs = [delegate_doc(p, results_dir, "skipped") for p in plan]
+    moving = [i for i, p in enumerate(plan) if p.action is Action.QUARANTINE]
+    if not moving or found.fd is None:
+        return docs
+    moves = []
+    for i in moving:
+        planned = plan[i]
+
+        def record(dest: str, sha256: str, planned: PlannedDelegate = planned) -> dict[str, Any]:
+            return sidecar(delegate_doc(planned, results_dir, "done", dest), sha256, now)
+
+        entry = planned.entry
+        moves.append(Move(found.fd, entry.name, entry.file, record, same_damage(entry.content)))
+    place = Quarantine(os.path.join(quarantine_dir, boot_id or "unknown-boot"), QUARANTINE_SUBDIR)
+    unsynced = None
+    try:
+        moved = place.move_all(moves)
+    finally:
+        try:
+            place.close()
+        except OSError as e:
+            # Moved all the same: a power cut may undo it, and the next run would move it again.
+            unsynced = f"its move not made durable: {e.strerror or e}"
+    for i, dest in zip(moving, moved):
+        planned = plan[i]
+        if isinstance(dest, FileChanged):
+            docs[i] = delegate_doc(
+                planned, results_dir, "skipped", problem=f"changed: {dest}; left for the next run"
+            )
+        elif isinstance(dest, OSError):
+            why = f"quarantine: {dest.strerror or dest}"
+            docs[i] = delegate_doc(planned, results_dir, "failed", problem=why)
+        else:
+            moved_to = os.path.join(place.dir, dest)
+            docs[i] = delegate_doc(planned, results_dir, "done", moved_to, unsynced)
+    return docs

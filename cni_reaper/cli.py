@@ -501,21 +501,19 @@ def _pipeline(run: _Run) -> Report:
     reserved_before = {
         network: pool.ListedAddresses(host_local.address_names(store)) for network, store in stores
     }
-    # Multus's delegate results: judged first (the pre-runtime record takes their dir before
-    # the results dir), moved once the whole plan is kept, before any DEL (ready() below).
-    multus_cache = multus.MultusCache.open(paths.multus_results_dir)
-    if multus_cache.problem:
-        warnings.append(multus_cache.problem)
-    cached_by_multus = multus_cache.delegate_results() if stores else None
-    delegates = _planned_delegates(run, boot_ctx, proof, multus_cache)
+    delegates = _Delegates(run, boot_ctx, proof, report)
     fates = EntryFates()  # what became of each entry; told of the results dir once it is open
     chains = ChainCache(run.plugin_dirs)  # each config's plugins, resolved once for every DEL
     cached_configs = _CachedConfigs(run)
 
-    def ready() -> str | None:
-        """Once the whole plan is made, before anything changes: the pre-runtime record
-        completed (the host-local stores too), checked and kept for later runs; the configs
-        cached for networks no conf dir names read before their entries may move."""
+    def ready(alive: Callable[[str], str | None], pins: frozenset[str] | str) -> str | None:
+        """Once the rest of the plan is made: Multus's delegate results judged (alive: why a
+        container's attachments may be alive, pins the netns mounted now); then, before
+        anything changes, the pre-runtime record completed (those and the host-local stores
+        too), checked and kept for later runs; the configs cached for networks no conf dir
+        names read before their entries may move. Then the first changes: Multus's damaged
+        delegate results moved, before any DEL."""
+        delegates.judge(alive, pins)
         for _, store in stores:
             pre_runtime.record_dir(proof, store)
         cached_configs.read_all()
@@ -526,7 +524,7 @@ def _pipeline(run: _Run) -> Report:
             except OSError as e:
                 warnings.append(f"cannot keep this boot's pre-runtime record: {e}")
         report.mark_planned()
-        _settle_delegates(run, report, multus_cache, delegates, veto, boot_ctx)
+        delegates.settle(veto)
         return veto
 
     try:
@@ -535,8 +533,10 @@ def _pipeline(run: _Run) -> Report:
         raise UnsafeInputError(str(e.strerror)) from None
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}")
-        ready()
-        live = _live_containers(run) if stores else frozenset()
+        delegates.open()
+        live = _live_containers(run)
+        pins = _pinned_netns(run)
+        ready(lambda container_id: why_alive(live, container_id), pins)
         _reservations(
             run,
             boot_ctx,
@@ -550,13 +550,14 @@ def _pipeline(run: _Run) -> Report:
             # a peer deleted the dir: every reservation is an orphan, but what is alive
             # stays so
             alive=lambda container_id: why_alive(live, container_id),
-            pins=_pinned_netns(run) if stores else frozenset(),
-            cached_by_multus=cached_by_multus,
+            pins=pins,
+            cached_by_multus=delegates.cached_by,
         )
         return report
     quarantines: list[Quarantine] = []  # the one a real run opens, if it changes anything
     cached_configs.results_fd = results_fd
     try:
+        delegates.open()
         proof.open_dir(paths.results_dir, os.fstat(results_fd))
         fates.present = lambda name: _regular_in(results_fd, name)
         fates.names = lambda: os.listdir(results_fd)
@@ -583,23 +584,22 @@ def _pipeline(run: _Run) -> Report:
         pins = _pinned_netns(run)
         listed: list[str] = []  # the results dir's names, listed once, if a pin needs them
 
-        def alive(planned: PlannedEntry) -> str | None:
+        def mounted(container_id: str) -> str | None:
             """A namespace still mounted that a whole entry of the container names (libcni
             1.2 on caches it): the whole plan is known by now, every sibling entry with it."""
-            if isinstance(pins, str):
-                return f"cannot tell which network namespaces are mounted: {pins}"
-            split = planned.entry.split
-            if not pins or split is None:
-                return None
-            if not listed:
+            if pins and not isinstance(pins, str) and not listed:
                 listed.extend(os.listdir(results_fd))
-            for netns in cache.cached_netns(results_fd, listed, split.container_id):
-                if node_path(netns) in pins:
-                    return f"its network namespace {netns} is still mounted"
-            return None
+            return netns_mounted(pins, results_fd, listed, container_id)
+
+        def alive(planned: PlannedEntry) -> str | None:
+            split = planned.entry.split
+            return mounted(split.container_id) if split is not None else None
+
+        def delegate_alive(container_id: str) -> str | None:
+            return planner.alive(container_id) or mounted(container_id)
 
         entries = cached_configs.noting(cache.inventory(results_fd, run.configs.networks.keys()))
-        plan = held_until(map(planner, entries), ready, alive)
+        plan = held_until(map(planner, entries), lambda: ready(delegate_alive, pins), alive)
         if args.dry_run:
             results = outcome.dry_run(plan)
         else:
@@ -645,11 +645,12 @@ def _pipeline(run: _Run) -> Report:
             pins,
             del_problems,
             sandboxes.knows,
-            cached_by_multus,
+            delegates.cached_by,
         )
     finally:
         for quarantine in quarantines:
             quarantine.close()
+        delegates.close()
         os.close(results_fd)
     return report
 
@@ -783,61 +784,107 @@ class _CachedConfigs:
         return None, problem
 
 
-def _planned_delegates(
-    run: _Run, boot_ctx: boot.BootContext, proof: pre_runtime.Proof, found: multus.MultusCache
-) -> list[multus.PlannedDelegate]:
-    """The policy for each of Multus's delegate results (multus.py), none changed yet."""
-    if found.fd is None:
-        return []
-    entries = found.entries(run.configs.networks.keys())
-    if not entries:
-        return []
-    proof.open_dir(found.results_dir, os.fstat(found.fd))
-    live = _live_containers(run)
-
-    def alive(container_id: str) -> str | None:
-        return why_alive(live, container_id)
-
-    where = found.results_dir
-    return [
-        multus.plan_delegate(e, proof.written(where, e.name, e.file, boot_ctx), alive)
-        for e in entries
-    ]
+def netns_mounted(
+    pins: frozenset[str] | str, dir_fd: int, names: Sequence[str], container_id: str
+) -> str | None:
+    """Why the container's attachments may be alive: a netns that a whole entry of it among
+    names (of the dir at dir_fd) caches is mounted now (pins), or that cannot be told."""
+    if isinstance(pins, str):
+        return f"cannot tell which network namespaces are mounted: {pins}"
+    if not pins:
+        return None
+    for netns in cache.cached_netns(dir_fd, names, container_id):
+        if node_path(netns) in pins:
+            return f"its network namespace {netns} is still mounted"
+    return None
 
 
-def _settle_delegates(
-    run: _Run,
-    report: Report,
-    found: multus.MultusCache,
-    plan: list[multus.PlannedDelegate],
-    veto: str | None,
-    boot_ctx: boot.BootContext,
-) -> None:
-    """Multus's damaged delegate results moved aside: once the whole plan is made and kept,
-    before the first DEL, one of which may be Multus's own and need them gone too."""
-    try:
-        if veto is not None:
-            plan = [multus.held_back(p, veto) for p in plan]
-        if run.args.dry_run or not plan:
-            docs = [
-                multus.delegate_doc(
-                    p, found.results_dir, "planned" if p.action.changes_things else "skipped"
-                )
-                for p in plan
-            ]
-        else:
-            from cni_reaper import multus_repair  # noqa: PLC0415 (real runs with them only)
+class _Delegates:
+    """Multus's delegate results through a run (multus.py): judged with the rest of the plan,
+    before the pre-runtime record is kept; the damaged ones moved once it is, before any DEL,
+    one of which may be Multus's own and need them gone too."""
 
-            docs = multus_repair.carry_out(
-                plan, found, run.paths.quarantine_dir, boot_ctx.boot_id, boot_ctx.now
+    def __init__(
+        self, run: _Run, boot_ctx: boot.BootContext, proof: pre_runtime.Proof, report: Report
+    ) -> None:
+        self._run, self._boot, self._proof, self._report = run, boot_ctx, proof, report
+        self._found: multus.MultusCache | None = None
+        self._plan: list[multus.PlannedDelegate] = []
+        # Where Multus cached a delegate's result, as found before any move (reservations.py)
+        self.cached_by: multus.DelegateResults | None = None
+
+    def open(self) -> None:
+        """The dir as it is before anything moves; before the report is begun, which says
+        the run's warnings first."""
+        run = self._run
+        quarantine_dir = run.paths.quarantine_dir
+
+        def moved(results_dir: str) -> frozenset[str] | None:
+            from cni_reaper import multus_repair  # noqa: PLC0415 (Multus's nodes only)
+
+            return multus_repair.moved_earlier(quarantine_dir, results_dir)
+
+        found = self._found = multus.MultusCache.open(run.paths.cache_dir, moved)
+        if found.problem:
+            run.warnings.append(found.problem)
+        self.cached_by = found.delegate_results()
+
+    def close(self) -> None:
+        if self._found is not None:
+            self._found.close()
+
+    def judge(self, alive: Callable[[str], str | None], pins: frozenset[str] | str) -> None:
+        """alive: why a container's attachments may be alive, from the runtimes' live state
+        and the results dir's entries; a whole delegate result of it may name a netns too."""
+        run, found = self._run, self._found
+        if found is None or found.fd is None:
+            return
+        entries = found.entries(run.configs.networks.keys())
+        if not entries:
+            return
+        fd, where = found.fd, found.results_dir
+        self._proof.open_dir(where, os.fstat(fd))
+        names = [e.name for e in entries]
+
+        def alive_here(container_id: str) -> str | None:
+            return alive(container_id) or netns_mounted(pins, fd, names, container_id)
+
+        self._plan = [
+            multus.plan_delegate(
+                e, self._proof.written(where, e.name, e.file, self._boot), alive_here
             )
-    finally:
-        found.close()
-    verbose, dry_run = run.args.verbose, run.args.dry_run
-    for doc in docs:
-        report.add_delegate(doc)
-        if doc["action"] != "keep" or verbose:
-            run.events.emit(delegate_fields(doc, dry_run))
+            for e in entries
+        ]
+
+    def settle(self, veto: str | None) -> None:
+        """The plan carried out (a real run) or said (a dry run); veto: why nothing may change
+        after all (pre_runtime.confirm)."""
+        run, found, plan = self._run, self._found, self._plan
+        if found is None:
+            return
+        try:
+            if veto is not None:
+                plan = [multus.held_back(p, veto) for p in plan]
+            if run.args.dry_run or not plan:
+                docs = [
+                    multus.delegate_doc(
+                        p, found.results_dir, "planned" if p.action.changes_things else "skipped"
+                    )
+                    for p in plan
+                ]
+            else:
+                from cni_reaper import multus_repair  # noqa: PLC0415 (real runs with them only)
+
+                docs = multus_repair.carry_out(
+                    plan, found, run.paths.quarantine_dir, self._boot.boot_id, self._boot.now
+                )
+        finally:
+            found.close()
+        verbose, dry_run = run.args.verbose, run.args.dry_run
+        for doc in docs:
+            self._report.add_delegate(doc)
+            if doc["action"] != "keep" or verbose:
+                run.events.emit(delegate_fields(doc, dry_run))
 
 
 def _sandbox_records(run: _Run) -> SandboxInventory:

@@ -20,6 +20,7 @@ The same verdicts decide as for the results dir (plan.py), but the one change is
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Collection
 
@@ -27,12 +28,16 @@ from cni_reaper import cache
 from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
 from cni_reaper.content import Content
-from cni_reaper.plan import Action
+from cni_reaper.plan import Action, not_to_change
 from cni_reaper.record import Record
+from cni_reaper.trust import untrusted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+SUBDIR = "multus"  # Multus's cacheDir, under libcni's cache dir
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 STALE_DAMAGE = (
     "left by an earlier boot; Multus's DEL of this delegate would abort on it (libcni 1.1.x): "
@@ -62,28 +67,57 @@ class MultusCache:
         fd: int | None,
         names: frozenset[str] = frozenset(),
         problem: str | None = None,
+        *,
+        every_one_cached: bool = False,
     ) -> None:
         self.results_dir = results_dir
         self.fd = fd  # None: no such dir, or one that cannot be looked at (problem); closed
         self._present = fd is not None
-        self._names = names
+        self._names = names  # the dir's, and those earlier runs moved from it
         self.problem = problem
+        # What earlier runs moved could not be told: no delegate's reservation is an orphan.
+        self._every_one_cached = every_one_cached or problem is not None
 
     @classmethod
-    def open(cls, results_dir: str) -> MultusCache:
-        """The dir opened as the results dir is (cache.py: never through a symlink, never one
-        others can write to, whose files could steer a move)."""
+    def open(cls, cache_dir: str, moved: Callable[[str], frozenset[str] | None]) -> MultusCache:
+        """<cache_dir>/multus/results, the cache dir as paths.py resolved it (inside --root),
+        then each of the two steps below it without following a symlink: one would lead to
+        another machine's files under --root, or back to the runtime's results dir. Neither
+        may be writable by others, whose files could steer a move (cache.py's rule).
+
+        moved(results_dir): the names of its files earlier runs moved to the quarantine: their
+        reservations are still Multus's to release, as they were before the move."""
+        results_dir = os.path.join(cache_dir, SUBDIR, "results")
+        fd = None
         try:
-            fd = cache.open_results_dir(results_dir)
-        except cache.ResultsDirError as e:
-            return cls(results_dir, None, problem=f"Multus's delegate results: {e.strerror}")
-        if fd is None:
+            fd = os.open(cache_dir, _DIR_FLAGS & ~os.O_NOFOLLOW)
+            for step in (SUBDIR, "results"):
+                parent = fd
+                fd = None
+                try:
+                    fd = os.open(step, _DIR_FLAGS, dir_fd=parent)
+                finally:
+                    os.close(parent)
+                problem = untrusted(os.fstat(fd))
+                if problem:
+                    raise OSError(errno.EPERM, f"{step} {problem}")
+            names = frozenset(os.listdir(fd))
+        except FileNotFoundError:
+            if fd is not None:
+                os.close(fd)
             return cls(results_dir, None)
-        try:
-            return cls(results_dir, fd, frozenset(os.listdir(fd)))
         except OSError as e:
-            os.close(fd)
-            return cls(results_dir, None, problem=f"cannot list {results_dir}: {e.strerror}")
+            if fd is not None:
+                os.close(fd)
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                why = "a symlink or not a directory on the way; refusing to inspect it"
+            else:
+                why = e.strerror or str(e)
+            return cls(results_dir, None, problem=f"Multus's delegate results {results_dir}: {why}")
+        earlier = moved(results_dir)
+        if earlier is None:
+            return cls(results_dir, fd, names, every_one_cached=True)
+        return cls(results_dir, fd, names | earlier)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -100,7 +134,7 @@ class MultusCache:
         moved anything; None when it keeps none on the node, as on most nodes, which then pay
         nothing per reservation. What cannot be looked at counts as cached: a reservation kept
         is the side doubt may err on."""
-        if self.problem is not None:
+        if self._every_one_cached:
             return lambda network, container_id, ifname: self.results_dir
         if not self._present:
             return None
@@ -122,22 +156,9 @@ def plan_delegate(
     content = entry.verdict.content
     if content is Content.VALID or content is Content.LEGACY:
         return PlannedDelegate(entry, written, Action.KEEP, READABLE)
-    if not content.is_corrupt:
-        return PlannedDelegate(entry, written, Action.REPORT, f"{content.value}: never touched")
-    if entry.split is None:
-        return PlannedDelegate(
-            entry, written, Action.REPORT, f"cannot tell whose it is: {entry.name_problem}"
-        )
-    if written.written is not Written.PREVIOUS_BOOT:
-        return PlannedDelegate(
-            entry,
-            written,
-            Action.LEAVE,
-            f"written {written.written.value}: may be a write still in flight",
-        )
-    living = alive(entry.split.container_id)
-    if living is not None:
-        return PlannedDelegate(entry, written, Action.LEAVE, f"may be alive: {living}")
+    held = not_to_change(entry, written, alive)
+    if held is not None:
+        return PlannedDelegate(entry, written, *held)
     return PlannedDelegate(entry, written, Action.QUARANTINE, STALE_DAMAGE)
 
 

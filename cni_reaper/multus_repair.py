@@ -9,19 +9,85 @@ damage, and the same again once it has arrived; one that changed stays where it 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 
 from cni_reaper.content import same_damage
 from cni_reaper.multus import MultusCache, PlannedDelegate, delegate_doc
 from cni_reaper.plan import Action
-from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
+from cni_reaper.quarantine import SIDECAR_SUFFIX, FileChanged, Move, Quarantine, sidecar
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 QUARANTINE_SUBDIR = "multus"
+# Sidecars read for moved_earlier(), at most: past them, every delegate counts as moved.
+MAX_SIDECARS = 100_000
+_SIDECAR_BYTES = 1 << 16
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class _TooMany(Exception):
+    pass
+
+
+def moved_earlier(quarantine_dir: str, results_dir: str) -> frozenset[str] | None:
+    """The names of the files of results_dir that runs before this one moved aside, in this
+    boot or an earlier one (their sidecars in <quarantine>/<boot>/multus/ say where each came
+    from): Multus's DEL still comes for them, with no cached result. None when that cannot be
+    told (too many, or a quarantine that cannot be read): every one then counts as moved."""
+    names: set[str] = set()
+    read = 0
+    try:
+        top = os.open(quarantine_dir, _DIR_FLAGS)
+    except FileNotFoundError:
+        return frozenset()
+    except OSError:
+        return None
+    try:
+        for boot in os.listdir(top):
+            try:
+                sub = os.open(os.path.join(boot, QUARANTINE_SUBDIR), _DIR_FLAGS, dir_fd=top)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            try:
+                for name in os.listdir(sub):
+                    if not name.endswith(SIDECAR_SUFFIX):
+                        continue
+                    read += 1
+                    if read > MAX_SIDECARS:
+                        raise _TooMany
+                    path = _original(sub, name)
+                    if path is not None and os.path.dirname(path) == results_dir:
+                        names.add(os.path.basename(path))
+            finally:
+                os.close(sub)
+    except (OSError, _TooMany):
+        return None
+    finally:
+        os.close(top)
+    return frozenset(names)
+
+
+def _original(dir_fd: int, name: str) -> str | None:
+    """Where the file a sidecar describes was: its record's path."""
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, _SIDECAR_BYTES)
+    finally:
+        os.close(fd)
+    try:
+        path = json.loads(data).get("path")
+    except (ValueError, AttributeError):
+        return None
+    return path if isinstance(path, str) else None
 
 
 def carry_out(

@@ -62,11 +62,6 @@ class NodePaths(Record):
         return os.path.join(self.cache_dir, "results")
 
     @property
-    def multus_results_dir(self) -> str:
-        """Multus's cache of its delegates' results (multus.py): its cacheDir's results."""
-        return os.path.join(self.cache_dir, "multus", "results")
-
-    @property
     def quarantine_dir(self) -> str:
         return os.path.join(self.state_dir, "quarantine")
 

@@ -136,22 +136,10 @@ class Planner:
                     return PlannedEntry(entry, written, Action.KEEP, self._none_known)
                 return self._whole(entry, written)
             return PlannedEntry(entry, written, Action.KEEP, READABLE)
-        if not content.is_corrupt:
-            return PlannedEntry(entry, written, Action.REPORT, f"{content.value}: never touched")
-        if entry.split is None:
-            return PlannedEntry(
-                entry, written, Action.REPORT, f"cannot tell whose it is: {entry.name_problem}"
-            )
-        if written.written is not Written.PREVIOUS_BOOT:
-            return PlannedEntry(
-                entry,
-                written,
-                Action.LEAVE,
-                f"written {written.written.value}: may be a write still in flight",
-            )
-        alive = self.alive(entry.split.container_id)
-        if alive is not None:
-            return PlannedEntry(entry, written, Action.LEAVE, f"may be alive: {alive}")
+        held = not_to_change(entry, written, self.alive)
+        if held is not None:
+            return PlannedEntry(entry, written, *held)
+        assert entry.split is not None  # not_to_change holds back a name that does not split
         network = entry.split.network
         netlist = self._configs.get(network)
         if netlist is None and network == BUILTIN_LOOPBACK:
@@ -253,6 +241,25 @@ class Planner:
             cached=cached,
             prev_result=prev_result,
         )
+
+
+def not_to_change(
+    entry: CacheEntry, written: WrittenVerdict, alive: Callable[[str], str | None]
+) -> tuple[Action, str] | None:
+    """Of a file libcni cannot read: the action and reason that hold it back (report, leave),
+    or None when it is damage an earlier boot left, whose name says whose it is, of an
+    attachment not alive: the only damage anything is done to, wherever it lies."""
+    content = entry.verdict.content
+    if not content.is_corrupt:
+        return Action.REPORT, f"{content.value}: never touched"
+    if entry.split is None:
+        return Action.REPORT, f"cannot tell whose it is: {entry.name_problem}"
+    if written.written is not Written.PREVIOUS_BOOT:
+        return Action.LEAVE, f"written {written.written.value}: may be a write still in flight"
+    living = alive(entry.split.container_id)
+    if living is not None:
+        return Action.LEAVE, f"may be alive: {living}"
+    return None
 
 
 def why_alive(live_containers: frozenset[str] | str, container_id: str) -> str | None:

@@ -186,13 +186,17 @@ class Quarantine:
         anew."""
         return next(c for c in self._names(name) if c not in taken and not _exists(fd, c))
 
-    def _copied_earlier(self, fd: int, name: str, sha256: str) -> str | None:
-        """A quarantined copy of this very file whose original was never unlinked."""
-        for candidate in self._names(name):
+    def _copied_earlier(self, fd: int, move: Move, sha256: str) -> str | None:
+        """A quarantined copy of this very file whose original was never unlinked: the same
+        bytes, and a sidecar that names the same original (every empty file has one sha256)."""
+        for candidate in self._names(move.name):
             if not _exists(fd, candidate):
                 return None
             recorded = _read_sidecar(fd, candidate + SIDECAR_SUFFIX)
-            if recorded.get("sha256") == sha256 and sha256_of(fd, candidate) == sha256:
+            if recorded.get("sha256") != sha256 or sha256_of(fd, candidate) != sha256:
+                continue
+            mine = _record(move.sidecar(os.path.join(self.dir, candidate), sha256))
+            if recorded.get("path") == mine.get("path"):
                 return candidate
         return None
 
@@ -237,7 +241,7 @@ class Quarantine:
                     continue
                 held.append(file)
                 try:
-                    earlier = self._copied_earlier(fd, move.name, file.sha256)
+                    earlier = self._copied_earlier(fd, move, file.sha256)
                     if earlier is not None:
                         moved.append(self._finish_copy(move, file, earlier, ours=False))
                         continue

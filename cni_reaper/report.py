@@ -218,21 +218,19 @@ class Report:
             if kind != "keep":
                 acted[result] += n
         if acted:
-            counts = (
-                f"{acted['planned']} planned"
-                if self.dry_run
-                else f"{acted['done']} done, {acted['failed']} failed"
-            )
-            said += f"; host-local reservations: {counts}, {acted['skipped']} left alone"
+            said += f"; host-local reservations: {self._outcomes(acted)}"
         moved = Counter(d["outcome"] for d in self.delegates if d["action"] != "keep")
         if moved:
-            counts = (
-                f"{moved['planned']} planned"
-                if self.dry_run
-                else f"{moved['done']} done, {moved['failed']} failed"
-            )
-            said += f"; Multus delegate results: {counts}, {moved['skipped']} left alone"
+            said += f"; Multus delegate results: {self._outcomes(moved)}"
         return said
+
+    def _outcomes(self, outcomes: Counter[str]) -> str:
+        """What became of the changes of one kind, counted by outcome."""
+        if self.dry_run:
+            counts = f"{outcomes['planned']} planned"
+        else:
+            counts = f"{outcomes['done']} done, {outcomes['failed']} failed"
+        return f"{counts}, {outcomes['skipped']} left alone"
 
     def header(self) -> dict[str, Any]:
         boot = self.boot.to_json()

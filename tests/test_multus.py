@@ -74,6 +74,15 @@ class MultusNode:
             netns=netns,
         )
 
+    def crash_damages_a_known_pods_delegate(self, how: str) -> Path:
+        """A pod containerd knows, set up through Multus; the crash damaged its delegate's
+        result; then the reboot. The damaged file."""
+        result = self.delegate(KNOWN)
+        self.containerd_knows(KNOWN)
+        damage(result, how)
+        self.crashed.reboot()
+        return result
+
     def containerd_knows(self, *container_ids: str) -> None:
         meta_db = self.crashed.node.root / "var/lib/containerd/io.containerd.metadata.v1.bolt"
         meta_db.mkdir(parents=True)
@@ -95,11 +104,9 @@ def test_a_damaged_delegate_result_is_moved_aside_and_multus_del_then_frees_its_
     multus_node: MultusNode, capsys: pytest.CaptureFixture[str], how: str
 ) -> None:
     crashed = multus_node.crashed
-    result = multus_node.delegate(KNOWN)
-    multus_node.containerd_knows(KNOWN)
-    damage(result, how)
+    result = multus_node.crash_damages_a_known_pods_delegate(how)
     held = crashed.ips()
-    crashed.reboot()
+    assert len(held) == 1
     # What the pod's teardown meets today, every time kubelet retries it.
     stuck = multus_node.run("del", KNOWN)
     assert stuck.error == seed_error("hl", how)
@@ -131,11 +138,9 @@ def test_the_delegates_reservation_stays_multus_to_release_after_the_move(
 ) -> None:
     """The reservations are judged after the moves, on the names the dir held before them."""
     crashed = multus_node.crashed
-    result = multus_node.delegate(KNOWN)
-    multus_node.containerd_knows(KNOWN)
-    damage(result, "empty")
+    result = multus_node.crash_damages_a_known_pods_delegate("empty")
     held = crashed.ips()
-    crashed.reboot()
+    assert len(held) == 1
 
     code, report = crashed.run(capsys, "-v")
 
@@ -173,10 +178,7 @@ def test_a_dry_run_plans_the_move_and_moves_nothing(
     multus_node: MultusNode, capsys: pytest.CaptureFixture[str]
 ) -> None:
     crashed = multus_node.crashed
-    result = multus_node.delegate(KNOWN)
-    multus_node.containerd_knows(KNOWN)
-    damage(result, "empty")
-    crashed.reboot()
+    result = multus_node.crash_damages_a_known_pods_delegate("empty")
 
     code, report = crashed.run(capsys, "--dry-run")
 
@@ -228,7 +230,8 @@ def test_a_delegate_results_dir_others_can_write_is_not_acted_on(
 
     assert report["multus_results"] == []
     assert result.exists()
-    assert any("Multus's delegate results:" in w for w in report["warnings"]), report["warnings"]
+    said = f"Multus's delegate results {result.parent}: results is writable by group or others"
+    assert any(w.startswith(said) for w in report["warnings"]), report["warnings"]
     assert code == ExitCode.OK
 
 
@@ -236,10 +239,7 @@ def test_the_text_report_and_the_log_say_it(
     multus_node: MultusNode, capsys: pytest.CaptureFixture[str]
 ) -> None:
     crashed = multus_node.crashed
-    result = multus_node.delegate(KNOWN)
-    multus_node.containerd_knows(KNOWN)
-    damage(result, "empty")
-    crashed.reboot()
+    result = multus_node.crash_damages_a_known_pods_delegate("empty")
     log = io.StringIO()
 
     code = cli.run(

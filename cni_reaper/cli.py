@@ -320,8 +320,11 @@ def _run(
     warnings: list[str] = []
     warnings.extend(runtimes.warnings)
     no_metrics_dir = args.metrics_file and _metrics_dir_missing(args.metrics_file)
-    if no_metrics_dir:
-        warnings.append(f"no metrics written: no directory {no_metrics_dir}")
+    # The unit names node_exporter's dir on every node, and not every node runs it: said, in
+    # the journal only as a notice, not at every boot as a warning.
+    no_metrics = f"no metrics written: no directory {no_metrics_dir}" if no_metrics_dir else None
+    if no_metrics:
+        warnings.append(no_metrics)
     first_scan: list[list[liveness.RuntimeProcess]] = []
     running = _runtime_running(paths.root, runtimes, first_scan)
     if running:
@@ -382,7 +385,8 @@ def _run(
                 report = _pipeline(run)
     report.finish()
     for warning in report.warnings:
-        events.emit(warning_fields(warning, len(report.warnings), args.dry_run))
+        priority = NOTICE if warning == no_metrics else WARNING
+        events.emit(warning_fields(warning, len(report.warnings), args.dry_run, priority))
     _emit_more(args, paths, report, events)
     summary = summary_fields(report, sum(events.cut.values()))
     events.emit(summary)

@@ -210,14 +210,17 @@ def delegate_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     return _without_empty(fields)
 
 
-def warning_fields(warning: str, warnings: int, dry_run: bool) -> dict[str, str]:
+def warning_fields(
+    warning: str, warnings: int, dry_run: bool, priority: int = WARNING
+) -> dict[str, str]:
     """A warning of the run as one record, with how many the run had. Under the unit no text
     report is printed, so this record is where the journal learns what the run could not read
-    or use (a config, a boot record, a plugin dir), and so why it kept what it kept."""
+    or use (a config, a boot record, a plugin dir), and so why it kept what it kept; priority:
+    lower (notice) for what is expected on many nodes."""
     return {
         "MESSAGE": warning,
         "MESSAGE_ID": Event.WARNING.message_id,
-        "PRIORITY": str(Event.WARNING.priority),
+        "PRIORITY": str(priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
         "CNI_REAPER_EVENT": Event.WARNING.value,
         "CNI_REAPER_WARNINGS": str(warnings),

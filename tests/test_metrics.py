@@ -17,8 +17,10 @@ import cni_reaper
 from cni_reaper import cli
 from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
+from cni_reaper.journal import EventLog
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, NodeTree
+from tests.test_journal import Recorder
 from tests.test_refusals import NOBODY, SETPRIV, cli_run, damaged_node, unprivileged_python
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -320,11 +322,21 @@ def test_a_metrics_dir_that_does_not_exist_is_a_warning_not_a_failure(
     crashed.reboot()
     missing = tmp_path / "no-node-exporter"
 
-    code, report = crashed.run(capsys, "--metrics-file", str(missing / "cni-reaper.prom"))
+    recorder = Recorder()
+
+    code, report = crashed.run(
+        capsys, "--metrics-file", str(missing / "cni-reaper.prom"), events=EventLog(send=recorder)
+    )
 
     assert code == 0
-    assert f"no metrics written: no directory {missing}" in report["warnings"]
+    said = f"no metrics written: no directory {missing}"
+    assert said in report["warnings"]
     assert not missing.exists()
+    # In the journal at every boot of such a node: a notice, not a warning.
+    (record,) = [r for r in recorder.sent if r["MESSAGE"] == said]
+    assert (record["PRIORITY"], record["CNI_REAPER_EVENT"]) == ("5", "warning")
+    others = [r for r in recorder.sent if r.get("CNI_REAPER_EVENT") == "warning" and r != record]
+    assert others and {r["PRIORITY"] for r in others} == {"4"}
 
 
 def test_a_metrics_file_that_cannot_be_written_is_said_and_the_exit_code_stands(

@@ -173,9 +173,7 @@ def test_a_runtime_starting_after_the_delegates_were_judged_holds_the_move_back(
     multus_node: MultusNode, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     crashed = multus_node.crashed
-    result = damaged_delegate(multus_node)
-    multus_node.containerd_knows(KNOWN)
-    crashed.reboot()
+    result = multus_node.crash_damages_a_known_pods_delegate("empty")
     judge = cli._Delegates.judge
 
     def then_containerd_starts(self: Any, *args: Any) -> None:
@@ -370,9 +368,7 @@ def test_a_file_already_in_the_multus_quarantine_is_never_overwritten(
     multus_node: MultusNode, capsys: pytest.CaptureFixture[str]
 ) -> None:
     crashed = multus_node.crashed
-    result = damaged_delegate(multus_node)
-    multus_node.containerd_knows(KNOWN)
-    crashed.reboot()
+    result = multus_node.crash_damages_a_known_pods_delegate("empty")
     multus_node.quarantine.mkdir(parents=True, mode=0o700)
     precious = multus_node.quarantine / result.name
     precious.write_text("an earlier run's quarantined file")
@@ -399,9 +395,7 @@ def test_a_same_bytes_copy_in_the_quarantine_is_not_taken_for_this_file(
     empty file's): this file must get its own copy and sidecar, not be unlinked as 'already
     copied', with the report pointing at another file's sidecar."""
     crashed = multus_node.crashed
-    result = damaged_delegate(multus_node)
-    multus_node.containerd_knows(KNOWN)
-    crashed.reboot()
+    result = multus_node.crash_damages_a_known_pods_delegate("empty")
     multus_node.quarantine.mkdir(parents=True, mode=0o700)
     earlier = multus_node.quarantine / result.name
     earlier.write_bytes(b"")
@@ -426,9 +420,7 @@ def test_a_multus_quarantine_that_cannot_be_used_fails_the_move_and_says_so(
     how: str,
 ) -> None:
     crashed = multus_node.crashed
-    result = damaged_delegate(multus_node)
-    multus_node.containerd_knows(KNOWN)
-    crashed.reboot()
+    result = multus_node.crash_damages_a_known_pods_delegate("empty")
     multus_node.quarantine.parent.mkdir(parents=True, mode=0o700)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -520,9 +512,7 @@ def test_the_text_report_and_exit_code_say_a_failed_move(
     multus_node: MultusNode, capsys: pytest.CaptureFixture[str]
 ) -> None:
     crashed = multus_node.crashed
-    result = damaged_delegate(multus_node)
-    multus_node.containerd_knows(KNOWN)
-    crashed.reboot()
+    result = multus_node.crash_damages_a_known_pods_delegate("empty")
     multus_node.quarantine.parent.mkdir(parents=True, mode=0o700)
     multus_node.quarantine.write_text("in the way")
 

@@ -538,8 +538,10 @@ def _pipeline(run: _Run) -> Report:
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}")
         delegates.open()
-        live = _live_containers(run)
-        pins = _pinned_netns(run)
+        # What is alive is asked only of a node with something it could stop a change to.
+        needed = bool(stores) or delegates.present
+        live = _live_containers(run) if needed else frozenset()
+        pins = _pinned_netns(run) if needed else frozenset()
         ready(lambda container_id: why_alive(live, container_id), pins)
         _reservations(
             run,
@@ -555,7 +557,7 @@ def _pipeline(run: _Run) -> Report:
             # stays so
             alive=lambda container_id: why_alive(live, container_id),
             pins=pins,
-            cached_by_multus=delegates.cached_by,
+            cached_by_multus=delegates.cached_by() if stores else None,
         )
         return report
     quarantines: list[Quarantine] = []  # the one a real run opens, if it changes anything
@@ -593,7 +595,7 @@ def _pipeline(run: _Run) -> Report:
             1.2 on caches it): the whole plan is known by now, every sibling entry with it."""
             if pins and not isinstance(pins, str) and not listed:
                 listed.extend(os.listdir(results_fd))
-            return netns_mounted(pins, results_fd, listed, container_id)
+            return _netns_mounted(pins, results_fd, listed, container_id)
 
         def alive(planned: PlannedEntry) -> str | None:
             split = planned.entry.split
@@ -649,7 +651,7 @@ def _pipeline(run: _Run) -> Report:
             pins,
             del_problems,
             sandboxes.knows,
-            delegates.cached_by,
+            delegates.cached_by() if stores else None,
         )
     finally:
         for quarantine in quarantines:
@@ -788,7 +790,7 @@ class _CachedConfigs:
         return None, problem
 
 
-def netns_mounted(
+def _netns_mounted(
     pins: frozenset[str] | str, dir_fd: int, names: Sequence[str], container_id: str
 ) -> str | None:
     """Why the container's attachments may be alive: a netns that a whole entry of it among
@@ -814,24 +816,34 @@ class _Delegates:
         self._run, self._boot, self._proof, self._report = run, boot_ctx, proof, report
         self._found: multus.MultusCache | None = None
         self._plan: list[multus.PlannedDelegate] = []
-        # Where Multus cached a delegate's result, as found before any move (reservations.py)
-        self.cached_by: multus.DelegateResults | None = None
 
     def open(self) -> None:
         """The dir as it is before anything moves; before the report is begun, which says
         the run's warnings first."""
         run = self._run
-        quarantine_dir = run.paths.quarantine_dir
+        found = self._found = multus.MultusCache.open(run.paths.cache_dir)
+        if found.problem:
+            run.warnings.append(found.problem)
+
+    @property
+    def present(self) -> bool:
+        """Whether Multus keeps a delegate results dir on the node, usable or not."""
+        found = self._found
+        return found is not None and (found.present or found.problem is not None)
+
+    def cached_by(self) -> multus.DelegateResults | None:
+        """Where Multus cached a delegate's result (reservations.py), as found before any
+        move, with what runs moved since; asked only by a run with host-local stores."""
+        if self._found is None:
+            return None
+        quarantine_dir = self._run.paths.quarantine_dir
 
         def moved(results_dir: str) -> frozenset[str] | None:
             from cni_reaper import multus_repair  # noqa: PLC0415 (Multus's nodes only)
 
             return multus_repair.moved_earlier(quarantine_dir, results_dir)
 
-        found = self._found = multus.MultusCache.open(run.paths.cache_dir, moved)
-        if found.problem:
-            run.warnings.append(found.problem)
-        self.cached_by = found.delegate_results()
+        return self._found.delegate_results(moved)
 
     def close(self) -> None:
         if self._found is not None:
@@ -851,7 +863,7 @@ class _Delegates:
         names = [e.name for e in entries]
 
         def alive_here(container_id: str) -> str | None:
-            return alive(container_id) or netns_mounted(pins, fd, names, container_id)
+            return alive(container_id) or _netns_mounted(pins, fd, names, container_id)
 
         self._plan = [
             multus.plan_delegate(

@@ -142,13 +142,20 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     return fields
 
 
+_BY_OUTCOME = {"done": Event.REPAIRED, "failed": Event.REPAIR_FAILED, "planned": Event.PLANNED}
+_SKIPPED_BY_ACTION = {"keep": Event.KEPT, "report": Event.NEEDS_ATTENTION}
+
+
+def _doc_event(doc: Mapping[str, Any]) -> Event:
+    """The event of a report document (a reservation, a delegate result): by its outcome, and
+    one that was skipped by its action; the rest were left."""
+    by_outcome = _BY_OUTCOME.get(str(doc["outcome"]))
+    return by_outcome or _SKIPPED_BY_ACTION.get(str(doc["action"]), Event.LEFT)
+
+
 def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     """A host-local reservation the reaper acted on, or left, as one record."""
-    event = {
-        "done": Event.REPAIRED,
-        "failed": Event.REPAIR_FAILED,
-        "planned": Event.PLANNED,
-    }.get(str(doc["outcome"]), Event.KEPT if doc["action"] == "keep" else Event.LEFT)
+    event = _doc_event(doc)
     message = (
         f"{doc['path']}: host-local reservation {doc['content']}, "
         f"{doc['written']} -> {doc['action']} [{doc['outcome']}]: {doc['reason']}"
@@ -183,11 +190,7 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
 def delegate_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     """One of Multus's delegate results (multus.delegate_doc()) as one record."""
     outcome, action = str(doc["outcome"]), str(doc["action"])
-    event = {
-        "done": Event.REPAIRED,
-        "failed": Event.REPAIR_FAILED,
-        "planned": Event.PLANNED,
-    }.get(outcome) or {"keep": Event.KEPT, "report": Event.NEEDS_ATTENTION}.get(action, Event.LEFT)
+    event = _doc_event(doc)
     fields = {
         "MESSAGE": f"{doc['path']}: Multus delegate result {doc['content']}, {doc['written']} -> "
         f"{action} [{outcome}]: {doc['reason']}",

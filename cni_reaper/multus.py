@@ -67,26 +67,19 @@ class MultusCache:
         fd: int | None,
         names: frozenset[str] = frozenset(),
         problem: str | None = None,
-        *,
-        every_one_cached: bool = False,
     ) -> None:
         self.results_dir = results_dir
         self.fd = fd  # None: no such dir, or one that cannot be looked at (problem); closed
-        self._present = fd is not None
-        self._names = names  # the dir's, and those earlier runs moved from it
+        self.present = fd is not None  # as opened, whether closed since or not
+        self._names = names  # the dir's, before this run moved any
         self.problem = problem
-        # What earlier runs moved could not be told: no delegate's reservation is an orphan.
-        self._every_one_cached = every_one_cached or problem is not None
 
     @classmethod
-    def open(cls, cache_dir: str, moved: Callable[[str], frozenset[str] | None]) -> MultusCache:
+    def open(cls, cache_dir: str) -> MultusCache:
         """<cache_dir>/multus/results, the cache dir as paths.py resolved it (inside --root),
         then each of the two steps below it without following a symlink: one would lead to
         another machine's files under --root, or back to the runtime's results dir. Neither
-        may be writable by others, whose files could steer a move (cache.py's rule).
-
-        moved(results_dir): the names of its files earlier runs moved to the quarantine: their
-        reservations are still Multus's to release, as they were before the move."""
+        may be writable by others, whose files could steer a move (cache.py's rule)."""
         results_dir = os.path.join(cache_dir, SUBDIR, "results")
         fd = None
         try:
@@ -114,10 +107,7 @@ class MultusCache:
             else:
                 why = e.strerror or str(e)
             return cls(results_dir, None, problem=f"Multus's delegate results {results_dir}: {why}")
-        earlier = moved(results_dir)
-        if earlier is None:
-            return cls(results_dir, fd, names, every_one_cached=True)
-        return cls(results_dir, fd, names | earlier)
+        return cls(results_dir, fd, names)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -129,16 +119,21 @@ class MultusCache:
             return []
         return list(cache.inventory(self.fd, networks))
 
-    def delegate_results(self) -> DelegateResults | None:
+    def delegate_results(
+        self, moved: Callable[[str], frozenset[str] | None]
+    ) -> DelegateResults | None:
         """Where Multus cached a delegate's result, if it did, as the dir was before this run
-        moved anything; None when it keeps none on the node, as on most nodes, which then pay
-        nothing per reservation. What cannot be looked at counts as cached: a reservation kept
-        is the side doubt may err on."""
-        if self._every_one_cached:
-            return lambda network, container_id, ifname: self.results_dir
-        if not self._present:
+        moved anything, or a run moved it aside since (moved(results_dir): those names, None
+        when that cannot be told): Multus's DEL still comes for them, with no cached result.
+        None when Multus keeps no cache on the node, as on most nodes, which then pay nothing
+        per reservation. What cannot be looked at counts as cached: a reservation kept is the
+        side doubt may err on."""
+        if not self.present and self.problem is None:
             return None
-        names, where = self._names, self.results_dir
+        earlier = moved(self.results_dir) if self.problem is None else None
+        if earlier is None:
+            return lambda network, container_id, ifname: self.results_dir
+        names, where = self._names | earlier, self.results_dir
 
         def cached(network: str, container_id: str, ifname: str) -> str | None:
             name = f"{network}-{container_id}-{ifname}"

@@ -101,8 +101,9 @@ def carry_out(
     results_dir = found.results_dir
     docs = [delegate_doc(p, results_dir, "skipped") for p in plan]
     moving = [i for i, p in enumerate(plan) if p.action is Action.QUARANTINE]
-    if not moving or found.fd is None:
+    if not moving:
         return docs
+    assert found.fd is not None  # a plan is made only of a dir that is open
     moves = []
     for i in moving:
         planned = plan[i]

@@ -187,6 +187,7 @@ class Report:
             "action": self._tally(1),
             "outcome": self._tally(2),
             "plugin_errors": self.plugin_errors,
+            "warnings": len(self.warnings),
             "host_local": dict(sorted((f"{a}/{o}", n) for (a, o), n in self.reservations.items())),
             "multus_results": dict(
                 sorted(Counter(f"{d['action']}/{d['outcome']}" for d in self.delegates).items())
@@ -265,6 +266,7 @@ _NOTHING_FOUND = {
     "action": {},
     "outcome": {},
     "plugin_errors": 0,
+    "warnings": 0,
     "host_local": {},
     "multus_results": {},
     "seconds": {"to_plan": None, "in_all": None},
@@ -305,11 +307,16 @@ class JsonWriter:
         self._pending: list[str] = []
         self._separator = "\n"
         self._reservation_separator: str | None = None  # once the host_local list is begun
+        self._warned = 0  # how many of the run's warnings the header holds
 
     def _start(self, report: Report | None, header: dict[str, Any] | None = None) -> None:
         if not self._started:
             self._started = True
-            head = json.dumps(header if report is None else report.header(), indent=2)
+            if report is not None:
+                header = report.header()
+            assert header is not None
+            self._warned = len(header["warnings"])
+            head = json.dumps(header, indent=2)
             self._out.write(head[: head.rindex("}")].rstrip() + ',\n  "entries": [')
 
     def entry(self, report: Report, result: EntryResult) -> None:
@@ -344,7 +351,7 @@ class JsonWriter:
 
     def finish(self, report: Report) -> None:
         self._start(report)
-        self._end(None, report.summary(), report.pools, report.delegates)
+        self._end(None, report.summary(), report)
 
     def fail(
         self, report: Report | None, header: dict[str, Any], message: str, exit_code: int
@@ -357,24 +364,21 @@ class JsonWriter:
         summary = report.summary() if report is not None else dict(_NOTHING_FOUND)
         summary["exit_code"] = exit_code
         error = {"message": message, "exit_code": exit_code}
-        if report is None:
-            self._end(error, summary, [], [])
-        else:
-            self._end(error, summary, report.pools, report.delegates)
+        self._end(error, summary, report)
 
     def _end(
-        self,
-        error: dict[str, Any] | None,
-        summary: dict[str, Any],
-        pools: list[PoolHealth],
-        delegates: list[dict[str, Any]],
+        self, error: dict[str, Any] | None, summary: dict[str, Any], report: Report | None
     ) -> None:
         failed = f'  "error": {json.dumps(error)},\n' if error is not None else ""
+        delegates = report.delegates if report is not None else []
+        pools = report.pools if report is not None else []
+        later = report.warnings[self._warned :] if report is not None else []
         pending = self._pending
         self._begin_reservations()  # the reservations themselves written as each was decided
         pending.append(
             f'],\n  "multus_results": {json.dumps(delegates)},'
-            f'\n  "pools": {json.dumps([p.to_json() for p in pools])},\n{failed}'
+            f'\n  "pools": {json.dumps([p.to_json() for p in pools])},'
+            f'\n  "later_warnings": {json.dumps(later)},\n{failed}'
             f'  "summary": {json.dumps(summary)}\n}}\n'
         )
         self._out.write("".join(pending))
@@ -391,6 +395,7 @@ class TextWriter:
         self._verbose = verbose
         self._started = False
         self._shorthand: Shorthand | None = None
+        self._warned = 0  # how many of the run's warnings the head of the report says
 
     def _write(self, lines: list[str]) -> None:
         """Every line the report writes goes through here: file names, plugin errors, config
@@ -401,6 +406,7 @@ class TextWriter:
         if not self._started:
             self._started = True
             self._shorthand = Shorthand(report.boot, report.proof)
+            self._warned = len(report.warnings)
             mode = "dry run, nothing changed" if report.dry_run else "run"
             proof = [f"  {report.proof.summary}"] if report.proof is not None else []
             self._write(
@@ -464,6 +470,8 @@ class TextWriter:
                 lines.append(f"    problem: {d['problem']}")
             if d["quarantined_to"]:
                 lines.append(f"    moved to {d['quarantined_to']}")
+        # Warnings of the stages after the head was written (the pools' read of their configs).
+        lines.extend(f"warning: {warning}" for warning in report.warnings[self._warned :])
         lines.extend(pool_line(p, report.dry_run) for p in report.pools)
         s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cni_reaper import host_local
+from cni_reaper import cli, host_local
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, snapshot
@@ -123,3 +123,31 @@ def test_the_plain_owner_match_says_what_every_check_says(data: bytes) -> None:
     checks of every case give: the same verdict and owner, so a reservation no DEL may be run
     with is never read as a plain one."""
     assert host_local.read_owner(data) == host_local._read_owner(data)
+
+
+def test_a_warning_of_the_pools_after_the_head_is_in_every_report(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pool's range that cannot be read is found once every entry is written: the JSON
+    document and the text report say it all the same, after the entries."""
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": NETWORK,
+        "plugins": [
+            {"type": "bridge", "ipam": {"type": "host-local", "ranges": [[{"subnet": "nonsense"}]]}}
+        ],
+    }
+    crashed.node.write_conf("70-store.conflist", json.dumps(conf).encode())
+    store = crashed.node.root / "var/lib/cni/networks" / NETWORK
+    store.mkdir(parents=True)
+    (store / "10.30.0.2").write_bytes(f"{CONTAINER_IDS[0]}\r\neth0".encode())
+    crashed.reboot()
+
+    _, report = crashed.run(capsys, "--dry-run")
+    said = [w for w in report["later_warnings"] if w.startswith(f"pool of {NETWORK}: ")]
+    assert len(said) == 1 and said[0] not in report["warnings"]
+    assert report["summary"]["warnings"] == len(report["warnings"]) + len(report["later_warnings"])
+
+    code = cli.run(crashed.argv("--dry-run"), clock=lambda: crashed.t0 + 60, environ={})
+    assert f"warning: {said[0]}" in capsys.readouterr().out.splitlines()
+    assert code == report["summary"]["exit_code"]

@@ -3,7 +3,11 @@ repaired by cni-reaper, which finds k3s's containerd, dirs and records without a
 tests/test_runtime.py.
 
 Usage: unshare --net --mount --pid --fork --mount-proc --propagation private \
-           python -m tests.k3s_scenario WORKDIR
+           python -m tests.k3s_scenario WORKDIR [DATA_DIR]
+
+DATA_DIR, below /var/lib, is k3s's data dir; other than the default, the node's
+/etc/rancher/k3s/config.yaml sets it, as an operator who moves k3s to a volume of its own does,
+and everything below (config, CNI dirs, containerd's root) lies there instead.
 
 PID 1 of a private PID namespace, as tests/runtime_scenario.py is. The node's /var/lib and /run
 are the scenario's own: one tmpfs each, mounted over the machine's in this mount namespace only,
@@ -51,7 +55,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf import any_pb2
 
@@ -74,18 +78,41 @@ from tests.runtime_scenario import (
     wait_for_pause_processes,
 )
 
-RANCHER = "/var/lib/rancher/k3s"
-AGENT = f"{RANCHER}/agent"
-CONFIG = f"{AGENT}/etc/containerd/config.toml"
-CONF_DIR = f"{AGENT}/etc/cni/net.d"
+DEFAULT_DATA_DIR = "/var/lib/rancher/k3s"
 # k3s names its data dir after a hash of what it unpacked there.
 DATA_HASH = "b2e6d8bc1a9f0e5d4c3b2a19f8e7d6c5b4a39281706f5e4d3c2b1a0998877665"
-BIN_DIR = f"{RANCHER}/data/{DATA_HASH}/bin"
-CONTAINERD_ROOT = f"{AGENT}/containerd"
 CRI_SANDBOXES = "io.containerd.grpc.v1.cri/sandboxes"
 STATE = "/run/k3s/containerd"
 SOCKET = f"{STATE}/containerd.sock"
-FLAGS = ("-a", SOCKET, "--state", STATE, "--root", CONTAINERD_ROOT)
+
+
+class Layout(NamedTuple):
+    """Where k3s keeps what it keeps in its data dir (`data-dir` in /etc/rancher/k3s/
+    config.yaml, else /var/lib/rancher/k3s)."""
+
+    data_dir: str
+
+    @property
+    def config(self) -> str:
+        return f"{self.data_dir}/agent/etc/containerd/config.toml"
+
+    @property
+    def conf_dir(self) -> str:
+        return f"{self.data_dir}/agent/etc/cni/net.d"
+
+    @property
+    def bin_dir(self) -> str:
+        return f"{self.data_dir}/data/{DATA_HASH}/bin"
+
+    @property
+    def containerd_root(self) -> str:
+        return f"{self.data_dir}/agent/containerd"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return ("-a", SOCKET, "--state", STATE, "--root", self.containerd_root)
+
+
 CACHE_DIR = "/var/lib/cni"
 NETWORK = "cbr0"
 SUBNET = "10.42.0.0/24"
@@ -101,7 +128,7 @@ PODS = {
 }
 
 
-def generated_config() -> str:
+def generated_config(layout: Layout) -> str:
     """containerd's config with the keys k3s's template writes for containerd 1.6 with its own
     flannel (k3s pkg/agent/templates), no root, state or socket (k3s passes those as flags);
     the pause image and oom_score_adj are the test's."""
@@ -110,7 +137,7 @@ def generated_config() -> str:
 version = 2
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{CONTAINERD_ROOT}"
+  path = "{layout.containerd_root}"
 {cri}]
   stream_server_address = "127.0.0.1"
   stream_server_port = "10010"
@@ -126,8 +153,8 @@ version = 2
   disable_snapshot_annotations = true
 
 {cri}.cni]
-  bin_dir = "{BIN_DIR}"
-  conf_dir = "{CONF_DIR}"
+  bin_dir = "{layout.bin_dir}"
+  conf_dir = "{layout.conf_dir}"
 
 {cri}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
@@ -185,15 +212,23 @@ def share_top_dir(node: NodeTree, top: str) -> None:
     subprocess.run(["mount", "--bind", str(inside), top], check=True)
 
 
-def lay_out_k3s(node: NodeTree, signal_file: Path) -> None:
-    """What k3s leaves on a node before its containerd first starts."""
-    config_file = node_path(node, CONFIG)
+def lay_out_k3s(node: NodeTree, signal_file: Path, layout: Layout) -> None:
+    """What k3s leaves on a node before its containerd first starts; and the operator's
+    config.yaml that moves its data dir, if it is moved."""
+    if layout.data_dir != DEFAULT_DATA_DIR:
+        config_yaml = node_path(node, "/etc/rancher/k3s/config.yaml")
+        config_yaml.parent.mkdir(parents=True)
+        config_yaml.write_text(
+            f"# k3s, moved to its own volume\nwrite-kubeconfig-mode: '0644'\n"
+            f"tls-san:\n  - k3s.example\ndata-dir: {layout.data_dir}\n"
+        )
+    config_file = node_path(node, layout.config)
     config_file.parent.mkdir(parents=True)
-    config_file.write_text(generated_config())
-    conf_dir = node_path(node, CONF_DIR)
+    config_file.write_text(generated_config(layout))
+    conf_dir = node_path(node, layout.conf_dir)
     conf_dir.mkdir(parents=True)
     (conf_dir / "10-cbr0.conflist").write_text(json.dumps(conflist(), indent=2))
-    bin_dir = node_path(node, BIN_DIR)
+    bin_dir = node_path(node, layout.bin_dir)
     bin_dir.mkdir(parents=True)
     for plugin in PLUGINS:
         shutil.copy2(Path(PLUGIN_DIR) / plugin, bin_dir / plugin)
@@ -284,11 +319,11 @@ def read_inventory(node: NodeTree) -> dict[str, Any]:
     }
 
 
-def held_record(node: NodeTree, sandbox_id: str) -> dict[str, Any] | None:
+def held_record(node: NodeTree, sandbox_id: str, layout: Layout) -> dict[str, Any] | None:
     """The held sandbox's container record in containerd's meta.db (bbolt, read with
     cni-reaper's reader; the extension, a protobuf Any, with protobuf's own): its labels and
     what its CRI sandbox metadata says of the netns and the CNI result."""
-    meta_db = node_path(node, CONTAINERD_ROOT) / inventory.META_DB
+    meta_db = node_path(node, layout.containerd_root) / inventory.META_DB
     fd = os.open(meta_db, os.O_RDONLY | os.O_CLOEXEC)
     try:
         record = Database(fd, str(meta_db)).bucket(
@@ -360,14 +395,15 @@ def wait_for_file(path: Path, thread: threading.Thread, deadline_s: float = 60) 
     return path.read_text().strip()
 
 
-def scenario(work: Path, result: dict[str, Any]) -> None:
+def scenario(work: Path, result: dict[str, Any], layout: Layout) -> None:
     node = NodeTree(work / "node")
     node.root.mkdir(parents=True)
     for top in ("/var/lib", "/run"):
         share_top_dir(node, top)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     signal_file = work / "held-sandbox"
-    lay_out_k3s(node, signal_file)
+    lay_out_k3s(node, signal_file, layout)
+    result["data_dir"] = layout.data_dir
     boot_1 = time.time() - 60
     node.boot(boot_1)
     node.write_boot_world(btime=boot_1, boot_id=str(uuid.uuid4()))
@@ -375,7 +411,7 @@ def scenario(work: Path, result: dict[str, Any]) -> None:
     result["cgroup_parent"] = cgroup_parent
 
     log = (work / "containerd.log").open("ab")
-    containerd = Containerd(Path(CONFIG), Path(SOCKET), log, FLAGS)
+    containerd = Containerd(Path(layout.config), Path(SOCKET), log, layout.flags)
     tar = work / "pause.tar"
     pause_image.build(tar)
     try:
@@ -421,8 +457,8 @@ def scenario(work: Path, result: dict[str, Any]) -> None:
                 (results / files[0]).write_bytes(b"")
         result["after_crash"] = cni_state(node)
         result["kept_after_crash"] = kept_files(pods)
-        result["held_record"] = held_record(node, held_id)
-        sandbox_dir = node_path(node, CONTAINERD_ROOT) / CRI_SANDBOXES / held_id
+        result["held_record"] = held_record(node, held_id, layout)
+        sandbox_dir = node_path(node, layout.containerd_root) / CRI_SANDBOXES / held_id
         result["held_sandbox_dir"] = (
             sorted(p.name for p in sandbox_dir.iterdir()) if sandbox_dir.is_dir() else None
         )
@@ -471,9 +507,10 @@ def scenario(work: Path, result: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> int:
     work = Path(argv[0])
+    layout = Layout(argv[1] if len(argv) > 1 else DEFAULT_DATA_DIR)
     result: dict[str, Any] = {}
     try:
-        scenario(work, result)
+        scenario(work, result, layout)
     finally:
         (work / "result.json").write_text(json.dumps(result, indent=2))
     return 0

@@ -222,10 +222,11 @@ def podmans_storage(crashed: Crashed) -> None:
     )
 
 
-def k3s_with_its_own_data_dir(crashed: Crashed) -> None:
-    """k3s started with data-dir set (config.yaml), which the reaper does not read: its
+def k3s_with_its_data_dir_on_its_command_line(crashed: Crashed) -> None:
+    """k3s started with --data-dir in its unit, which the reaper does not read: its
     containerd's records, which know the sandbox, are under /data/k3s."""
-    write_file(crashed, "/etc/rancher/k3s/config.yaml", "data-dir: /data/k3s\n")
+    unit = "[Service]\nExecStart=/usr/local/bin/k3s server --data-dir /data/k3s\n"
+    write_file(crashed, "/etc/systemd/system/k3s.service", unit)
     containerd_knows(
         crashed, containerd_sandbox("k8s.io", KNOWN), root="/data/k3s/agent/containerd"
     )
@@ -256,8 +257,8 @@ def cri_dockerd(crashed: Crashed) -> None:
 @pytest.mark.parametrize(
     ("elsewhere", "others"),
     [
-        (k3s_with_its_own_data_dir, dockers_containerd),
-        (k3s_with_its_own_data_dir, podmans_storage),
+        (k3s_with_its_data_dir_on_its_command_line, dockers_containerd),
+        (k3s_with_its_data_dir_on_its_command_line, podmans_storage),
         (containerd_rooted_by_its_unit, podmans_storage),
         (containerd_on_a_volume_not_mounted_yet, podmans_storage),
         (cri_dockerd, dockers_containerd),
@@ -290,6 +291,55 @@ def test_records_no_cri_wrote_prove_no_sandbox_forgotten(
         "not the CRI's records" in line or "not CRI-O's records" in line
         for line in report["runtime_records"]
     ), report["runtime_records"]
+
+
+def test_k3s_records_are_read_where_its_config_yaml_moves_its_data_dir(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """k3s moved to a volume by data-dir in its config.yaml (a drop-in here): its containerd's
+    records there say which sandbox it will still tear down, and the other is forgotten."""
+    crashed.add(KNOWN)
+    crashed.add(FORGOTTEN)
+    write_file(crashed, "/etc/rancher/k3s/config.yaml", "write-kubeconfig-mode: '0644'\n")
+    write_file(crashed, "/etc/rancher/k3s/config.yaml.d/50-volume.yaml", 'data-dir: "/data/k3s"\n')
+    containerd_knows(
+        crashed, containerd_sandbox("k8s.io", KNOWN), root="/data/k3s/agent/containerd"
+    )
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    entries = by_path(report)
+    kept, forgotten = entries[f"hl-{KNOWN}-eth0"], entries[f"hl-{FORGOTTEN}-eth0"]
+    assert (kept["action"], kept["outcome"]) == ("keep", "skipped"), kept
+    assert "k3s" in kept["reason"]
+    assert (forgotten["action"], forgotten["outcome"]) == ("del-and-quarantine", "done")
+    assert list(crashed.ips().values()) == [f"{KNOWN}\r\neth0"]
+    records = crashed.node.root / "data/k3s/agent/containerd" / META_DB
+    assert any(line.startswith(f"k3s: {records}: 1 sandbox") for line in report["runtime_records"])
+    assert code == ExitCode.OK
+
+
+def test_a_k3s_data_dir_not_read_proves_no_sandbox_forgotten(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config.yaml whose data-dir the reaper cannot be sure of (here an alias to an anchor):
+    k3s's records may be anywhere, so none is called forgotten, even where records are found."""
+    crashed.add(FORGOTTEN)
+    held = crashed.ips()
+    yaml = "volume: &v /data/k3s\ndata-dir: *v\n"
+    config_yaml = write_file(crashed, "/etc/rancher/k3s/config.yaml", yaml)
+    containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN))
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    entry = by_path(report)[f"hl-{FORGOTTEN}-eth0"]
+    assert (entry["action"], entry["outcome"]) == ("keep", "skipped"), entry
+    assert crashed.ips() == held
+    assert any(w.startswith(f"{config_yaml}: line 2") for w in report["warnings"])
+    assert any("k3s: its data-dir" in w for w in report["warnings"]), report["warnings"]
+    assert code == ExitCode.OK
 
 
 @pytest.mark.parametrize(

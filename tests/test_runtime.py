@@ -67,7 +67,7 @@ def processes_mentioning(text: str) -> list[str]:
 
 
 def run_scenario(
-    work: Path, dry_run_first: bool, module: str = "runtime_scenario"
+    work: Path, dry_run_first: bool, module: str = "runtime_scenario", *args: str
 ) -> dict[str, Any]:
     reason = _why_not()
     if reason:
@@ -79,6 +79,7 @@ def run_scenario(
         "-m",
         f"tests.{module}",
         str(work),
+        *args,
     ]
     if dry_run_first:
         argv.append("--dry-run-first")
@@ -232,16 +233,15 @@ def test_every_process_and_cgroup_it_started_is_gone(scenario: dict[str, Any]) -
 # node found by the reaper at k3s's paths without a flag.
 
 K3S_NETWORK = "cbr0"
-K3S_CONFIG = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
-K3S_CONF_DIR = "/var/lib/rancher/k3s/agent/etc/cni/net.d"
-K3S_BIN_DIR_PARENT = "/var/lib/rancher/k3s/data/"
 K3S_SOCKET = "/run/k3s/containerd/containerd.sock"
 CRI_CNI_TABLE = '[plugins."io.containerd.grpc.v1.cri".cni]'
 
 
-@pytest.fixture(scope="module")
-def k3s(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_scenario(tmp_path_factory.mktemp("runtime-k3s"), False, "k3s_scenario")
+# k3s's default data dir, and one its config.yaml moves it to.
+@pytest.fixture(scope="module", params=["/var/lib/rancher/k3s", "/var/lib/k3s-volume"])
+def k3s(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    work = tmp_path_factory.mktemp("runtime-k3s")
+    return run_scenario(work, False, "k3s_scenario", request.param)
 
 
 def pods_of(k3s: dict[str, Any], fate: str) -> list[dict[str, Any]]:
@@ -419,25 +419,24 @@ def test_k3s_node_is_found_without_flags(k3s: dict[str, Any]) -> None:
     assert run["exit"] == 0, run["stderr"]
     assert run["argv"][-3:] == ["--root", str(Path(k3s["work"]) / "node"), "--json"]
     report = run["report"]
-    config = on_node(k3s, K3S_CONFIG)
+    data_dir = k3s["data_dir"]
+    config = on_node(k3s, f"{data_dir}/agent/etc/containerd/config.toml")
+    conf_dir = f"{data_dir}/agent/etc/cni/net.d"
     assert report["conf_dirs"] == [
-        {
-            "path": on_node(k3s, K3S_CONF_DIR),
-            "sources": [f"k3s: {config}: {CRI_CNI_TABLE} conf_dir"],
-        }
+        {"path": on_node(k3s, conf_dir), "sources": [f"k3s: {config}: {CRI_CNI_TABLE} conf_dir"]}
     ]
     (bin_dir,) = report["bin_dirs"]
-    assert bin_dir["path"].startswith(on_node(k3s, K3S_BIN_DIR_PARENT))
+    assert bin_dir["path"].startswith(on_node(k3s, f"{data_dir}/data/"))
     assert bin_dir["path"].endswith("/bin")
     assert bin_dir["sources"] == [f"k3s: {config}: {CRI_CNI_TABLE} bin_dir"]
     records = [line for line in report["runtime_records"] if line.startswith("k3s: ")]
     assert records == [
-        f"k3s: {on_node(k3s, '/var/lib/rancher/k3s/agent/containerd')}"
+        f"k3s: {on_node(k3s, f'{data_dir}/agent/containerd')}"
         "/io.containerd.metadata.v1.bolt/meta.db: 6 sandboxes (namespace k8s.io: 6), 1 whose "
         "CNI ADD never saved its result"
     ]
     for doc in report["host_local"]:
-        assert doc["del"]["config"] == on_node(k3s, K3S_CONF_DIR + "/10-cbr0.conflist")
+        assert doc["del"]["config"] == on_node(k3s, conf_dir + "/10-cbr0.conflist")
         assert doc["del"]["plugins_run"] == ["portmap", "hold", "bridge"]
     assert report["boot"]["previous_boot_crashed"] is True
     up = k3s["reaper_while_runtime_up"]

@@ -604,6 +604,88 @@ def test_k3s_and_rke2_without_a_generated_config_get_their_defaults(tmp_path: Pa
     assert configs.cni_dirs.bin_dirs[0].path == str(tmp_path / K3S_HASH_BIN.lstrip("/"))
 
 
+def test_k3s_config_yaml_moves_its_data_dir_and_all_that_lies_in_it(tmp_path: Path) -> None:
+    main = write(tmp_path, "/etc/rancher/k3s/config.yaml", "write-kubeconfig-mode: '0644'\n")
+    # The drop-ins in name order, .yaml and .yml in any case; other names are not k3s's.
+    write(tmp_path, "/etc/rancher/k3s/config.yaml.d/10-data.yaml", "data-dir: /srv/first\n")
+    later = write(tmp_path, "/etc/rancher/k3s/config.yaml.d/20-data.YML", "d: /srv/k3s # ok\n")
+    write(tmp_path, "/etc/rancher/k3s/config.yaml.d/30-off.yaml.bak", "data-dir: /srv/not\n")
+    (tmp_path / "srv/k3s/agent/containerd").mkdir(parents=True)
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == () and configs.records_in_doubt == ()
+    assert str(main) in configs.files_read and str(later) in configs.files_read
+    roots = located(configs, PathKind.PERSISTENT_ROOT, Runtime.K3S)
+    assert in_effect(configs, PathKind.PERSISTENT_ROOT, Runtime.K3S) == [
+        "/srv/k3s/agent/containerd"
+    ]
+    assert roots["/srv/k3s/agent/containerd"].source.startswith(f"{later}: d (line 1)")
+    assert not roots["/var/lib/rancher/k3s/agent/containerd"].in_effect  # still watched
+    k3s = "k3s: default (k3s with its own flannel)"
+    assert cni_dirs(configs) == (
+        [("/srv/k3s/agent/etc/cni/net.d", k3s)],
+        [("/srv/k3s/data/current/bin", k3s)],
+    )
+
+
+def test_k3s_generated_config_is_read_from_the_moved_data_dir(tmp_path: Path) -> None:
+    write(tmp_path, "/etc/rancher/k3s/config.yaml", "data-dir: /srv/k3s\n")
+    moved = k3s_generated_config(2).replace("/var/lib/rancher/k3s", "/srv/k3s")
+    path = write(tmp_path, "/srv/k3s/agent/etc/containerd/config.toml", moved)
+    configs = config.load(str(tmp_path))
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    assert cni_dirs(configs)[0] == [
+        ("/srv/k3s/agent/etc/cni/net.d", f"k3s: {path}: [{cri}.cni] conf_dir")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("files", "data_dir"),
+    [
+        # Each key becomes a flag where it first appears; the last flag on the line wins.
+        ({"config.yaml": "data-dir: /a\nd: /b\n"}, "/b"),
+        ({"config.yaml": "d: /b\n", "config.yaml.d/1.yaml": "data-dir: /a\n"}, "/a"),
+        ({"config.yaml": "data-dir: /a\nd: /b\n", "config.yaml.d/1.yaml": "data-dir: /c\n"}, "/b"),
+        ({"config.yaml.d/1.yaml": "data-dir: /a\n", "config.yaml.d/2.yml": "d+: /c\n"}, "/c"),
+        ({"config.yaml": "token: x\n"}, "/var/lib/rancher/rke2"),
+    ],
+)  # fmt: skip
+def test_rke2_data_dir_as_its_flags_come_out(
+    tmp_path: Path, files: dict[str, str], data_dir: str
+) -> None:
+    for name, text in files.items():
+        write(tmp_path, f"/etc/rancher/rke2/{name}", text)
+    configs = config.load(str(tmp_path))
+    assert configs.warnings == ()
+    assert in_effect(configs, PathKind.PERSISTENT_ROOT, Runtime.RKE2) == [
+        f"{data_dir}/agent/containerd"
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "data-dir: &dir /srv/k3s\n",
+        "data-dir:\n  /srv/k3s\n",
+        "data-dir: relative/k3s\n",
+        "data-dir: '/srv/\n  k3s'\n",
+        "  data-dir: /srv/k3s\n",
+        "\xff",
+    ],
+)
+def test_a_data_dir_not_read_puts_k3s_records_in_doubt(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "etc/rancher/k3s/config.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff" else b"\xff")
+    configs = config.load(str(tmp_path))
+    assert any(w.startswith(str(path)) or str(path) in w for w in configs.warnings)
+    (doubt,) = configs.records_in_doubt
+    assert doubt.startswith("k3s: its data-dir")
+    # What it watches and reads meanwhile is the default's.
+    assert in_effect(configs, PathKind.PERSISTENT_ROOT, Runtime.K3S) == [
+        "/var/lib/rancher/k3s/agent/containerd"
+    ]
+
+
 def test_crio_network_dirs_from_its_drop_ins_in_order(tmp_path: Path) -> None:
     write(
         tmp_path,

@@ -93,6 +93,8 @@ CRIO_CONFIG = "/etc/crio/crio.conf"
 CRIO_DROP_IN_DIR = "/etc/crio/crio.conf.d"
 STORAGE_CONFIGS = ("/etc/containers/storage.conf", "/usr/share/containers/storage.conf")
 RANCHER_DIR = "/var/lib/rancher"
+RANCHER_CONFIG_DIR = "/etc/rancher"
+DATA_DIR_KEYS = ("data-dir", "d")  # k3s's and RKE2's flag and its short name
 
 # The CRI plugin's name in config versions 1 and 2, and in 2.x the plugin that holds its
 # runtime side, the cni table among it.
@@ -253,6 +255,27 @@ class _ConfigFiles:
 
     def read(self, node_path: str, *, missing_ok: bool = True) -> dict[str, Any] | None:
         where = self.path(node_path)
+        text = self.text(node_path, "TOML", missing_ok=missing_ok)
+        if text is None:
+            return None
+        # Most configs are plain TOML, read without tomllib's import (plain_toml.py).
+        doc = plain_toml.loads(text)
+        if doc is None:
+            parse = _toml_parser()
+            if parse is None:
+                self.warnings.append(f"{where}: not read: TOML needs the tomli package before 3.11")
+                return None
+            try:
+                doc = parse(text)
+            except (ValueError, RecursionError) as e:
+                self.warnings.append(f"{where}: not valid TOML ({e}); not read")
+                return None
+        self.files_read.append(where)
+        return doc
+
+    def text(self, node_path: str, language: str, *, missing_ok: bool = True) -> str | None:
+        """The file's text, or None with a warning (none for a missing file if missing_ok)."""
+        where = self.path(node_path)
         try:
             data = self._read_bytes(node_path)
         except FileNotFoundError:
@@ -278,24 +301,10 @@ class _ConfigFiles:
             self.warnings.append(f"{where}: {e.strerror or e}; not read")
             return None
         try:
-            text = data.decode("utf-8")
+            return data.decode("utf-8")
         except UnicodeDecodeError:
-            self.warnings.append(f"{where}: not UTF-8, so not TOML; not read")
+            self.warnings.append(f"{where}: not UTF-8, so not {language}; not read")
             return None
-        # Most configs are plain TOML, read without tomllib's import (plain_toml.py).
-        doc = plain_toml.loads(text)
-        if doc is None:
-            parse = _toml_parser()
-            if parse is None:
-                self.warnings.append(f"{where}: not read: TOML needs the tomli package before 3.11")
-                return None
-            try:
-                doc = parse(text)
-            except (ValueError, RecursionError) as e:
-                self.warnings.append(f"{where}: not valid TOML ({e}); not read")
-                return None
-        self.files_read.append(where)
-        return doc
 
     def _read_bytes(self, node_path: str) -> bytes:
         fd, _ = open_inside(self.root, node_path)
@@ -735,11 +744,93 @@ _NOT_READ_WHOLE = (
 )
 
 
+def _yaml_drop_ins(files: _ConfigFiles, node_dir: str) -> list[str]:
+    """k3s's config.yaml.d: each entry that is not a directory and whose name ends in .yaml or
+    .yml in any case, in name order; none when the dir does not exist."""
+    try:
+        fd, _ = open_inside(files.root, node_dir, directory=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except (OSError, LeavesRoot) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        files.warnings.append(f"{files.path(node_dir)}: {reason}; its files not read")
+        return []
+    try:
+        entries = listed(fd, MAX_CONFIG_FILES)
+    except OSError as e:
+        files.warnings.append(f"{files.path(node_dir)}: {e.strerror or e}; its files not read")
+        return []
+    finally:
+        os.close(fd)
+    names = sorted(
+        os.fsencode(entry.name)
+        for entry in entries
+        if entry.name.lower().endswith((".yaml", ".yml"))
+        and not entry.is_dir(follow_symlinks=False)
+    )
+    return [f"{node_dir}/{os.fsdecode(name)}" for name in names]
+
+
+def _rancher_data_dir(files: _ConfigFiles, runtime: Runtime) -> tuple[str, str] | None:
+    """The data dir k3s's or RKE2's own config sets (config.yaml, then config.yaml.d), with
+    where; None for the default. Raises _Unusable when a file that may set it cannot be read.
+
+    k3s turns each key into a flag, in the order the keys first appear across the files, the
+    last value of a key winning, a "+" key appending; of --data-dir and -d, the flag that comes
+    last on that command line wins."""
+    main = f"{RANCHER_CONFIG_DIR}/{runtime.value}/config.yaml"
+    warned = len(files.warnings)
+    order: list[str] = []
+    values: dict[str, list[tuple[str, str]]] = {}
+    for node_path in (main, *_yaml_drop_ins(files, f"{main}.d")):
+        text = files.text(node_path, "YAML")
+        if text is None:
+            continue
+        # Loaded only on a node with such a file: every other boot skips its import.
+        from cni_reaper.runtime import plain_yaml  # noqa: PLC0415
+
+        where = files.path(node_path)
+        try:
+            found = plain_yaml.settings(text, DATA_DIR_KEYS)
+        except plain_yaml.Unreadable as e:
+            files.warnings.append(f"{where}: {e}; its data-dir not read")
+            continue
+        files.files_read.append(where)
+        for setting in found:
+            flag = plain_yaml.flag_name(setting.key)
+            said = (setting.value, f"{where}: {setting.key} (line {setting.line})")
+            if flag not in values:
+                order.append(flag)
+            if setting.key != flag and flag in values:
+                values[flag].append(said)
+            else:
+                values[flag] = [said]
+    if len(files.warnings) > warned:
+        raise _Unusable(f"{runtime.value}: its data-dir may be set where it could not be read")
+    last = None
+    for flag in order:
+        last = values[flag][-1]
+    if last is None:
+        return None
+    value, source = last
+    if not value.startswith("/"):
+        files.warnings.append(f"{source}: {value!r} is not an absolute path; not used")
+        raise _Unusable(f"{runtime.value}: its data-dir is not an absolute path")
+    return canonical(value), source
+
+
 def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime, cni: _CniCollector) -> None:
     """k3s or RKE2: the command line they start containerd with wins over their config, whose
     values are kept as watched only. Their CNI dirs are their generated config's; without one
-    (never generated, or unreadable), those k3s's flannel uses, and containerd's for RKE2."""
-    data_dir = f"{RANCHER_DIR}/{runtime.value}"
+    (never generated, or unreadable), those k3s's flannel uses, and containerd's for RKE2. All
+    of it lies in their data dir, which their own config.yaml may move."""
+    default_dir = f"{RANCHER_DIR}/{runtime.value}"
+    doubt = None
+    try:
+        moved = _rancher_data_dir(files, runtime)
+    except _Unusable as e:
+        moved, doubt = None, str(e)
+    data_dir = moved[0] if moved is not None else default_dir
     agent_dir = f"{data_dir}/agent"
     config = f"{agent_dir}/etc/containerd/config.toml"
     found = _containerd_settings(files, config)
@@ -747,7 +838,12 @@ def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime, cni: _Cni
     paths.add(runtime, PathKind.SOCKET, "/run/k3s/containerd/containerd.sock", shared)
     paths.add(runtime, PathKind.TASK_STATE, "/run/k3s/containerd", shared)
     paths.add(runtime, PathKind.SOCKET, "/run/k3s/cri-dockerd/cri-dockerd.sock", shared)
-    paths.add(runtime, PathKind.PERSISTENT_ROOT, f"{agent_dir}/containerd", "default")
+    in_data_dir = (
+        (f"{agent_dir}/containerd", f"{moved[1]} (<data-dir>/agent/containerd)")
+        if moved is not None
+        else None
+    )
+    paths.setting(runtime, PathKind.PERSISTENT_ROOT, f"{default_dir}/agent/containerd", in_data_dir)
     overridden = (
         (PathKind.SOCKET, found.address, "-a"),
         (PathKind.TASK_STATE, found.state, "--state"),
@@ -760,7 +856,13 @@ def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime, cni: _Cni
             paths.add(runtime, kind, value, note, in_effect=False)
     for value, source in found.runc_roots:
         paths.add(runtime, PathKind.NAMESPACED_OCI_ROOT, value, source)
-    why = _runtime_found(files, config, f"{agent_dir}/containerd")
+    main_config = f"{RANCHER_CONFIG_DIR}/{runtime.value}/config.yaml"
+    why = _runtime_found(files, config, f"{agent_dir}/containerd", main_config)
+    if why is not None and doubt is not None:
+        paths.in_doubt.append(
+            f"{doubt} (see the warnings): where it keeps its sandbox records is not known, "
+            "so none is taken as one it dropped"
+        )
     if why is not None and found.cni is not None:
         dirs = found.cni
         if not found.files_read:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cni_reaper.node_root import BadPattern, canonical, glob_inside, go_pattern
-from cni_reaper.runtime import config
+from cni_reaper.runtime import config, units
 from cni_reaper.runtime.config import LocatedPath, PathKind, Runtime, RuntimeConfigs
 
 
@@ -838,3 +838,91 @@ def test_cni_dirs_a_config_names_stay_inside_the_root(tmp_path: Path) -> None:
     assert [(d.node_path, d.path) for d in bin_dirs] == [
         ("/opt/cni/bin", str(node / "data/opt/cni/bin"))
     ]
+
+
+# The runtimes' systemd units: a flag on the command line that moves the records, which the
+# reaper does not follow, puts them in doubt; the stock units pass none.
+
+K3S_INSTALLER_UNIT = """[Unit]
+Description=Lightweight Kubernetes
+Wants=network-online.target
+
+[Install]
+WantedBy=multi-user.target
+
+[Service]
+Type=notify
+EnvironmentFile=-/etc/default/%N
+EnvironmentFile=-/etc/sysconfig/%N
+EnvironmentFile=-/etc/systemd/system/k3s.service.env
+KillMode=process
+ExecStartPre=/bin/sh -xc '! /usr/bin/systemctl is-enabled --quiet nm-cloud-setup.service'
+ExecStartPre=-/sbin/modprobe br_netfilter
+ExecStart=/usr/local/bin/k3s \\
+    server \\
+"""
+
+
+def test_the_stock_units_move_nothing(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "/lib/systemd/system/containerd.service",
+        "[Service]\nExecStart=/usr/bin/containerd\n",
+    )
+    write(tmp_path, "/etc/systemd/system/k3s.service", K3S_INSTALLER_UNIT)
+    write(tmp_path, "/etc/systemd/system/k3s.service.env", "K3S_TOKEN=secret\n")
+    write(tmp_path, "/etc/default/k3s", "")
+    configs = config.load(str(tmp_path))
+    assert (configs.warnings, configs.records_in_doubt) == ((), ())
+
+
+SERVICE = "[Service]\nExecStart="
+ENVIRONMENT = "[Service]\nEnvironment="
+SYSTEM = "/etc/systemd/system"
+
+
+@pytest.mark.parametrize(
+    ("node_path", "text", "said"),
+    [
+        (f"{SYSTEM}/k3s.service", K3S_INSTALLER_UNIT + "\t'--data-dir' \\\n\t'/s'\n", "--data-dir"),
+        (f"{SYSTEM}/k3s-agent.service", f"{SERVICE}/usr/local/bin/k3s agent -d=/srv\n", "-d"),
+        (f"{SYSTEM}/containerd.service.d/1.conf", f"{SERVICE}\nExecStart=c --root /s\n", "--root"),
+        ("/usr/lib/systemd/system/containerd.service", f"{SERVICE}containerd -c /c.toml\n", "-c"),
+        (f"{SYSTEM}/rke2-server.service", f"{SERVICE}/usr/local/bin/rke2 server $RKE2_ARGS\n", "$"),
+        (f"{SYSTEM}/rke2-agent.service.d/x.conf", ENVIRONMENT + "RKE2_CONFIG_FILE=/c\n", "RKE2_"),
+    ],
+)  # fmt: skip
+def test_a_unit_that_moves_the_records_puts_them_in_doubt(
+    tmp_path: Path, node_path: str, text: str, said: str
+) -> None:
+    path = write(tmp_path, node_path, text)
+    configs = config.load(str(tmp_path))
+    assert any(w.startswith(str(path)) and said in w for w in configs.warnings), configs.warnings
+    (doubt,) = configs.records_in_doubt
+    unit = Path(node_path).name if ".d/" not in node_path else Path(node_path).parent.stem
+    assert f"its unit {unit} may move its records" in doubt
+
+
+def test_an_environment_file_that_moves_k3s_config_puts_it_in_doubt(tmp_path: Path) -> None:
+    write(tmp_path, "/etc/systemd/system/k3s.service", K3S_INSTALLER_UNIT)
+    env = write(tmp_path, "/etc/default/k3s", "K3S_CONFIG_FILE=/srv/k3s.yaml\n")
+    configs = config.load(str(tmp_path))
+    assert f"{env}: sets K3S_CONFIG_FILE, which the reaper does not follow" in configs.warnings
+    assert len(configs.records_in_doubt) == 1
+
+
+def test_a_masked_unit_starts_nothing(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "/lib/systemd/system/containerd.service",
+        "[Service]\nExecStart=/usr/bin/containerd --root /srv\n",
+    )
+    (tmp_path / "etc/systemd/system").mkdir(parents=True)
+    (tmp_path / "etc/systemd/system/containerd.service").symlink_to("/dev/null")
+    configs = config.load(str(tmp_path))
+    assert (configs.warnings, configs.records_in_doubt) == ((), ())
+
+
+def test_a_command_line_that_goes_on_to_the_end_of_the_file_is_read_whole() -> None:
+    lines = units.read_unit("[Service]\nExecStart=/usr/local/bin/k3s \\\n  server \\\n  -d /x \\\n")
+    assert units.flags_passed(lines.exec_start[0], ("-d",)) == ["-d"]

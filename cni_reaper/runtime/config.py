@@ -77,7 +77,7 @@ from cni_reaper.node_root import (
     resolve_inside,
 )
 from cni_reaper.record import Record
-from cni_reaper.runtime import plain_toml
+from cni_reaper.runtime import plain_toml, units
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -1012,6 +1012,120 @@ def _without_config(paths: _Collector, storage_runroot: tuple[str, str]) -> None
     paths.add(podman, PathKind.STORAGE_RUNROOT, storage_runroot[0], storage_runroot[1])
 
 
+# The units that start each runtime, the flags on their command line that move its records
+# (units.py), and the variable that moves k3s's and RKE2's config file.
+RUNTIME_UNITS = (
+    (Runtime.CONTAINERD, ("containerd.service",), ("--root", "--config", "-c"), None),
+    (
+        Runtime.K3S,
+        ("k3s.service", "k3s-agent.service"),
+        ("--data-dir", "-d", "--config", "-c"),
+        "K3S_CONFIG_FILE",
+    ),
+    (
+        Runtime.RKE2,
+        ("rke2-server.service", "rke2-agent.service"),
+        ("--data-dir", "-d", "--config", "-c"),
+        "RKE2_CONFIG_FILE",
+    ),
+)
+
+
+def _unit_files(files: _ConfigFiles, names: Iterable[str]) -> dict[str, list[str]]:
+    """The node paths of each unit's file (from the first of the search path's dirs that has
+    it, unless masked) and of its drop-ins in every dir. Raises _Unusable."""
+    found: dict[str, list[str]] = {unit: [] for unit in names}
+    seen: set[str] = set()
+    for unit_dir in units.UNIT_DIRS:
+        try:
+            fd, _ = open_inside(files.root, unit_dir, directory=True)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except (OSError, LeavesRoot) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise _Unusable(f"{files.path(unit_dir)}: {reason}") from None
+        try:
+            for unit, paths in found.items():
+                if unit not in seen:
+                    try:
+                        st = os.stat(unit, dir_fd=fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        pass
+                    else:
+                        seen.add(unit)
+                        link = os.readlink(unit, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else ""
+                        if link != "/dev/null":  # masked: never started
+                            paths.append(f"{unit_dir}/{unit}")
+                drop_ins = _drop_in_names(files, unit_dir, fd, unit)
+                paths.extend(f"{unit_dir}/{unit}.d/{name}" for name in drop_ins)
+        except OSError as e:
+            raise _Unusable(f"{files.path(unit_dir)}: {e.strerror or e}") from None
+        finally:
+            os.close(fd)
+    return found
+
+
+def _drop_in_names(files: _ConfigFiles, unit_dir: str, unit_dir_fd: int, unit: str) -> list[str]:
+    """The *.conf names in a dir's <unit>.d, which is found as the node resolves it."""
+    try:
+        os.stat(f"{unit}.d", dir_fd=unit_dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return []  # the usual case, one lstat
+    try:
+        fd, _ = open_inside(files.root, f"{unit_dir}/{unit}.d", directory=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except LeavesRoot as e:
+        raise OSError(str(e)) from None
+    try:
+        names = (entry.name for entry in listed(fd, MAX_CONFIG_FILES))
+        return sorted(name for name in names if name.endswith(".conf"))
+    finally:
+        os.close(fd)
+
+
+def _units_in_doubt(paths: _Collector, files: _ConfigFiles) -> None:
+    """A runtime whose unit moves its records by its command line: its records in doubt."""
+    try:
+        unit_files = _unit_files(files, (u for _, names, _, _ in RUNTIME_UNITS for u in names))
+    except _Unusable as e:
+        files.warnings.append(f"{e}; the runtimes' units there not read")
+        unit_files = {}
+        for runtime, _, _, _ in RUNTIME_UNITS:
+            paths.in_doubt.append(f"{runtime.value}: its units could not be read")
+    for runtime, names, flags, config_variable in RUNTIME_UNITS:
+        for unit in names:
+            said: list[str] = []
+            env_files: list[str] = []
+            for node_path in unit_files.get(unit, ()):
+                text = files.text(node_path, "a unit")
+                if text is None:
+                    said.append(f"{files.path(node_path)} not read")
+                    continue
+                lines = units.read_unit(text)
+                where = files.path(node_path)
+                for command in lines.exec_start:
+                    passed = units.flags_passed(command, flags)
+                    said.extend(f"{where}: ExecStart= passes {flag}" for flag in passed)
+                if config_variable and any(config_variable in v for v in lines.environment):
+                    said.append(f"{where}: Environment= sets {config_variable}")
+                env_files.extend(
+                    units.unit_name_specifier(v, unit) for v in lines.environment_files
+                )
+            for env_file in env_files:
+                if not config_variable or not env_file.startswith("/") or "%" in env_file:
+                    continue
+                text = files.text(env_file, "an environment file")
+                if text is not None and config_variable in text:
+                    said.append(f"{files.path(env_file)}: sets {config_variable}")
+            if said:
+                files.warnings.extend(f"{s}, which the reaper does not follow" for s in said)
+                paths.in_doubt.append(
+                    f"{runtime.value}: its unit {unit} may move its records (see the warnings): "
+                    "none is taken as one it dropped"
+                )
+
+
 def load(root: str) -> RuntimeConfigs:
     """Where the runtimes of the node at root keep their sockets and state, and which CNI
     config and plugin dirs they use."""
@@ -1027,6 +1141,7 @@ def load(root: str) -> RuntimeConfigs:
     storage_unread = len(files.warnings) > warned
     _crio(paths, files, storage_runroot, storage_graphroot, cni, storage_unread)
     _without_config(paths, storage_runroot)
+    _units_in_doubt(paths, files)
     cni_dirs = cni.result()
     return RuntimeConfigs(
         sockets=paths.of_kind(PathKind.SOCKET),

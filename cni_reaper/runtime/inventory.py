@@ -187,9 +187,14 @@ class SandboxInventory(Record):
         return False
 
     def describe(self, sandbox_id: str) -> str:
-        if not self.records_found:
+        if not self.records_found and not self.unreadable:
             return "no CRI runtime's sandbox records found on this node"
-        return self.notes.get(sandbox_id, "no runtime has a record of it")
+        note = self.notes.get(sandbox_id)
+        if note is not None:
+            return note
+        if self.unreadable:
+            return "in none of the records read, which may not be all (see the warnings)"
+        return "no runtime has a record of it"
 
 
 class _Unreadable(Exception):

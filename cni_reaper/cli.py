@@ -116,7 +116,7 @@ def run(
     except (UsageError, NoPermissionError) as e:
         if "--json" in argv:
             _json_failure(JsonWriter(sys.stdout), None, bare_header("--dry-run" in argv, ""), e)
-        _failure_metrics(parsed, e, started)
+        _failure_metrics(parsed, e, started, env)
         raise
     writer: ReportWriter | None = None
     json_writer = JsonWriter(sys.stdout) if args.json else None
@@ -137,7 +137,7 @@ def run(
         error = UnsafeInputError(f"cannot take the node's paths under {args.root}: {e}")
         if json_writer is not None:
             _json_failure(json_writer, None, bare_header(args.dry_run, ""), error)
-        _failure_metrics(args, error, started)
+        _failure_metrics(args, error, started, env)
         raise error from None
     if events is None:
         # A dry run runs no plugin: its lines can wait for a block. A repair's line goes out
@@ -173,7 +173,7 @@ def run(
                 args.dry_run, paths.results_dir, paths.sourced_conf_dirs, paths.sourced_bin_dirs
             )
             _json_failure(json_writer, made[0] if made else None, header, e)
-        _failure_metrics(args, e, started)
+        _failure_metrics(args, e, started, env)
         raise
     finally:
         events.flush()
@@ -209,7 +209,9 @@ def _refuse_early(args: Options) -> None:
         )
 
 
-def _failure_metrics(args: Options, error: BaseException, started: float) -> None:
+def _failure_metrics(
+    args: Options, error: BaseException, started: float, env: Mapping[str, str]
+) -> None:
     """With --metrics-file, a run that refuses or fails still says so there: its exit code and
     when it ended. Not for the ExecStop's --mark-clean-shutdown, which is no run of the repair."""
     path = getattr(args, "metrics_file", None)
@@ -219,7 +221,7 @@ def _failure_metrics(args: Options, error: BaseException, started: float) -> Non
         text = metrics.render_failure(
             int(exit_code_for(error)), bool(getattr(args, "dry_run", False)), started, time.time()
         )
-        _write_metrics(path, text)
+        _write_metrics(path, text, env)
 
 
 def _metrics_dir_missing(path: str) -> str | None:
@@ -230,7 +232,7 @@ def _metrics_dir_missing(path: str) -> str | None:
     return None if os.path.isdir(directory) else directory
 
 
-def _write_metrics(path: str, text: str) -> None:
+def _write_metrics(path: str, text: str, env: Mapping[str, str]) -> None:
     """The metrics are one more report of the run: failing to write them is said, and changes
     neither what the run did nor its exit code."""
     if _metrics_dir_missing(path):
@@ -241,7 +243,7 @@ def _write_metrics(path: str, text: str) -> None:
         metrics.write(path, text)
     except (OSError, ValueError) as e:  # ValueError: a NUL in the name
         shown, why = printable(path), getattr(e, "strerror", None) or str(e)
-        say(f"cni-reaper: metrics not written to {shown}: {why}", WARNING)
+        say(f"cni-reaper: metrics not written to {shown}: {why}", WARNING, env)
 
 
 def _json_failure(
@@ -394,7 +396,7 @@ def _run(
     if args.metrics_file:
         from cni_reaper import metrics  # noqa: PLC0415 (only when asked for)
 
-        _write_metrics(args.metrics_file, metrics.render(report, started, time.time()))
+        _write_metrics(args.metrics_file, metrics.render(report, started, time.time()), env)
     return report.exit_code
 
 

@@ -353,3 +353,16 @@ def test_a_metrics_file_that_cannot_be_written_is_said_and_the_exit_code_stands(
     assert f"cni-reaper: metrics not written to {prom}: " in err
     assert "Traceback" not in err
     assert os.listdir(textfile) == ["cni-reaper.prom"]  # no temp file left
+
+
+def test_a_metrics_file_not_written_is_a_warning_on_the_journal_stream_the_run_was_given(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Under the unit, stderr is journald's stream, which the run learns from the environment
+    handed to it (JOURNAL_STREAM): the line gets journald's priority prefix from that, not from
+    the process's own environment."""
+    prom = tmp_path / "cni-reaper.prom"
+    (prom / "in-the-way").mkdir(parents=True)
+    st = os.fstat(2)
+    cli._write_metrics(str(prom), "x 1\n", {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"})
+    assert capfd.readouterr().err.startswith(f"<4>cni-reaper: metrics not written to {prom}: ")

@@ -66,6 +66,7 @@ from collections.abc import Callable, Iterable
 
 from cni_reaper.choice import Choice
 from cni_reaper.node_root import (
+    MAX_LISTED,
     BadPattern,
     LeavesRoot,
     canonical,
@@ -272,6 +273,27 @@ class _ConfigFiles:
                 return None
         self.files_read.append(where)
         return doc
+
+    def listing(self, node_dir: str, limit: int = MAX_LISTED) -> list[tuple[str, bool]]:
+        """Each entry of a dir of the node, by name in byte order, and whether it is a
+        directory (a symlink is not); none when it does not exist, none with a warning when it
+        cannot be listed."""
+        try:
+            fd, _ = open_inside(self.root, node_dir, directory=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except (OSError, LeavesRoot) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            self.warnings.append(f"{self.path(node_dir)}: {reason}; its files not read")
+            return []
+        try:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in listed(fd, limit)]
+        except OSError as e:
+            self.warnings.append(f"{self.path(node_dir)}: {e.strerror or e}; its files not read")
+            return []
+        finally:
+            os.close(fd)
+        return sorted(entries, key=lambda entry: os.fsencode(entry[0]))
 
     def text(self, node_path: str, language: str, *, missing_ok: bool = True) -> str | None:
         """The file's text, or None with a warning (none for a missing file if missing_ok)."""
@@ -746,29 +768,12 @@ _NOT_READ_WHOLE = (
 
 def _yaml_drop_ins(files: _ConfigFiles, node_dir: str) -> list[str]:
     """k3s's config.yaml.d: each entry that is not a directory and whose name ends in .yaml or
-    .yml in any case, in name order; none when the dir does not exist."""
-    try:
-        fd, _ = open_inside(files.root, node_dir, directory=True)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except (OSError, LeavesRoot) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        files.warnings.append(f"{files.path(node_dir)}: {reason}; its files not read")
-        return []
-    try:
-        entries = listed(fd, MAX_CONFIG_FILES)
-    except OSError as e:
-        files.warnings.append(f"{files.path(node_dir)}: {e.strerror or e}; its files not read")
-        return []
-    finally:
-        os.close(fd)
-    names = sorted(
-        os.fsencode(entry.name)
-        for entry in entries
-        if entry.name.lower().endswith((".yaml", ".yml"))
-        and not entry.is_dir(follow_symlinks=False)
-    )
-    return [f"{node_dir}/{os.fsdecode(name)}" for name in names]
+    .yml in any case, in name order."""
+    return [
+        f"{node_dir}/{name}"
+        for name, is_dir in files.listing(node_dir, MAX_CONFIG_FILES)
+        if name.lower().endswith((".yaml", ".yml")) and not is_dir
+    ]
 
 
 def _rancher_data_dir(files: _ConfigFiles, runtime: Runtime) -> tuple[str, str] | None:
@@ -898,31 +903,16 @@ def _storage_defaults(files: _ConfigFiles) -> tuple[tuple[str, str], tuple[str, 
 
 def _crio_drop_ins(files: _ConfigFiles, node_dir: str, depth: int = 0) -> list[str]:
     """Every file below the drop-in dir in filepath.Walk's order."""
-    try:
-        fd, _ = open_inside(files.root, node_dir, directory=True)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except (OSError, LeavesRoot) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        files.warnings.append(f"{files.path(node_dir)}: {reason}; its files not read")
-        return []
-    try:
-        entries = sorted(listed(fd), key=lambda entry: os.fsencode(entry.name))
-        found = []
-        for entry in entries:
-            path = f"{node_dir.rstrip('/')}/{entry.name}"
-            if not entry.is_dir(follow_symlinks=False):
-                found.append(path)
-            elif depth < MAX_DROP_IN_DEPTH:
-                found.extend(_crio_drop_ins(files, path, depth + 1))
-            else:
-                files.warnings.append(f"{files.path(path)}: nested too deep; not read")
-        return found
-    except OSError as e:
-        files.warnings.append(f"{files.path(node_dir)}: {e.strerror or e}; its files not read")
-        return []
-    finally:
-        os.close(fd)
+    found = []
+    for name, is_dir in files.listing(node_dir):
+        path = f"{node_dir.rstrip('/')}/{name}"
+        if not is_dir:
+            found.append(path)
+        elif depth < MAX_DROP_IN_DEPTH:
+            found.extend(_crio_drop_ins(files, path, depth + 1))
+        else:
+            files.warnings.append(f"{files.path(path)}: nested too deep; not read")
+    return found
 
 
 def _crio(

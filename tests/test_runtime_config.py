@@ -926,3 +926,28 @@ def test_a_masked_unit_starts_nothing(tmp_path: Path) -> None:
 def test_a_command_line_that_goes_on_to_the_end_of_the_file_is_read_whole() -> None:
     lines = units.read_unit("[Service]\nExecStart=/usr/local/bin/k3s \\\n  server \\\n  -d /x \\\n")
     assert units.flags_passed(lines.exec_start[0], ("-d",)) == ["-d"]
+
+
+def test_odd_unit_files_are_warnings_or_nothing_never_a_crash(tmp_path: Path) -> None:
+    system = tmp_path / "etc/systemd/system"
+    (system / "containerd.service").mkdir(parents=True)  # a dir where the unit goes
+    (system / "k3s.service.d").write_text("")  # a file where the drop-in dir goes
+    (system / "k3s-agent.service").symlink_to("k3s-agent.service")  # a loop
+    (system / "rke2-server.service").symlink_to("/../../outside")  # stays inside the root
+    os.mkfifo(system / "rke2-agent.service")
+    configs = config.load(str(tmp_path))
+    assert all("Traceback" not in w for w in configs.warnings)
+    # Each unit that could not be read puts its runtime's records in doubt.
+    doubted = {d.split(":")[0] for d in configs.records_in_doubt}
+    assert doubted == {"containerd", "k3s", "rke2"}, configs.records_in_doubt
+
+
+def test_a_unit_dir_that_leads_out_of_the_root_is_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    write(outside, "/containerd.service", f"{SERVICE}containerd --root /elsewhere\n")
+    root = tmp_path / "root"
+    (root / "etc/systemd").mkdir(parents=True)
+    (root / "etc/systemd/system").symlink_to("../../../outside")
+    configs = config.load(str(root))
+    assert not [w for w in configs.warnings if "--root" in w]
+    assert [d for d in configs.records_in_doubt if d.startswith("containerd")]

@@ -36,7 +36,8 @@ def agrees_with_pyyaml(text: str) -> bool:
     if doc is None:
         doc = {}
     assert isinstance(doc, dict), doc
-    theirs = {k: v for k, v in doc.items() if isinstance(k, str) and flag_name(k) in WANTED}
+    # Every key k3s makes one of the flags of (trimmed, split at "="), as PyYAML reads it.
+    theirs = {k: v for k, v in doc.items() if flag_name(str(k)) in WANTED}
     ours = {s.key: s.value for s in found}  # the last of a key given twice, as YAML's
     return ours == theirs
 
@@ -48,6 +49,7 @@ KEYS = st.sampled_from(
         "data-dir", "d", "data-dir+", "d+", "data-dir++", '"data-dir"', "'d'", '"data\\x2ddir"',
         "token", "node-label", "tls-san", "write-kubeconfig-mode", "<<", "? data-dir",
         "&a data-dir", "!!str data-dir", "- data-dir", "data-dir ", "data#dir", "x #data-dir",
+        '"data-dir "', "' d'", "data-dir\u00a0", "\u3000d", "data-dir=/x", "d=", "\tdata-dir",
     ]
 )  # fmt: skip
 VALUES = st.sampled_from(
@@ -56,12 +58,14 @@ VALUES = st.sampled_from(
         '"/dq"', "'it''s/'", '"/e\\"q"', '"/tab\\t"', '"/sl\\/"', "&a /x", "*a", "|", ">-",
         "[/a, /b]", '["/a", "/b"]', "{k: /v}", "", "~", "null", "true", "1e3", "/x: y", "/x:",
         "'/open", '"/open', "[/open,", "- /x", "!!str /x", "relative/dir", "/trail   ",
+        '"/x "', "'/x\t'", "/x\u00a0", '"/x\\/y"', "/a\tb", '"/nul\x00"',
     ]
 )  # fmt: skip
 FOLLOWERS = st.sampled_from(
     [
         "", "  - item", "  more", "  # comment", "# comment", "---", "--- # c", "...",
-        "\t/tab-indented", "  data-dir: /inner", "/x]", "  /x'", "%YAML 1.1",
+        "\t/tab-indented", "  data-dir: /inner", "/x]", "  /x'", "%YAML 1.1", "- item", "-",
+        "- 'open", "-  data-dir: /in-list", "\tdata-dir: /tab",
     ]
 )  # fmt: skip
 

@@ -608,7 +608,9 @@ def test_k3s_config_yaml_moves_its_data_dir_and_all_that_lies_in_it(tmp_path: Pa
     main = write(tmp_path, "/etc/rancher/k3s/config.yaml", "write-kubeconfig-mode: '0644'\n")
     # The drop-ins in name order, .yaml and .yml in any case; other names are not k3s's.
     write(tmp_path, "/etc/rancher/k3s/config.yaml.d/10-data.yaml", "data-dir: /srv/first\n")
-    later = write(tmp_path, "/etc/rancher/k3s/config.yaml.d/20-data.YML", "d: /srv/k3s # ok\n")
+    later = write(
+        tmp_path, "/etc/rancher/k3s/config.yaml.d/20-data.YML", "data-dir: /srv/k3s # ok\n"
+    )
     write(tmp_path, "/etc/rancher/k3s/config.yaml.d/30-off.yaml.bak", "data-dir: /srv/not\n")
     (tmp_path / "srv/k3s/agent/containerd").mkdir(parents=True)
     configs = config.load(str(tmp_path))
@@ -618,7 +620,7 @@ def test_k3s_config_yaml_moves_its_data_dir_and_all_that_lies_in_it(tmp_path: Pa
     assert in_effect(configs, PathKind.PERSISTENT_ROOT, Runtime.K3S) == [
         "/srv/k3s/agent/containerd"
     ]
-    assert roots["/srv/k3s/agent/containerd"].source.startswith(f"{later}: d (line 1)")
+    assert roots["/srv/k3s/agent/containerd"].source.startswith(f"{later}: data-dir (line 1)")
     assert not roots["/var/lib/rancher/k3s/agent/containerd"].in_effect  # still watched
     k3s = "k3s: default (k3s with its own flannel)"
     assert cni_dirs(configs) == (
@@ -641,11 +643,11 @@ def test_k3s_generated_config_is_read_from_the_moved_data_dir(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("files", "data_dir"),
     [
-        # Each key becomes a flag where it first appears; the last flag on the line wins.
-        ({"config.yaml": "data-dir: /a\nd: /b\n"}, "/b"),
-        ({"config.yaml": "d: /b\n", "config.yaml.d/1.yaml": "data-dir: /a\n"}, "/a"),
-        ({"config.yaml": "data-dir: /a\nd: /b\n", "config.yaml.d/1.yaml": "data-dir: /c\n"}, "/b"),
-        ({"config.yaml.d/1.yaml": "data-dir: /a\n", "config.yaml.d/2.yml": "d+: /c\n"}, "/c"),
+        # A later file's value wins; "+" appends, and the last value is the flag's.
+        ({"config.yaml": "data-dir: /a\n", "config.yaml.d/1.yaml": "data-dir: /c\n"}, "/c"),
+        ({"config.yaml": "data-dir: /a\n", "config.yaml.d/2.yml": "data-dir+: /c\n"}, "/c"),
+        ({"config.yaml": "d: /b\n"}, "/b"),
+        ({"config.yaml": "tls-san:\n- x\nd: /b # short\n"}, "/b"),
         ({"config.yaml": "token: x\n"}, "/var/lib/rancher/rke2"),
     ],
 )  # fmt: skip
@@ -669,6 +671,9 @@ def test_rke2_data_dir_as_its_flags_come_out(
         "data-dir: relative/k3s\n",
         "data-dir: '/srv/\n  k3s'\n",
         "  data-dir: /srv/k3s\n",
+        "data-dir: /srv/k3s\nd: /srv/k3s\n",  # both forms of one flag: k3s does not start
+        "'data-dir ': /srv/k3s\n",  # k3s trims the key
+        "data-dir=/srv: k3s\n",  # k3s's flag data-dir, /srv=k3s
         "\xff",
     ],
 )

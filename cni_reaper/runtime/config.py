@@ -787,10 +787,18 @@ def _rancher_data_dir(files: _ConfigFiles, runtime: Runtime) -> tuple[str, str] 
     warned = len(files.warnings)
     order: list[str] = []
     values: dict[str, list[tuple[str, str]]] = {}
+    read = 0
     for node_path in (main, *_yaml_drop_ins(files, f"{main}.d")):
         text = files.text(node_path, "YAML")
         if text is None:
             continue
+        read += len(text)
+        if read > MAX_CONFIG_BYTES:  # a few hundred bytes on a real node
+            where = files.path(node_path)
+            files.warnings.append(
+                f"{where}: over {MAX_CONFIG_BYTES} bytes of YAML in all; not read"
+            )
+            break
         # Loaded only on a node with such a file: every other boot skips its import.
         from cni_reaper.runtime import plain_yaml  # noqa: PLC0415
 
@@ -812,6 +820,14 @@ def _rancher_data_dir(files: _ConfigFiles, runtime: Runtime) -> tuple[str, str] 
                 values[flag] = [said]
     if len(files.warnings) > warned:
         raise _Unusable(f"{runtime.value}: its data-dir may be set where it could not be read")
+    if len(order) > 1:
+        # urfave/cli refuses both forms of one flag: k3s does not start, and whatever file
+        # is mended decides.
+        first, second = (values[flag][-1][1] for flag in order)
+        files.warnings.append(
+            f"{first}, {second}: both forms of one flag; {runtime.value} fails so"
+        )
+        raise _Unusable(f"{runtime.value}: its data-dir is set twice over")
     last = None
     for flag in order:
         last = values[flag][-1]
@@ -862,7 +878,8 @@ def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime, cni: _Cni
     for value, source in found.runc_roots:
         paths.add(runtime, PathKind.NAMESPACED_OCI_ROOT, value, source)
     main_config = f"{RANCHER_CONFIG_DIR}/{runtime.value}/config.yaml"
-    why = _runtime_found(files, config, f"{agent_dir}/containerd", main_config)
+    evidence = (config, f"{agent_dir}/containerd", main_config, f"{main_config}.d")
+    why = _runtime_found(files, *evidence)
     if why is not None and doubt is not None:
         paths.in_doubt.append(
             f"{doubt} (see the warnings): where it keeps its sandbox records is not known, "
@@ -1102,7 +1119,14 @@ def _units_in_doubt(paths: _Collector, files: _ConfigFiles) -> None:
                 env_files.extend(
                     units.unit_name_specifier(v, unit) for v in lines.environment_files
                 )
-            for env_file in env_files:
+            # The installers' own, named by their units: looked at even where no unit names them.
+            name = unit.rsplit(".", 1)[0]
+            env_files += [
+                f"/etc/systemd/system/{unit}.env",
+                f"/etc/default/{name}",
+                f"/etc/sysconfig/{name}",
+            ]
+            for env_file in dict.fromkeys(env_files):
                 if not config_variable or not env_file.startswith("/") or "%" in env_file:
                     continue
                 text = files.text(env_file, "an environment file")

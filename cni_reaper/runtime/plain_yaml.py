@@ -5,18 +5,21 @@ of them, the data dir, and ships no YAML parser (its dependencies are pyudev and
 systemd-python, both optional). settings() reads the keys of the top-level block mapping of
 the first document, and the value of each key asked for when that value is a string on the
 key's own line: a plain path (YAML reads many plain words, `true`, `~`, `1e3`, as no string),
-single-quoted, or double-quoted with no escape but \\, \" and \/. Anything that could make a
-YAML parser see another top-level mapping than the lines show, or another value for a key
-asked for, raises Unreadable instead of being guessed at:
+single-quoted, or double-quoted with no escape but \\ and \" (go-yaml v2, k3s's, refuses \/).
+Keys are matched as k3s makes flags of them (flag_name()). Anything that could make a YAML
+parser, or k3s after it, see another top-level mapping than the lines show, or another value
+for a key asked for, raises Unreadable instead of being guessed at:
 
 - a document that is not a block mapping at column 0 (a flow mapping, a sequence, an indented
   mapping, a directive);
 - a merge key (`<<`), a complex key (`?`), a key with an anchor or a tag, a line that is not
-  `key: value`;
+  `key: value` (or, below a key without a value, `- item`), a line indented by a tab;
+- a key k3s trims (blanks, Unicode spaces) or splits at an "=" into a key asked for;
 - a value of any key that opens a quoted string or a flow collection and does not close it on
   its line (its next lines could look like keys);
 - for a key asked for: no value on its line, an anchor, alias, tag, block scalar or flow
-  collection, another escape, or a value that goes on in the lines below;
+  collection, another escape, a value k3s would trim or with a control character, or a value
+  that goes on in the lines below;
 - line breaks YAML knows and this reader does not (NEL, LS, PS, FF, VT).
 
 Whatever settings() returns is what a YAML parser reads for the same text: tests/
@@ -60,9 +63,15 @@ def settings(text: str, wanted: Collection[str]) -> list[Setting]:
     began = False  # a key or "---" seen
     keyed = False  # a key seen
     continuing = False  # the last key asked for had its value: a line below may not go on
+    listing = False  # the last key, not asked for, had none: a sequence may follow at column 0
     for number, line in enumerate(lines, 1):
         stripped = line.strip(_BLANK)
         if not stripped or stripped.startswith("#"):
+            continue
+        if line[0] == "\t":
+            raise Unreadable(f"line {number}: indented by a tab, which YAML does not allow")
+        if listing and (line == "-" or line.startswith(("- ", "-\t"))):
+            _skip_value(line[1:].strip(_BLANK), number)  # an item of that key's sequence
             continue
         if line[0] in _BLANK:
             if not keyed:
@@ -70,7 +79,7 @@ def settings(text: str, wanted: Collection[str]) -> list[Setting]:
             if continuing:
                 raise Unreadable(f"line {number}: the value above goes on")
             continue  # below some other key
-        continuing = False
+        continuing = listing = False
         if _marker(line, "---"):
             if began:
                 break  # a second document: YAML parsers read the first only
@@ -83,17 +92,25 @@ def settings(text: str, wanted: Collection[str]) -> list[Setting]:
         began = keyed = True
         key, rest = _key(line, number)
         value_text = rest.strip(_BLANK)
-        if flag_name(key) in wanted:
+        flag = flag_name(key)
+        if flag in wanted:
+            if key not in (flag, f"{flag}+"):
+                raise Unreadable(f"line {number}: a key k3s trims or splits into {flag}")
             found.append(Setting(key, _value(value_text, number), number))
             continuing = True
         else:
             _skip_value(value_text, number)
+            listing = not value_text or value_text.startswith("#")
     return found
 
 
 def flag_name(key: str) -> str:
-    """The flag a k3s config key sets: a trailing "+" (append to the value before) dropped."""
-    return key[:-1] if key.endswith("+") else key
+    """The flag a k3s config key sets. k3s trims the key (Go's strings.TrimSpace; str.strip()
+    trims a few characters more, which only errs toward Unreadable), drops one trailing "+"
+    (append to the value before), and passes `--key=value`, whose flag name ends at the first
+    "="."""
+    key = key.strip()
+    return (key[:-1] if key.endswith("+") else key).split("=", 1)[0]
 
 
 def _marker(line: str, marker: str) -> bool:
@@ -145,8 +162,8 @@ def _quoted(text: str, start: int, number: int, strict: bool = True) -> tuple[st
             return "".join(out), at + 1
         if quote == '"' and char == "\\":
             escaped = text[at + 1 : at + 2]
-            if strict and escaped not in ('"', "\\", "/"):
-                raise Unreadable(f'line {number}: an escape other than \\\\, \\" and \\/')
+            if strict and escaped not in ('"', "\\"):
+                raise Unreadable(f'line {number}: an escape other than \\\\ and \\"')
             out.append(escaped)
             at += 2
             continue
@@ -156,7 +173,16 @@ def _quoted(text: str, start: int, number: int, strict: bool = True) -> tuple[st
 
 
 def _value(text: str, number: int) -> str:
-    """A key's value written on its line: a string and at most a comment after it."""
+    """A key's value written on its line: a string and at most a comment after it; nothing k3s
+    would trim (it trims values as it trims keys), nor a control character, which go-yaml
+    refuses."""
+    value = _string(text, number)
+    if value != value.strip() or not value.isprintable():
+        raise Unreadable(f"line {number}: a value with blanks around it or a control character")
+    return value
+
+
+def _string(text: str, number: int) -> str:
     if not text or text.startswith("#"):
         raise Unreadable(f"line {number}: no value on the key's line")
     if text[0] in "\"'":

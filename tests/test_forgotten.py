@@ -222,20 +222,23 @@ def podmans_storage(crashed: Crashed) -> None:
     )
 
 
-def k3s_with_its_data_dir_on_its_command_line(crashed: Crashed) -> None:
-    """k3s started with --data-dir in its unit, which the reaper does not read: its
-    containerd's records, which know the sandbox, are under /data/k3s."""
-    unit = "[Service]\nExecStart=/usr/local/bin/k3s server --data-dir /data/k3s\n"
+def k3s_with_its_data_dir_in_a_variable(crashed: Crashed) -> None:
+    """k3s started with --data-dir from a variable of its unit's environment, which the reaper
+    does not expand: its containerd's records, which know the sandbox, are under /data/k3s."""
+    unit = (
+        "[Service]\nEnvironmentFile=-/etc/default/%N\nExecStart=/usr/local/bin/k3s server $ARGS\n"
+    )
     write_file(crashed, "/etc/systemd/system/k3s.service", unit)
+    write_file(crashed, "/etc/default/k3s", "ARGS=--data-dir /data/k3s\n")
     containerd_knows(
         crashed, containerd_sandbox("k8s.io", KNOWN), root="/data/k3s/agent/containerd"
     )
 
 
-def containerd_rooted_by_its_unit(crashed: Crashed) -> None:
-    """containerd started with --root by a drop-in of its unit, which the reaper does not read."""
+def containerd_rooted_by_a_variable(crashed: Crashed) -> None:
+    """containerd started with --root by a drop-in of its unit, through a variable."""
     write_file(crashed, "/etc/containerd/config.toml", "version = 2\n")
-    unit = "[Service]\nExecStart=\nExecStart=/usr/bin/containerd --root /srv/containerd\n"
+    unit = "[Service]\nExecStart=\nExecStart=/usr/bin/containerd ${ROOT_FLAGS}\n"
     write_file(crashed, "/etc/systemd/system/containerd.service.d/10-root.conf", unit)
     containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN), root="/srv/containerd")
 
@@ -257,9 +260,9 @@ def cri_dockerd(crashed: Crashed) -> None:
 @pytest.mark.parametrize(
     ("elsewhere", "others"),
     [
-        (k3s_with_its_data_dir_on_its_command_line, dockers_containerd),
-        (k3s_with_its_data_dir_on_its_command_line, podmans_storage),
-        (containerd_rooted_by_its_unit, podmans_storage),
+        (k3s_with_its_data_dir_in_a_variable, dockers_containerd),
+        (k3s_with_its_data_dir_in_a_variable, podmans_storage),
+        (containerd_rooted_by_a_variable, podmans_storage),
         (containerd_on_a_volume_not_mounted_yet, podmans_storage),
         (cri_dockerd, dockers_containerd),
     ],
@@ -297,18 +300,64 @@ def test_records_no_cri_wrote_prove_no_sandbox_forgotten(
     ), report["runtime_records"]
 
 
-def test_k3s_records_are_read_where_its_config_yaml_moves_its_data_dir(
-    crashed: Crashed, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """k3s moved to a volume by data-dir in its config.yaml (a drop-in here): its containerd's
-    records there say which sandbox it will still tear down, and the other is forgotten."""
-    crashed.add(KNOWN)
-    crashed.add(FORGOTTEN)
+K3S_INSTALLED_WITH = (
+    "[Service]\nExecStart=/usr/local/bin/k3s \\\n    server \\\n"
+    "\t'--data-dir' \\\n\t'/data/k3s' \\\n\n"
+)
+
+
+def k3s_moved_by_a_config_yaml_drop_in(crashed: Crashed) -> tuple[str, str]:
     write_file(crashed, "/etc/rancher/k3s/config.yaml", "write-kubeconfig-mode: '0644'\n")
     write_file(crashed, "/etc/rancher/k3s/config.yaml.d/50-volume.yaml", 'data-dir: "/data/k3s"\n')
-    containerd_knows(
-        crashed, containerd_sandbox("k8s.io", KNOWN), root="/data/k3s/agent/containerd"
+    return "k3s", "/data/k3s/agent/containerd"
+
+
+def k3s_moved_on_its_installers_command_line(crashed: Crashed) -> tuple[str, str]:
+    """INSTALL_K3S_EXEC="--data-dir /data/k3s": each argument quoted on a line of its own."""
+    write_file(crashed, "/etc/systemd/system/k3s.service", K3S_INSTALLED_WITH)
+    write_file(crashed, "/etc/rancher/k3s/config.yaml", "data-dir: /var/lib/rancher/k3s\n")
+    return "k3s", "/data/k3s/agent/containerd"
+
+
+def containerd_rooted_by_a_drop_in_of_its_unit(crashed: Crashed) -> tuple[str, str]:
+    write_file(crashed, "/etc/containerd/config.toml", "version = 2\nroot = '/var/lib/c'\n")
+    write_file(
+        crashed,
+        "/lib/systemd/system/containerd.service",
+        "[Service]\nExecStart=/usr/bin/containerd\n",
     )
+    unit = "[Service]\nExecStart=\nExecStart=/usr/bin/containerd --root=/srv/containerd\n"
+    write_file(crashed, "/etc/systemd/system/containerd.service.d/10-root.conf", unit)
+    return "containerd", "/srv/containerd"
+
+
+def containerd_configured_by_its_unit(crashed: Crashed) -> tuple[str, str]:
+    write_file(crashed, "/etc/containerd/node.toml", "version = 2\nroot = '/srv/containerd'\n")
+    unit = "[Service]\nExecStart=/usr/bin/containerd -c /etc/containerd/node.toml\n"
+    write_file(crashed, "/etc/systemd/system/containerd.service", unit)
+    return "containerd", "/srv/containerd"
+
+
+@pytest.mark.parametrize(
+    "moved",
+    [
+        k3s_moved_by_a_config_yaml_drop_in,
+        k3s_moved_on_its_installers_command_line,
+        containerd_rooted_by_a_drop_in_of_its_unit,
+        containerd_configured_by_its_unit,
+    ],
+)
+def test_records_are_read_where_the_runtime_keeps_them(
+    crashed: Crashed,
+    capsys: pytest.CaptureFixture[str],
+    moved: Callable[[Crashed], tuple[str, str]],
+) -> None:
+    """A runtime's records moved by its config or its unit's command line: read there, they
+    say which sandbox it will still tear down, and the other is forgotten."""
+    crashed.add(KNOWN)
+    crashed.add(FORGOTTEN)
+    runtime, root = moved(crashed)
+    containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN), root=root)
     crashed.reboot()
 
     code, report = crashed.run(capsys)
@@ -316,11 +365,12 @@ def test_k3s_records_are_read_where_its_config_yaml_moves_its_data_dir(
     entries = by_path(report)
     kept, forgotten = entries[f"hl-{KNOWN}-eth0"], entries[f"hl-{FORGOTTEN}-eth0"]
     assert (kept["action"], kept["outcome"]) == ("keep", "skipped"), kept
-    assert "k3s" in kept["reason"]
+    assert runtime in kept["reason"]
     assert (forgotten["action"], forgotten["outcome"]) == ("del-and-quarantine", "done")
     assert list(crashed.ips().values()) == [f"{KNOWN}\r\neth0"]
-    records = crashed.node.root / "data/k3s/agent/containerd" / META_DB
-    assert any(line.startswith(f"k3s: {records}: 1 sandbox") for line in report["runtime_records"])
+    records = crashed.node.root / root.lstrip("/") / META_DB
+    said = f"{runtime}: {records}: 1 sandbox"
+    assert any(line.startswith(said) for line in report["runtime_records"]), report
     assert code == ExitCode.OK
 
 

@@ -240,6 +240,8 @@ def test_a_config_file_named_by_k3s_unit_environment(node: NodeTree, t0: float) 
     node.write_boot_world(btime=t0 - 60)
     name = f"hl-{KNOWN}-eth0"
     node.write_result(name, cache_entry_bytes(conflist, "hl", KNOWN, "eth0"))
+    unit = "[Service]\nEnvironmentFile=-/etc/systemd/system/k3s.service.env\nExecStart=k3s server\n"
+    write(node.root, "/etc/systemd/system/k3s.service", unit)
     write(node.root, "/etc/systemd/system/k3s.service.env", "K3S_CONFIG_FILE=/etc/k3s.yaml\n")
     write(node.root, "/etc/k3s.yaml", "data-dir: /data/k3s\n")
     write(node.root, K3S_CONFIG, "write-kubeconfig-mode: '0644'\n")

@@ -886,26 +886,97 @@ ENVIRONMENT = "[Service]\nEnvironment="
 SYSTEM = "/etc/systemd/system"
 
 
+K3S_UNIT, K3S_AGENT = f"{SYSTEM}/k3s.service", f"{SYSTEM}/k3s-agent.service"
+CONTAINERD_UNIT, CONTAINERD_DROP_IN = (
+    f"{SYSTEM}/containerd.service",
+    f"{SYSTEM}/containerd.service.d/1.conf",
+)
+RKE2_UNIT, RKE2_YAML = f"{SYSTEM}/rke2-server.service", "/etc/rancher/rke2/config.yaml"
+K3S, CONTAINERD, RKE2 = Runtime.K3S, Runtime.CONTAINERD, Runtime.RKE2
+
+
 @pytest.mark.parametrize(
-    ("node_path", "text", "said"),
+    ("files", "runtime", "root"),
     [
-        (f"{SYSTEM}/k3s.service", K3S_INSTALLER_UNIT + "\t'--data-dir' \\\n\t'/s'\n", "--data-dir"),
-        (f"{SYSTEM}/k3s-agent.service", f"{SERVICE}/usr/local/bin/k3s agent -d=/srv\n", "-d"),
-        (f"{SYSTEM}/containerd.service.d/1.conf", f"{SERVICE}\nExecStart=c --root /s\n", "--root"),
-        ("/usr/lib/systemd/system/containerd.service", f"{SERVICE}containerd -c /c.toml\n", "-c"),
-        (f"{SYSTEM}/rke2-server.service", f"{SERVICE}/usr/local/bin/rke2 server $RKE2_ARGS\n", "$"),
-        (f"{SYSTEM}/rke2-agent.service.d/x.conf", ENVIRONMENT + "RKE2_CONFIG_FILE=/c\n", "RKE2_"),
+        (
+            {K3S_UNIT: K3S_INSTALLER_UNIT + "\t'--data-dir' \\\n\t'/s'\n"},
+            K3S,
+            "/s/agent/containerd",
+        ),
+        ({K3S_AGENT: f"{SERVICE}/usr/local/bin/k3s agent -d=/srv\n"}, K3S, "/srv/agent/containerd"),
+        ({CONTAINERD_DROP_IN: f"{SERVICE}\nExecStart=c --root /s\n"}, CONTAINERD, "/s"),
+        (
+            {CONTAINERD_UNIT: f"{SERVICE}c -c /c.toml\n", "/c.toml": "root = '/r'\n"},
+            CONTAINERD,
+            "/r",
+        ),
+        # A drop-in's empty ExecStart= drops the unit's own command line, and its flag.
+        (
+            {
+                CONTAINERD_UNIT: f"{SERVICE}c --root /s\n",
+                CONTAINERD_DROP_IN: f"{SERVICE}\nExecStart=c\n",
+            },
+            CONTAINERD,
+            "/var/lib/containerd",
+        ),
+        # The command line's flag comes after config.yaml's, and wins.
+        (
+            {RKE2_UNIT: f"{SERVICE}rke2 server --data-dir=/cli\n", RKE2_YAML: "data-dir: /yaml\n"},
+            RKE2,
+            "/cli/agent/containerd",
+        ),
     ],
-)  # fmt: skip
-def test_a_unit_that_moves_the_records_puts_them_in_doubt(
-    tmp_path: Path, node_path: str, text: str, said: str
+)
+def test_a_units_plain_command_line_is_followed(
+    tmp_path: Path, files: dict[str, str], runtime: Runtime, root: str
 ) -> None:
+    for node_path, text in files.items():
+        write(tmp_path, node_path, text)
+    configs = config.load(str(tmp_path))
+    assert (configs.warnings, configs.records_in_doubt) == ((), ())
+    assert in_effect(configs, PathKind.PERSISTENT_ROOT, runtime) == [root]
+
+
+def test_containerds_socket_and_state_on_its_command_line_are_watched(tmp_path: Path) -> None:
+    unit = f"{SERVICE}/usr/bin/containerd -a /run/c/c.sock --state=/run/c\n"
+    path = write(tmp_path, f"{SYSTEM}/containerd.service", unit)
+    configs = config.load(str(tmp_path))
+    sockets = located(configs, PathKind.SOCKET, Runtime.CONTAINERD)
+    assert sockets["/run/c/c.sock"].in_effect and sockets["/run/c/c.sock"].source.startswith(
+        str(path)
+    )
+    assert not sockets["/run/containerd/containerd.sock"].in_effect  # still watched
+    assert in_effect(configs, PathKind.TASK_STATE, Runtime.CONTAINERD) == ["/run/c"]
+
+
+@pytest.mark.parametrize(
+    ("node_path", "text", "said", "runtime"),
+    [
+        (RKE2_UNIT, f"{SERVICE}/usr/local/bin/rke2 server $RKE2_ARGS\n", "$", "rke2"),
+        (
+            f"{SYSTEM}/rke2-agent.service.d/x.conf",
+            ENVIRONMENT + "RKE2_CONFIG_FILE=/c\n",
+            "RKE2_",
+            "rke2",
+        ),
+        (K3S_UNIT, f"{SERVICE}k3s server --config /k.yaml\n", "config", "k3s"),
+        (K3S_UNIT, f"{SERVICE}k3s server --data-dir /x%i\n", "data-dir", "k3s"),
+        (K3S_UNIT, f"{SERVICE}k3s server --data-dir\n", "data-dir", "k3s"),
+        (K3S_UNIT, f"{SERVICE}k3s server '--data-dir'=/x\n", "data-dir", "k3s"),
+        (CONTAINERD_UNIT, f'{SERVICE}containerd --root "/a\\x20b"\n', "root", "containerd"),
+        (K3S_UNIT, f"{SERVICE}k3s server -d /a\n", "both forms", "k3s"),
+    ],
+)
+def test_a_unit_that_moves_the_records_unplainly_puts_them_in_doubt(
+    tmp_path: Path, node_path: str, text: str, said: str, runtime: str
+) -> None:
+    write(tmp_path, "/etc/rancher/k3s/config.yaml", "data-dir: /yaml\n")  # with -d: both forms
     path = write(tmp_path, node_path, text)
     configs = config.load(str(tmp_path))
-    assert any(w.startswith(str(path)) and said in w for w in configs.warnings), configs.warnings
+    assert any(said in w for w in configs.warnings), configs.warnings
+    assert any(str(path) in w for w in configs.warnings) or said == "both forms"
     (doubt,) = configs.records_in_doubt
-    unit = Path(node_path).name if ".d/" not in node_path else Path(node_path).parent.stem
-    assert f"its unit {unit} may move its records" in doubt
+    assert doubt.startswith(f"{runtime}: ")
 
 
 def test_an_environment_file_that_moves_k3s_config_puts_it_in_doubt(tmp_path: Path) -> None:
@@ -930,7 +1001,9 @@ def test_a_masked_unit_starts_nothing(tmp_path: Path) -> None:
 
 def test_a_command_line_that_goes_on_to_the_end_of_the_file_is_read_whole() -> None:
     lines = units.read_unit("[Service]\nExecStart=/usr/local/bin/k3s \\\n  server \\\n  -d /x \\\n")
-    assert units.flags_passed(lines.exec_start[0], ("-d",)) == ["-d"]
+    words = units.command_words(lines.exec_start[0])
+    assert words == ["/usr/local/bin/k3s", "server", "-d", "/x"]
+    assert units.flag_values(words, ("d",)) == [("d", "/x")]
 
 
 def test_odd_unit_files_are_warnings_or_nothing_never_a_crash(tmp_path: Path) -> None:

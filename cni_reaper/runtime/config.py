@@ -274,6 +274,30 @@ class _ConfigFiles:
         self.files_read.append(where)
         return doc
 
+    def lstat_in(self, node_dir: str, names: Iterable[str]) -> dict[str, str] | None:
+        """Which of names a dir of the node holds, each with its symlink's target ("" for
+        anything else), from one open of the dir; {} when the dir does not exist, None when it
+        cannot be read (reading a path in it then says why)."""
+        try:
+            fd, _ = open_inside(self.root, node_dir, directory=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except (OSError, LeavesRoot):
+            return None
+        found = {}
+        try:
+            for name in names:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                found[name] = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else ""
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return found
+
     def listing(self, node_dir: str, limit: int = MAX_LISTED) -> list[tuple[str, bool]]:
         """Each entry of a dir of the node, by name in byte order, and whether it is a
         directory (a symlink is not); none when it does not exist, none with a warning when it
@@ -742,24 +766,52 @@ def _runtime_found(files: _ConfigFiles, *evidence: str) -> str | None:
     return None
 
 
-def _containerd(paths: _Collector, files: _ConfigFiles, cni: _CniCollector) -> None:
-    found = _containerd_settings(files, CONTAINERD_CONFIG)
+def _containerd(
+    paths: _Collector, files: _ConfigFiles, cni: _CniCollector, unit: units.UnitFlags
+) -> None:
+    """containerd's config, where its unit's --config puts it; what its unit's command line
+    sets wins over the config, which wins over the default (both still watched)."""
     runtime = Runtime.CONTAINERD
-    paths.setting(runtime, PathKind.SOCKET, "/run/containerd/containerd.sock", found.address)
-    paths.setting(runtime, PathKind.TASK_STATE, "/run/containerd", found.state)
-    paths.setting(runtime, PathKind.PERSISTENT_ROOT, CONTAINERD_ROOT, found.root)
+    named = _flag(unit, "config", "c")
+    config = canonical(named[0]) if named is not None else CONTAINERD_CONFIG
+    found = _containerd_settings(files, config)
+    for kind, default, configured, flags in (
+        (PathKind.SOCKET, "/run/containerd/containerd.sock", found.address, ("address", "a")),
+        (PathKind.TASK_STATE, "/run/containerd", found.state, ("state",)),
+        (PathKind.PERSISTENT_ROOT, CONTAINERD_ROOT, found.root, ("root",)),
+    ):
+        flagged = _flag(unit, *flags)
+        if flagged is not None:
+            paths.add(runtime, kind, *flagged)
+            if configured is not None:
+                paths.add(
+                    runtime,
+                    kind,
+                    configured[0],
+                    f"{configured[1]} (the unit's flag wins)",
+                    in_effect=False,
+                )
+            paths.add(runtime, kind, default, "default", in_effect=False)
+        else:
+            paths.setting(runtime, kind, default, configured)
     paths.add(runtime, PathKind.NAMESPACED_OCI_ROOT, "/run/containerd/runc", "default")
     # go-cni pins each sandbox's netns in /var/run/netns.
     paths.add(runtime, PathKind.NETNS_DIR, "/run/netns", "default")
     for value, source in found.runc_roots:
         paths.add(runtime, PathKind.NAMESPACED_OCI_ROOT, value, source)
-    why = _runtime_found(files, CONTAINERD_CONFIG, CONTAINERD_ROOT)
+    why = _runtime_found(files, config, CONTAINERD_ROOT)
     if why is not None and found.settings_unread:
         paths.in_doubt.append(f"containerd: {_NOT_READ_WHOLE}")
+    if unit.doubts:
+        paths.in_doubt.append(f"containerd: {_UNIT_NOT_FOLLOWED}")
     if why is not None and found.cni is not None:
         cni.add(runtime, why, found.cni, found.cni_unread)
 
 
+_UNIT_NOT_FOLLOWED = (
+    "its unit's command line may move its records in a way not followed (see the warnings): "
+    "none is taken as one it dropped"
+)
 _NOT_READ_WHOLE = (
     "its config could not be read whole (see the warnings): where it keeps its sandbox records "
     "is not known, so none is taken as one it dropped"
@@ -776,13 +828,17 @@ def _yaml_drop_ins(files: _ConfigFiles, node_dir: str) -> list[str]:
     ]
 
 
-def _rancher_data_dir(files: _ConfigFiles, runtime: Runtime) -> tuple[str, str] | None:
-    """The data dir k3s's or RKE2's own config sets (config.yaml, then config.yaml.d), with
-    where; None for the default. Raises _Unusable when a file that may set it cannot be read.
+def _rancher_data_dir(
+    files: _ConfigFiles, runtime: Runtime, unit: units.UnitFlags
+) -> tuple[str, str] | None:
+    """The data dir k3s or RKE2 starts with: its unit's command line's, else what its own
+    config sets (config.yaml, then config.yaml.d), with where; None for the default. Raises
+    _Unusable when a file that may set it cannot be read.
 
-    k3s turns each key into a flag, in the order the keys first appear across the files, the
-    last value of a key winning, a "+" key appending; of --data-dir and -d, the flag that comes
-    last on that command line wins."""
+    k3s turns each key of its config into a flag, in the order the keys first appear across
+    the files, the last value of a key winning, a "+" key appending, and puts them before its
+    command line's own flags; the last of these wins. Both forms, --data-dir and -d, anywhere
+    among them, and it does not start."""
     main = f"{RANCHER_CONFIG_DIR}/{runtime.value}/config.yaml"
     warned = len(files.warnings)
     order: list[str] = []
@@ -820,6 +876,10 @@ def _rancher_data_dir(files: _ConfigFiles, runtime: Runtime) -> tuple[str, str] 
                 values[flag] = [said]
     if len(files.warnings) > warned:
         raise _Unusable(f"{runtime.value}: its data-dir may be set where it could not be read")
+    for flag, value, where in unit.values:
+        if flag not in values:
+            order.append(flag)
+        values.setdefault(flag, []).append((value, where))
     if len(order) > 1:
         # urfave/cli refuses both forms of one flag: k3s does not start, and whatever file
         # is mended decides.
@@ -831,6 +891,9 @@ def _rancher_data_dir(files: _ConfigFiles, runtime: Runtime) -> tuple[str, str] 
     last = None
     for flag in order:
         last = values[flag][-1]
+    flagged = _flag(unit, *DATA_DIR_KEYS)
+    if flagged is not None:
+        last = flagged  # the command line's flags come after the config's
     if last is None:
         return None
     value, source = last
@@ -840,17 +903,24 @@ def _rancher_data_dir(files: _ConfigFiles, runtime: Runtime) -> tuple[str, str] 
     return canonical(value), source
 
 
-def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime, cni: _CniCollector) -> None:
+def _rancher(
+    paths: _Collector,
+    files: _ConfigFiles,
+    runtime: Runtime,
+    cni: _CniCollector,
+    unit: units.UnitFlags,
+) -> None:
     """k3s or RKE2: the command line they start containerd with wins over their config, whose
     values are kept as watched only. Their CNI dirs are their generated config's; without one
     (never generated, or unreadable), those k3s's flannel uses, and containerd's for RKE2. All
-    of it lies in their data dir, which their own config.yaml may move."""
+    of it lies in their data dir, which their unit's command line or their own config.yaml
+    may move."""
     default_dir = f"{RANCHER_DIR}/{runtime.value}"
-    doubt = None
+    doubt = f"{runtime.value}: its unit may move its data dir" if unit.doubts else None
     try:
-        moved = _rancher_data_dir(files, runtime)
+        moved = _rancher_data_dir(files, runtime, unit)
     except _Unusable as e:
-        moved, doubt = None, str(e)
+        moved, doubt = None, doubt or str(e)
     data_dir = moved[0] if moved is not None else default_dir
     agent_dir = f"{data_dir}/agent"
     config = f"{agent_dir}/etc/containerd/config.toml"
@@ -880,7 +950,7 @@ def _rancher(paths: _Collector, files: _ConfigFiles, runtime: Runtime, cni: _Cni
     main_config = f"{RANCHER_CONFIG_DIR}/{runtime.value}/config.yaml"
     evidence = (config, f"{agent_dir}/containerd", main_config, f"{main_config}.d")
     why = _runtime_found(files, *evidence)
-    if why is not None and doubt is not None:
+    if (why is not None or unit.doubts) and doubt is not None:
         paths.in_doubt.append(
             f"{doubt} (see the warnings): where it keeps its sandbox records is not known, "
             "so none is taken as one it dropped"
@@ -1019,125 +1089,49 @@ def _without_config(paths: _Collector, storage_runroot: tuple[str, str]) -> None
     paths.add(podman, PathKind.STORAGE_RUNROOT, storage_runroot[0], storage_runroot[1])
 
 
-# The units that start each runtime, the flags on their command line that move its records
-# (units.py), and the variable that moves k3s's and RKE2's config file.
-RUNTIME_UNITS = (
-    (Runtime.CONTAINERD, ("containerd.service",), ("--root", "--config", "-c"), None),
-    (
-        Runtime.K3S,
-        ("k3s.service", "k3s-agent.service"),
-        ("--data-dir", "-d", "--config", "-c"),
-        "K3S_CONFIG_FILE",
+# The units that start each runtime; the flags of their command lines the reaper follows, and
+# those it does not, which put the runtime's records in doubt; the variable that moves k3s's
+# and RKE2's config file (units.py).
+_RANCHER_FLAGS = (("data-dir", "d"), ("config", "c"))
+RUNTIME_UNITS = {
+    Runtime.CONTAINERD: (
+        ("containerd.service",),
+        ("root", "config", "c", "state", "address", "a"),
+        (),
+        None,
     ),
-    (
-        Runtime.RKE2,
+    Runtime.K3S: (("k3s.service", "k3s-agent.service"), *_RANCHER_FLAGS, "K3S_CONFIG_FILE"),
+    Runtime.RKE2: (
         ("rke2-server.service", "rke2-agent.service"),
-        ("--data-dir", "-d", "--config", "-c"),
+        *_RANCHER_FLAGS,
         "RKE2_CONFIG_FILE",
     ),
-)
+}
 
 
-def _unit_files(files: _ConfigFiles, names: Iterable[str]) -> dict[str, list[str]]:
-    """The node paths of each unit's file (from the first of the search path's dirs that has
-    it, unless masked) and of its drop-ins in every dir. Raises _Unusable."""
-    found: dict[str, list[str]] = {unit: [] for unit in names}
-    seen: set[str] = set()
-    for unit_dir in units.UNIT_DIRS:
-        try:
-            fd, _ = open_inside(files.root, unit_dir, directory=True)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except (OSError, LeavesRoot) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise _Unusable(f"{files.path(unit_dir)}: {reason}") from None
-        try:
-            for unit, paths in found.items():
-                if unit not in seen:
-                    try:
-                        st = os.stat(unit, dir_fd=fd, follow_symlinks=False)
-                    except FileNotFoundError:
-                        pass
-                    else:
-                        seen.add(unit)
-                        link = os.readlink(unit, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else ""
-                        if link != "/dev/null":  # masked: never started
-                            paths.append(f"{unit_dir}/{unit}")
-                drop_ins = _drop_in_names(files, unit_dir, fd, unit)
-                paths.extend(f"{unit_dir}/{unit}.d/{name}" for name in drop_ins)
-        except OSError as e:
-            raise _Unusable(f"{files.path(unit_dir)}: {e.strerror or e}") from None
-        finally:
-            os.close(fd)
-    return found
+def _runtime_units(files: _ConfigFiles) -> dict[Runtime, units.UnitFlags]:
+    """What each runtime's units pass on its command line; a doubt is also a warning."""
+    paths_by_unit = units.unit_files(
+        files, [u for names, *_ in RUNTIME_UNITS.values() for u in names]
+    )
+    said = {}
+    for runtime, (names, followed, doubted, variable) in RUNTIME_UNITS.items():
+        mine = {unit: paths_by_unit[unit] for unit in names}
+        found = units.runtime_flags(files, mine, followed, doubted, variable)
+        files.warnings.extend(
+            f"{doubt}, which the reaper does not follow" for doubt in found.doubts
+        )
+        said[runtime] = found
+    return said
 
 
-def _drop_in_names(files: _ConfigFiles, unit_dir: str, unit_dir_fd: int, unit: str) -> list[str]:
-    """The *.conf names in a dir's <unit>.d, which is found as the node resolves it."""
-    try:
-        os.stat(f"{unit}.d", dir_fd=unit_dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return []  # the usual case, one lstat
-    try:
-        fd, _ = open_inside(files.root, f"{unit_dir}/{unit}.d", directory=True)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except LeavesRoot as e:
-        raise OSError(str(e)) from None
-    try:
-        names = (entry.name for entry in listed(fd, MAX_CONFIG_FILES))
-        return sorted(name for name in names if name.endswith(".conf"))
-    finally:
-        os.close(fd)
-
-
-def _units_in_doubt(paths: _Collector, files: _ConfigFiles) -> None:
-    """A runtime whose unit moves its records by its command line: its records in doubt."""
-    try:
-        unit_files = _unit_files(files, (u for _, names, _, _ in RUNTIME_UNITS for u in names))
-    except _Unusable as e:
-        files.warnings.append(f"{e}; the runtimes' units there not read")
-        unit_files = {}
-        for runtime, _, _, _ in RUNTIME_UNITS:
-            paths.in_doubt.append(f"{runtime.value}: its units could not be read")
-    for runtime, names, flags, config_variable in RUNTIME_UNITS:
-        for unit in names:
-            said: list[str] = []
-            env_files: list[str] = []
-            for node_path in unit_files.get(unit, ()):
-                text = files.text(node_path, "a unit")
-                if text is None:
-                    said.append(f"{files.path(node_path)} not read")
-                    continue
-                lines = units.read_unit(text)
-                where = files.path(node_path)
-                for command in lines.exec_start:
-                    passed = units.flags_passed(command, flags)
-                    said.extend(f"{where}: ExecStart= passes {flag}" for flag in passed)
-                if config_variable and any(config_variable in v for v in lines.environment):
-                    said.append(f"{where}: Environment= sets {config_variable}")
-                env_files.extend(
-                    units.unit_name_specifier(v, unit) for v in lines.environment_files
-                )
-            # The installers' own, named by their units: looked at even where no unit names them.
-            name = unit.rsplit(".", 1)[0]
-            env_files += [
-                f"/etc/systemd/system/{unit}.env",
-                f"/etc/default/{name}",
-                f"/etc/sysconfig/{name}",
-            ]
-            for env_file in dict.fromkeys(env_files):
-                if not config_variable or not env_file.startswith("/") or "%" in env_file:
-                    continue
-                text = files.text(env_file, "an environment file")
-                if text is not None and config_variable in text:
-                    said.append(f"{files.path(env_file)}: sets {config_variable}")
-            if said:
-                files.warnings.extend(f"{s}, which the reaper does not follow" for s in said)
-                paths.in_doubt.append(
-                    f"{runtime.value}: its unit {unit} may move its records (see the warnings): "
-                    "none is taken as one it dropped"
-                )
+def _flag(said: units.UnitFlags, *names: str) -> tuple[str, str] | None:
+    """The value the last of names on the command line sets, with where."""
+    last = None
+    for flag, value, where in said.values:
+        if flag in names:
+            last = (value, where)
+    return last
 
 
 def load(root: str) -> RuntimeConfigs:
@@ -1147,15 +1141,15 @@ def load(root: str) -> RuntimeConfigs:
     files = _ConfigFiles(root)
     paths = _Collector(root)
     cni = _CniCollector(files)
-    _containerd(paths, files, cni)
-    _rancher(paths, files, Runtime.K3S, cni)
-    _rancher(paths, files, Runtime.RKE2, cni)
+    said = _runtime_units(files)
+    _containerd(paths, files, cni, said[Runtime.CONTAINERD])
+    _rancher(paths, files, Runtime.K3S, cni, said[Runtime.K3S])
+    _rancher(paths, files, Runtime.RKE2, cni, said[Runtime.RKE2])
     warned = len(files.warnings)
     storage_runroot, storage_graphroot = _storage_defaults(files)
     storage_unread = len(files.warnings) > warned
     _crio(paths, files, storage_runroot, storage_graphroot, cni, storage_unread)
     _without_config(paths, storage_runroot)
-    _units_in_doubt(paths, files)
     cni_dirs = cni.result()
     return RuntimeConfigs(
         sockets=paths.of_kind(PathKind.SOCKET),

@@ -3,11 +3,12 @@ repaired by cni-reaper, which finds k3s's containerd, dirs and records without a
 tests/test_runtime.py.
 
 Usage: unshare --net --mount --pid --fork --mount-proc --propagation private \
-           python -m tests.k3s_scenario WORKDIR [DATA_DIR]
+           python -m tests.k3s_scenario WORKDIR [DATA_DIR config.yaml|unit]
 
-DATA_DIR, below /var/lib, is k3s's data dir; other than the default, the node's
-/etc/rancher/k3s/config.yaml sets it, as an operator who moves k3s to a volume of its own does,
-and everything below (config, CNI dirs, containerd's root) lies there instead.
+DATA_DIR, below /var/lib, is k3s's data dir, set as an operator who moves k3s to a volume of
+its own sets it: in the node's /etc/rancher/k3s/config.yaml, or on the command line of its
+k3s.service as k3s's installer writes it; everything below (config, CNI dirs, containerd's
+root) lies there instead.
 
 PID 1 of a private PID namespace, as tests/runtime_scenario.py is. The node's /var/lib and /run
 are the scenario's own: one tmpfs each, mounted over the machine's in this mount namespace only,
@@ -87,10 +88,12 @@ SOCKET = f"{STATE}/containerd.sock"
 
 
 class Layout(NamedTuple):
-    """Where k3s keeps what it keeps in its data dir (`data-dir` in /etc/rancher/k3s/
-    config.yaml, else /var/lib/rancher/k3s)."""
+    """Where k3s keeps what it keeps in its data dir, and what moved it there: "config.yaml"
+    (`data-dir` in /etc/rancher/k3s/config.yaml) or "unit" (`--data-dir` on the command line
+    of k3s.service, as the installer writes INSTALL_K3S_EXEC)."""
 
     data_dir: str
+    moved_by: str = ""
 
     @property
     def config(self) -> str:
@@ -215,12 +218,21 @@ def share_top_dir(node: NodeTree, top: str) -> None:
 def lay_out_k3s(node: NodeTree, signal_file: Path, layout: Layout) -> None:
     """What k3s leaves on a node before its containerd first starts; and the operator's
     config.yaml that moves its data dir, if it is moved."""
-    if layout.data_dir != DEFAULT_DATA_DIR:
+    if layout.moved_by == "config.yaml":
         config_yaml = node_path(node, "/etc/rancher/k3s/config.yaml")
         config_yaml.parent.mkdir(parents=True)
         config_yaml.write_text(
             f"# k3s, moved to its own volume\nwrite-kubeconfig-mode: '0644'\n"
-            f"tls-san:\n  - k3s.example\ndata-dir: {layout.data_dir}\n"
+            f"tls-san:\n- k3s.example\ndata-dir: {layout.data_dir}\n"
+        )
+    elif layout.moved_by == "unit":
+        unit = node_path(node, "/etc/systemd/system/k3s.service")
+        unit.parent.mkdir(parents=True)
+        unit.write_text(
+            "[Service]\nType=notify\nEnvironmentFile=-/etc/default/%N\n"
+            "EnvironmentFile=-/etc/systemd/system/k3s.service.env\n"
+            "ExecStart=/usr/local/bin/k3s \\\n    server \\\n"
+            f"\t'--data-dir' \\\n\t'{layout.data_dir}' \\\n\n"
         )
     config_file = node_path(node, layout.config)
     config_file.parent.mkdir(parents=True)
@@ -507,7 +519,7 @@ def scenario(work: Path, result: dict[str, Any], layout: Layout) -> None:
 
 def main(argv: list[str]) -> int:
     work = Path(argv[0])
-    layout = Layout(argv[1] if len(argv) > 1 else DEFAULT_DATA_DIR)
+    layout = Layout(*argv[1:3]) if len(argv) > 1 else Layout(DEFAULT_DATA_DIR)
     result: dict[str, Any] = {}
     try:
         scenario(work, result, layout)

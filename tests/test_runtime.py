@@ -237,11 +237,19 @@ K3S_SOCKET = "/run/k3s/containerd/containerd.sock"
 CRI_CNI_TABLE = '[plugins."io.containerd.grpc.v1.cri".cni]'
 
 
-# k3s's default data dir, and one its config.yaml moves it to.
-@pytest.fixture(scope="module", params=["/var/lib/rancher/k3s", "/var/lib/k3s-volume"])
+# k3s's default data dir, and one its config.yaml or its unit's command line moves it to.
+@pytest.fixture(
+    scope="module",
+    params=[
+        ("/var/lib/rancher/k3s",),
+        ("/var/lib/k3s-volume", "config.yaml"),
+        ("/var/lib/k3s-elsewhere", "unit"),
+    ],
+    ids=["default", "config.yaml", "unit"],
+)
 def k3s(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("runtime-k3s")
-    return run_scenario(work, False, "k3s_scenario", request.param)
+    return run_scenario(work, False, "k3s_scenario", *request.param)
 
 
 def pods_of(k3s: dict[str, Any], fate: str) -> list[dict[str, Any]]:

@@ -65,8 +65,10 @@ def _components(path: str) -> list[str]:
 def open_inside(root: str, node_path: str, *, directory: bool = False) -> tuple[int, str]:
     """Open node_path of the node at root; return the fd and the node path it resolved to.
 
-    Raises OSError (FileNotFoundError, ELOOP, ...) and LeavesRoot. A file is opened read-only
-    and non-blocking (a FIFO does not hang the caller), a directory with O_DIRECTORY."""
+    Raises OSError (FileNotFoundError, ELOOP, EINVAL for a NUL in the path, ...) and
+    LeavesRoot. A file is opened read-only and non-blocking (a FIFO does not hang the caller),
+    a directory with O_DIRECTORY."""
+    _no_nul(node_path)
     walked = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
     names: list[str] = []
     pending = deque(_components(node_path))
@@ -106,11 +108,19 @@ def open_inside(root: str, node_path: str, *, directory: bool = False) -> tuple[
             os.close(fd)
 
 
+def _no_nul(node_path: str) -> None:
+    """A path from a config may hold a NUL (TOML's \\u0000): no file has it in its name, and
+    the os functions raise ValueError for it, which is no OSError."""
+    if "\0" in node_path:
+        raise OSError(errno.EINVAL, "a NUL in the path", node_path.replace("\0", "\\0"))
+
+
 def resolve_inside(root: str, node_path: str) -> str:
     """Where node_path is, from here, as the node resolves it: each symlink met on the way is
     followed, an absolute target starting again at the root. Components that do not exist
     (yet) are taken as they are. Raises LeavesRoot for a ".." above the root, OSError (ELOOP)
-    for a loop."""
+    for a loop, EINVAL for a NUL in the path)."""
+    _no_nul(node_path)
     names: list[str] = []
     pending = deque(_components(node_path))
     hops = 0

@@ -904,17 +904,24 @@ K3S, CONTAINERD, RKE2 = Runtime.K3S, Runtime.CONTAINERD, Runtime.RKE2
             "/s/agent/containerd",
         ),
         ({K3S_AGENT: f"{SERVICE}/usr/local/bin/k3s agent -d=/srv\n"}, K3S, "/srv/agent/containerd"),
-        ({CONTAINERD_DROP_IN: f"{SERVICE}\nExecStart=c --root /s\n"}, CONTAINERD, "/s"),
         (
-            {CONTAINERD_UNIT: f"{SERVICE}c -c /c.toml\n", "/c.toml": "root = '/r'\n"},
+            {
+                "/lib/systemd/system/containerd.service": f"{SERVICE}/usr/bin/containerd\n",
+                CONTAINERD_DROP_IN: f"{SERVICE}\nExecStart=containerd --root /s\n",
+            },
+            CONTAINERD,
+            "/s",
+        ),
+        (
+            {CONTAINERD_UNIT: f"{SERVICE}containerd -c /c.toml\n", "/c.toml": "root = '/r'\n"},
             CONTAINERD,
             "/r",
         ),
         # A drop-in's empty ExecStart= drops the unit's own command line, and its flag.
         (
             {
-                CONTAINERD_UNIT: f"{SERVICE}c --root /s\n",
-                CONTAINERD_DROP_IN: f"{SERVICE}\nExecStart=c\n",
+                CONTAINERD_UNIT: f"{SERVICE}containerd --root /s\n",
+                CONTAINERD_DROP_IN: f"{SERVICE}\nExecStart=containerd\n",
             },
             CONTAINERD,
             "/var/lib/containerd",
@@ -952,18 +959,18 @@ def test_containerds_socket_and_state_on_its_command_line_are_watched(tmp_path: 
 @pytest.mark.parametrize(
     ("node_path", "text", "said", "runtime"),
     [
-        (RKE2_UNIT, f"{SERVICE}/usr/local/bin/rke2 server $RKE2_ARGS\n", "$", "rke2"),
+        (RKE2_UNIT, f"{SERVICE}/usr/local/bin/rke2 server $RKE2_ARGS\n", "a variable", "rke2"),
         (
-            f"{SYSTEM}/rke2-agent.service.d/x.conf",
+            f"{SYSTEM}/rke2-server.service.d/x.conf",
             ENVIRONMENT + "RKE2_CONFIG_FILE=/c\n",
             "RKE2_",
             "rke2",
         ),
         (K3S_UNIT, f"{SERVICE}k3s server --config /k.yaml\n", "config", "k3s"),
-        (K3S_UNIT, f"{SERVICE}k3s server --data-dir /x%i\n", "data-dir", "k3s"),
+        (K3S_UNIT, f"{SERVICE}k3s server --data-dir /x%i\n", "a specifier", "k3s"),
         (K3S_UNIT, f"{SERVICE}k3s server --data-dir\n", "data-dir", "k3s"),
-        (K3S_UNIT, f"{SERVICE}k3s server '--data-dir'=/x\n", "data-dir", "k3s"),
-        (CONTAINERD_UNIT, f'{SERVICE}containerd --root "/a\\x20b"\n', "root", "containerd"),
+        (K3S_UNIT, f"{SERVICE}k3s server '--data-dir'=/x\n", "a quote inside a word", "k3s"),
+        (CONTAINERD_UNIT, f'{SERVICE}containerd --root "/a\\x20b"\n', "an escape", "containerd"),
         (K3S_UNIT, f"{SERVICE}k3s server -d /a\n", "both forms", "k3s"),
     ],
 )
@@ -971,6 +978,7 @@ def test_a_unit_that_moves_the_records_unplainly_puts_them_in_doubt(
     tmp_path: Path, node_path: str, text: str, said: str, runtime: str
 ) -> None:
     write(tmp_path, "/etc/rancher/k3s/config.yaml", "data-dir: /yaml\n")  # with -d: both forms
+    write(tmp_path, "/lib/systemd/system/rke2-server.service", f"{SERVICE}rke2 server\n")
     path = write(tmp_path, node_path, text)
     configs = config.load(str(tmp_path))
     assert any(said in w for w in configs.warnings), configs.warnings
@@ -983,7 +991,8 @@ def test_an_environment_file_that_moves_k3s_config_puts_it_in_doubt(tmp_path: Pa
     write(tmp_path, "/etc/systemd/system/k3s.service", K3S_INSTALLER_UNIT)
     env = write(tmp_path, "/etc/default/k3s", "K3S_CONFIG_FILE=/srv/k3s.yaml\n")
     configs = config.load(str(tmp_path))
-    assert f"{env}: sets K3S_CONFIG_FILE, which the reaper does not follow" in configs.warnings
+    sets = "sets K3S_CONFIG_FILE or K3S_DATA_DIR, which the reaper does not follow"
+    assert f"{env}: {sets}" in configs.warnings
     assert len(configs.records_in_doubt) == 1
 
 
@@ -1003,7 +1012,8 @@ def test_a_command_line_that_goes_on_to_the_end_of_the_file_is_read_whole() -> N
     lines = units.read_unit("[Service]\nExecStart=/usr/local/bin/k3s \\\n  server \\\n  -d /x \\\n")
     words = units.command_words(lines.exec_start[0])
     assert words == ["/usr/local/bin/k3s", "server", "-d", "/x"]
-    assert units.flag_values(words, ("d",)) == [("d", "/x")]
+    k3s = config.RUNTIME_UNITS[Runtime.K3S]
+    assert units.command_flags(lines.exec_start[0], k3s) == [("d", "/x")]
 
 
 def test_odd_unit_files_are_warnings_or_nothing_never_a_crash(tmp_path: Path) -> None:
@@ -1029,3 +1039,18 @@ def test_a_unit_dir_that_leads_out_of_the_root_is_not_followed(tmp_path: Path) -
     configs = config.load(str(root))
     assert not [w for w in configs.warnings if "--root" in w]
     assert [d for d in configs.records_in_doubt if d.startswith("containerd")]
+
+
+def test_a_path_with_a_nul_in_a_config_is_a_warning_never_a_crash(tmp_path: Path) -> None:
+    """TOML's \\u0000 makes a NUL in a string: os calls raise ValueError for it (no OSError).
+    Found through a unit by the review of 2026-12-05; before, a dry run ended as a bug."""
+    toml = (
+        'version = 2\nroot = "/r\\u0000"\nstate = "/s\\u0000"\n[grpc]\naddress = "/a\\u0000"\n'
+        '[plugins."io.containerd.grpc.v1.cri".cni]\nbin_dir = "/b\\u0000"\n'
+    )
+    write(tmp_path, "/etc/containerd/config.toml", toml)
+    write(tmp_path, "/etc/crio/crio.conf", '[crio.network]\nplugin_dirs = ["/p\\u0000"]\n')
+    configs = config.load(str(tmp_path))
+    assert len([w for w in configs.warnings if "holds a NUL; ignored" in w]) == 5
+    assert [d for d in configs.records_in_doubt if d.startswith("containerd")]
+    assert not [p for p in configs.all_paths if "\0" in p.path]

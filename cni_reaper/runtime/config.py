@@ -382,6 +382,9 @@ class _ConfigFiles:
         if not isinstance(value, str):
             self.warnings.append(f"{self.path(node_path)}: {label} is not a string; ignored")
             return None
+        if "\0" in value:  # TOML's \u0000: no path holds it, and os calls raise ValueError
+            self.warnings.append(f"{self.path(node_path)}: {label} holds a NUL; ignored")
+            return None
         return value, f"{self.path(node_path)}: {label}"
 
     def strings(
@@ -401,6 +404,9 @@ class _ConfigFiles:
             self.warnings.append(
                 f"{self.path(node_path)}: {label} is not a list of strings; ignored"
             )
+            return None
+        if any("\0" in v for v in value):
+            self.warnings.append(f"{self.path(node_path)}: {label} holds a NUL; ignored")
             return None
         given = tuple(v for v in value if v)
         return (given, f"{self.path(node_path)}: {label}") if given else None
@@ -1089,35 +1095,43 @@ def _without_config(paths: _Collector, storage_runroot: tuple[str, str]) -> None
     paths.add(podman, PathKind.STORAGE_RUNROOT, storage_runroot[0], storage_runroot[1])
 
 
-# The units that start each runtime; the flags of their command lines the reaper follows, and
-# those it does not, which put the runtime's records in doubt; the variable that moves k3s's
-# and RKE2's config file (units.py).
-_RANCHER_FLAGS = (("data-dir", "d"), ("config", "c"))
+# How systemd starts each runtime, and what of its command line the reaper reads (units.py).
 RUNTIME_UNITS = {
-    Runtime.CONTAINERD: (
-        ("containerd.service",),
-        ("root", "config", "c", "state", "address", "a"),
-        (),
-        None,
+    Runtime.CONTAINERD: units.RuntimeUnits(
+        units=("containerd.service",),
+        binary="containerd",
+        subcommands=(),
+        followed=("root", "config", "c", "state", "address", "a"),
+        forms=(("config", "c"), ("address", "a")),
+        doubted=(),
+        variables=(),
     ),
-    Runtime.K3S: (("k3s.service", "k3s-agent.service"), *_RANCHER_FLAGS, "K3S_CONFIG_FILE"),
-    Runtime.RKE2: (
-        ("rke2-server.service", "rke2-agent.service"),
-        *_RANCHER_FLAGS,
-        "RKE2_CONFIG_FILE",
-    ),
+    **{
+        runtime: units.RuntimeUnits(
+            units=names,
+            binary=runtime.value,
+            subcommands=("server", "agent"),
+            followed=("data-dir", "d"),
+            forms=(("data-dir", "d"),),
+            doubted=("config", "c"),
+            variables=(f"{runtime.value.upper()}_CONFIG_FILE", f"{runtime.value.upper()}_DATA_DIR"),
+        )
+        for runtime, names in (
+            (Runtime.K3S, ("k3s.service", "k3s-agent.service")),
+            (Runtime.RKE2, ("rke2-server.service", "rke2-agent.service")),
+        )
+    },
 }
 
 
 def _runtime_units(files: _ConfigFiles) -> dict[Runtime, units.UnitFlags]:
     """What each runtime's units pass on its command line; a doubt is also a warning."""
-    paths_by_unit = units.unit_files(
-        files, [u for names, *_ in RUNTIME_UNITS.values() for u in names]
-    )
+    installed = units.with_installed_units(files, list(RUNTIME_UNITS.values()))
+    runtimes = dict(zip(RUNTIME_UNITS, installed))
+    paths_by_unit = units.unit_files(files, installed)
     said = {}
-    for runtime, (names, followed, doubted, variable) in RUNTIME_UNITS.items():
-        mine = {unit: paths_by_unit[unit] for unit in names}
-        found = units.runtime_flags(files, mine, followed, doubted, variable)
+    for runtime, how in runtimes.items():
+        found = units.runtime_flags(files, how, paths_by_unit)
         files.warnings.extend(
             f"{doubt}, which the reaper does not follow" for doubt in found.doubts
         )

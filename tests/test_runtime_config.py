@@ -877,6 +877,8 @@ def test_the_stock_units_move_nothing(tmp_path: Path) -> None:
     write(tmp_path, "/etc/systemd/system/k3s.service", K3S_INSTALLER_UNIT)
     write(tmp_path, "/etc/systemd/system/k3s.service.env", "K3S_TOKEN=secret\n")
     write(tmp_path, "/etc/default/k3s", "")
+    for root in ("/var/lib/containerd", "/var/lib/rancher/k3s/agent/containerd"):
+        (tmp_path / root.lstrip("/")).mkdir(parents=True)
     configs = config.load(str(tmp_path))
     assert (configs.warnings, configs.records_in_doubt) == ((), ())
 
@@ -939,6 +941,7 @@ def test_a_units_plain_command_line_is_followed(
 ) -> None:
     for node_path, text in files.items():
         write(tmp_path, node_path, text)
+    (tmp_path / root.lstrip("/")).mkdir(parents=True)
     configs = config.load(str(tmp_path))
     assert (configs.warnings, configs.records_in_doubt) == ((), ())
     assert in_effect(configs, PathKind.PERSISTENT_ROOT, runtime) == [root]
@@ -983,8 +986,16 @@ def test_a_unit_that_moves_the_records_unplainly_puts_them_in_doubt(
     configs = config.load(str(tmp_path))
     assert any(said in w for w in configs.warnings), configs.warnings
     assert any(str(path) in w for w in configs.warnings) or said == "both forms"
-    (doubt,) = configs.records_in_doubt
-    assert doubt.startswith(f"{runtime}: ")
+    assert any(d.startswith(f"{runtime}: ") for d in configs.records_in_doubt)
+
+
+def test_a_runtime_its_unit_starts_whose_root_is_not_there_is_in_doubt(tmp_path: Path) -> None:
+    """Its records on a volume not mounted yet (found by the second review of 2026-12-05)."""
+    write(tmp_path, "/etc/systemd/system/k3s.service", K3S_INSTALLER_UNIT + "\t'-d' '/data'\n")
+    (tmp_path / "data").mkdir()
+    configs = config.load(str(tmp_path))
+    assert any("/data/agent/containerd does not exist" in w for w in configs.warnings)
+    assert [d for d in configs.records_in_doubt if d.startswith("k3s: ")]
 
 
 def test_an_environment_file_that_moves_k3s_config_puts_it_in_doubt(tmp_path: Path) -> None:

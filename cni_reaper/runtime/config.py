@@ -781,12 +781,18 @@ def _containerd(
     named = _flag(unit, "config", "c")
     config = canonical(named[0]) if named is not None else CONTAINERD_CONFIG
     found = _containerd_settings(files, config)
+    doubts = list(unit.doubts)
+    if named is not None and not files.exists(config):
+        doubts.append(f"{named[1]}: {config} does not exist, and containerd does not start so")
+    root = CONTAINERD_ROOT
     for kind, default, configured, flags in (
         (PathKind.SOCKET, "/run/containerd/containerd.sock", found.address, ("address", "a")),
         (PathKind.TASK_STATE, "/run/containerd", found.state, ("state",)),
         (PathKind.PERSISTENT_ROOT, CONTAINERD_ROOT, found.root, ("root",)),
     ):
         flagged = _flag(unit, *flags)
+        if kind is PathKind.PERSISTENT_ROOT:
+            root = (flagged or configured or (default, ""))[0]
         if flagged is not None:
             paths.add(runtime, kind, *flagged)
             if configured is not None:
@@ -808,10 +814,22 @@ def _containerd(
     why = _runtime_found(files, config, CONTAINERD_ROOT)
     if why is not None and found.settings_unread:
         paths.in_doubt.append(f"containerd: {_NOT_READ_WHOLE}")
-    if unit.doubts:
+    doubts.extend(_root_missing(files, unit, root))
+    if doubts:
+        files.warnings.extend(
+            f"{doubt}, which the reaper does not follow" for doubt in doubts[len(unit.doubts) :]
+        )
         paths.in_doubt.append(f"containerd: {_UNIT_NOT_FOLLOWED}")
     if why is not None and found.cni is not None:
         cni.add(runtime, why, found.cni, found.cni_unread)
+
+
+def _root_missing(files: _ConfigFiles, unit: units.UnitFlags, root: str) -> list[str]:
+    """A runtime its units start, whose records' root is not there: on a volume not mounted
+    yet, its records are not known."""
+    if unit.started and not files.exists(root):
+        return [f"{', '.join(unit.started)}: {files.path(root)} does not exist (not mounted yet?)"]
+    return []
 
 
 _UNIT_NOT_FOLLOWED = (
@@ -956,7 +974,11 @@ def _rancher(
     main_config = f"{RANCHER_CONFIG_DIR}/{runtime.value}/config.yaml"
     evidence = (config, f"{agent_dir}/containerd", main_config, f"{main_config}.d")
     why = _runtime_found(files, *evidence)
-    if (why is not None or unit.doubts) and doubt is not None:
+    missing = _root_missing(files, unit, f"{agent_dir}/containerd")
+    if missing:
+        files.warnings.extend(missing)
+        doubt = doubt or f"{runtime.value}: its records' root is not there"
+    if (why is not None or unit.doubts or missing) and doubt is not None:
         paths.in_doubt.append(
             f"{doubt} (see the warnings): where it keeps its sandbox records is not known, "
             "so none is taken as one it dropped"

@@ -69,9 +69,30 @@ UNIT_DIRS = (
     "/run/systemd/generator.late",
     "/lib/systemd/system",
 )
+# systemd's own config's drop-in dirs (systemd-system.conf(5)).
+SYSTEM_CONF_DIRS = (
+    "/etc/systemd/system.conf.d",
+    "/run/systemd/system.conf.d",
+    "/usr/local/lib/systemd/system.conf.d",
+    "/usr/lib/systemd/system.conf.d",
+)
 _NOT_PLAIN_TEXT = "\0\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # line ends systemd and Python disagree on
 _NOT_PLAIN_COMMAND = "\\$%"  # escapes, variables, specifiers
 _EXEC_PREFIXES = "-@:+!|"
+# The runtime sees its own mount namespace's paths: a root bound from elsewhere is not the
+# node's path of that name (systemd.exec(5)).
+_REMAPS = (
+    "BindPaths",
+    "BindReadOnlyPaths",
+    "RootDirectory",
+    "RootImage",
+    "MountImages",
+    "ExtensionImages",
+    "ExtensionDirectories",
+    "TemporaryFileSystem",
+)
+# urfave/cli prints and exits on these: the runtime does not start.
+_EXITING_FLAGS = ("help", "h", "version", "v")
 MAX_UNIT_BYTES = 1 << 20  # a runtime's units and drop-ins together
 
 
@@ -85,6 +106,10 @@ class RuntimeUnits(Record):
     forms: tuple[tuple[str, str], ...]  # the long and short names of one flag
     doubted: tuple[str, ...]  # flag names that put the records in doubt
     variables: tuple[str, ...]  # environment variables that do so
+    # Units an installer named after the runtime (k3s-<name>.service): read, and ignored where
+    # they run something else (k3s crictl, another binary).
+    installed: tuple[str, ...] = ()
+    unlisted: tuple[str, ...] = ()  # installers' dirs that could not be listed for them
 
 
 class UnitFlags(Record):
@@ -93,10 +118,15 @@ class UnitFlags(Record):
 
     values: tuple[tuple[str, str, str], ...]  # (flag name, value, where)
     doubts: tuple[str, ...]
+    started: tuple[str, ...] = ()  # the units of the runtime systemd would start
 
 
 class _NotPlain(Exception):
     """A unit, or a line of it, that could be read otherwise than the reaper reads it."""
+
+
+class _NotTheRuntime(_NotPlain):
+    """A command line that does not start the runtime at all."""
 
 
 class UnitLines(Record):
@@ -105,6 +135,7 @@ class UnitLines(Record):
     exec_start: tuple[str, ...]  # as written; "" for an ExecStart= that drops those before
     environment: tuple[str, ...]  # Environment= values
     environment_files: tuple[str, ...]  # EnvironmentFile= values, a leading "-" dropped
+    remaps: tuple[str, ...]  # settings that show the runtime other paths than the node's
 
 
 def read_unit(text: str) -> UnitLines:
@@ -116,6 +147,7 @@ def read_unit(text: str) -> UnitLines:
     exec_start: list[str] = []
     environment: list[str] = []
     environment_files: list[str] = []
+    remaps: list[str] = []
     section = ""
     parts: list[str] = []
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -133,8 +165,12 @@ def read_unit(text: str) -> UnitLines:
         if not whole:
             continue
         if whole.startswith("["):
+            if not whole.endswith("]"):
+                raise _NotPlain(f"{whole!r}: systemd reads no further")
             section = whole
             continue
+        if whole.startswith(".include"):
+            raise _NotPlain(".include: another file read in its place")
         if section != "[Service]" or "=" not in whole:
             continue
         key, value = (part.strip(" \t\n\r") for part in whole.split("=", 1))
@@ -144,7 +180,9 @@ def read_unit(text: str) -> UnitLines:
             environment.append(value)
         elif key == "EnvironmentFile" and value:
             environment_files.append(value[1:] if value.startswith("-") else value)
-    return UnitLines(tuple(exec_start), tuple(environment), tuple(environment_files))
+        elif key in _REMAPS and value:
+            remaps.append(f"{key}={value}")
+    return UnitLines(tuple(exec_start), tuple(environment), tuple(environment_files), tuple(remaps))
 
 
 def flag_name(word: str) -> str | None:
@@ -194,11 +232,15 @@ def command_flags(command: str, runtime: RuntimeUnits) -> list[tuple[str, str]]:
     prefix = first[: len(first) - len(first.lstrip(_EXEC_PREFIXES))]
     if "@" in prefix:
         raise _NotPlain("the @ prefix: argv[0] is another word")
+    if len(set(prefix)) < len(prefix.replace("!!", "!")):
+        raise _NotPlain(f"the prefix {prefix!r}: systemd takes each once")
     if posixpath.basename(first[len(prefix) :]) != runtime.binary:
-        raise _NotPlain(f"{first[len(prefix) :]!r} is not {runtime.binary} itself")
+        raise _NotTheRuntime(f"{first[len(prefix) :]!r} is not {runtime.binary} itself")
     args = words[1:]
     if runtime.subcommands:
         if not args or args[0] not in runtime.subcommands:
+            if args and flag_name(args[0]) is None:
+                raise _NotTheRuntime(f"{args[0]!r}, not {' or '.join(runtime.subcommands)}")
             raise _NotPlain(f"not {' or '.join(runtime.subcommands)} first")
         args = args[1:]
     ours = {*runtime.followed, *runtime.doubted}
@@ -214,6 +256,8 @@ def command_flags(command: str, runtime: RuntimeUnits) -> list[tuple[str, str]]:
             raise _NotPlain(f"{word!r} ends the flags before the rest")
         if name in runtime.doubted:
             raise _NotPlain(f"{word.split('=', 1)[0]}, which the reaper does not follow")
+        if name in _EXITING_FLAGS or any(flag_name(w) in _EXITING_FLAGS for w in args):
+            raise _NotPlain("a help or version flag: it prints and exits")
         if name not in ours:
             if "=" in word:
                 at += 1
@@ -232,6 +276,9 @@ def command_flags(command: str, runtime: RuntimeUnits) -> list[tuple[str, str]]:
             raise _NotPlain(f"{word} has no value")
         if not value.startswith("/"):
             raise _NotPlain(f"{word.split('=', 1)[0]} {value!r}: not an absolute path")
+        if ".." in value.split("/"):
+            # The runtime opens it as given: the kernel, not a lexical clean, resolves "..".
+            raise _NotPlain(f"{word.split('=', 1)[0]} {value!r}: a '..' in it")
         found.append((name, value))
         at += 1
     names = {name for name, _ in found}
@@ -249,20 +296,33 @@ INSTALLERS_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system")
 def with_installed_units(files: Files, runtimes: Sequence[RuntimeUnits]) -> list[RuntimeUnits]:
     """The runtimes, each with every `<binary>-<name>.service` an installer may have written
     for it (runtimes with subcommands: k3s and RKE2)."""
-    names = [(n, d) for unit_dir in INSTALLERS_DIRS for n, d in files.listing(unit_dir)]
+    names = []
+    unlisted = []
+    for unit_dir in INSTALLERS_DIRS:
+        warned = len(files.warnings)
+        names.extend(files.listing(unit_dir))
+        if len(files.warnings) > warned:
+            unlisted.append(unit_dir)
     found = []
     for runtime in runtimes:
+        if not runtime.subcommands:
+            found.append(runtime)
+            continue
         more = [
             name
             for name, is_dir in names
-            if runtime.subcommands
-            and name.startswith(f"{runtime.binary}-")
+            if name.startswith(f"{runtime.binary}-")
             and name.endswith(".service")
             and "@" not in name
             and not is_dir
             and name not in runtime.units
         ]
-        found.append(runtime._replace(units=(*runtime.units, *dict.fromkeys(more))))
+        installed = tuple(dict.fromkeys(more))
+        found.append(
+            runtime._replace(
+                units=(*runtime.units, *installed), installed=installed, unlisted=tuple(unlisted)
+            )
+        )
     return found
 
 
@@ -296,10 +356,17 @@ def unit_files(files: Files, runtimes: Sequence[RuntimeUnits]) -> dict[str, list
                 if name not in present:
                     continue
                 warned = len(files.warnings)
-                for entry, is_dir in files.listing(f"{unit_dir}/{name}"):
-                    if entry.endswith(".conf") and not entry.startswith(".") and not is_dir:
-                        drop_ins[unit].setdefault(entry, f"{unit_dir}/{name}/{entry}")
-                if len(files.warnings) > warned:
+                confs = [
+                    entry
+                    for entry, is_dir in files.listing(f"{unit_dir}/{name}")
+                    if entry.endswith(".conf") and not entry.startswith(".") and not is_dir
+                ]
+                targets = files.lstat_in(f"{unit_dir}/{name}", confs) if confs else {}
+                for entry in confs:
+                    # A drop-in linked to /dev/null is masked: it hides the same name after it.
+                    masked = targets is not None and targets.get(entry) == "/dev/null"
+                    drop_ins[unit].setdefault(entry, "" if masked else f"{unit_dir}/{name}/{entry}")
+                if len(files.warnings) > warned or targets is None:
                     unread[unit].append(f"{unit_dir}/{name}")
     found: dict[str, list[str]] = {}
     for unit in units:
@@ -307,7 +374,8 @@ def unit_files(files: Files, runtimes: Sequence[RuntimeUnits]) -> dict[str, list
             found[unit] = [] if unit in mains or not unread[unit] else unread[unit]
             continue
         ordered = sorted(drop_ins[unit], key=lambda name: name.encode("utf-8", "surrogateescape"))
-        found[unit] = [mains[unit], *(drop_ins[unit][name] for name in ordered), *unread[unit]]
+        used = [drop_ins[unit][name] for name in ordered if drop_ins[unit][name]]
+        found[unit] = [mains[unit], *used, *unread[unit]]
     return found
 
 
@@ -327,77 +395,151 @@ def runtime_flags(
     """What a runtime's units pass: the followed flags' values, from the ExecStart= line
     systemd runs; or, for anything the reaper cannot be sure of, a doubt."""
     values: list[tuple[str, str, str]] = []
-    doubts: list[str] = []
-    started = [unit for unit in runtime.units if paths_by_unit.get(unit)]
-    read = 0
-    for unit in started:
-        commands: list[tuple[str, str]] = []
-        env_files: list[str] = []
-        for node_path in paths_by_unit[unit]:
-            where = files.path(node_path)
-            if " (an alias of " in node_path:
-                doubts.append(f"{where}: its drop-ins are those of another name too")
-                continue
-            warned = len(files.warnings)
-            text = files.text(node_path, "a unit")
-            if text is None:
-                doubts.append(f"{where}: not read" if len(files.warnings) > warned else where)
-                continue
-            read += len(text)
-            if read > MAX_UNIT_BYTES:
-                doubts.append(f"{where}: over {MAX_UNIT_BYTES} bytes of units; not read")
-                break
-            if node_path == paths_by_unit[unit][0] and not text:
-                break  # an empty unit file masks it
-            try:
-                lines = read_unit(text)
-            except _NotPlain as e:
-                doubts.append(f"{where}: {e}")
-                continue
-            for command in lines.exec_start:
-                if command:
-                    commands.append((command, where))
-                else:
-                    commands.clear()
-            for setting in lines.environment if runtime.variables else ():
-                if "\\" in setting or any(v in setting for v in runtime.variables):
-                    doubts.append(f"{where}: Environment= {setting}")
-            env_files.extend(_specifiers(v, unit) for v in lines.environment_files)
-        if len(commands) > 1:
-            doubts.append(f"{commands[-1][1]}: {len(commands)} ExecStart= lines")
-        for command, where in commands[-1:]:
-            try:
-                passed = command_flags(command, runtime)
-            except _NotPlain as e:
-                doubts.append(f"{where}: ExecStart= not followed: {e}")
-                continue
-            values.extend((flag, value, f"{where}: ExecStart= {flag}") for flag, value in passed)
-        if runtime.variables:
-            doubts.extend(_environment_files(files, unit, env_files, runtime.variables))
+    doubts = [
+        f"{files.path(d)}: not listed for units of {runtime.binary}" for d in runtime.unlisted
+    ]
+    started = []
+    budget = [MAX_UNIT_BYTES]  # shared by units, drop-ins and environment files
+    for unit in runtime.units:
+        node_paths = paths_by_unit.get(unit, [])
+        if not node_paths:
+            continue
+        said = _unit_says(files, runtime, unit, node_paths, budget)
+        if said is None:
+            continue  # an installer's unit of another command (k3s crictl ...), or masked
+        started.append(unit)
+        values.extend(said.values)
+        doubts.extend(said.doubts)
     if values and len(started) > 1:
         doubts.append(f"{', '.join(started)}: which of them starts is not known")
+    if values:
+        doubts.extend(_aliases(files, started))
+    if started and runtime.variables:
+        doubts.extend(_default_environment(files, runtime.variables, budget))
+    return UnitFlags(tuple(values), tuple(doubts), tuple(started))
+
+
+def _unit_says(
+    files: Files, runtime: RuntimeUnits, unit: str, node_paths: list[str], budget: list[int]
+) -> UnitFlags | None:
+    """What one unit passes; None for a unit that does not start the runtime: masked by an
+    empty file, or an installer's unit that runs another command."""
+    values: list[tuple[str, str, str]] = []
+    doubts: list[str] = []
+    commands: list[tuple[str, str]] = []
+    env_files: list[str] = []
+    for node_path in node_paths:
+        where = files.path(node_path)
+        if " (an alias of " in node_path:
+            doubts.append(f"{where}: its drop-ins are those of another name too")
+            continue
+        warned = len(files.warnings)
+        text = _read(files, node_path, "a unit", budget)
+        if text is None:
+            doubts.append(f"{where}: not read" if len(files.warnings) > warned else where)
+            continue
+        if node_path == node_paths[0] and not text:
+            return None  # an empty unit file masks it
+        try:
+            lines = read_unit(text)
+        except _NotPlain as e:
+            doubts.append(f"{where}: {e}")
+            continue
+        for command in lines.exec_start:
+            if command:
+                commands.append((command, where))
+            else:
+                commands.clear()
+        doubts.extend(f"{where}: {remap}" for remap in lines.remaps)
+        for setting in lines.environment if runtime.variables else ():
+            if "\\" in setting or any(v in setting for v in runtime.variables):
+                doubts.append(f"{where}: Environment= {setting}")
+        env_files.extend(_specifiers(v, unit) for v in lines.environment_files)
+    if len(commands) > 1:
+        doubts.append(f"{commands[-1][1]}: {len(commands)} ExecStart= lines")
+    for command, where in commands[-1:]:
+        try:
+            passed = command_flags(command, runtime)
+        except _NotTheRuntime as e:
+            if unit in runtime.installed:
+                return None
+            doubts.append(f"{where}: ExecStart= not followed: {e}")
+            continue
+        except _NotPlain as e:
+            doubts.append(f"{where}: ExecStart= not followed: {e}")
+            continue
+        values.extend((flag, value, f"{where}: ExecStart= {flag}") for flag, value in passed)
+    if runtime.variables:
+        doubts.extend(_environment_files(files, unit, env_files, runtime.variables, budget))
     return UnitFlags(tuple(values), tuple(doubts))
 
 
+def _read(files: Files, node_path: str, language: str, budget: list[int]) -> str | None:
+    """A file's text, counted against the run's budget for units; None past it (a warning)."""
+    if budget[0] <= 0:
+        files.warnings.append(f"{files.path(node_path)}: over {MAX_UNIT_BYTES} bytes of units")
+        return None
+    text = files.text(node_path, language)
+    budget[0] -= len(text) if text is not None else 0
+    return text
+
+
+def _aliases(files: Files, units: list[str]) -> list[str]:
+    """Other names linked to the units, whose drop-ins systemd reads too."""
+    said = []
+    for unit_dir in UNIT_DIRS:
+        names = [
+            n for n, is_dir in files.listing(unit_dir) if n.endswith(".service") and not is_dir
+        ]
+        others = [name for name in names if name not in units]
+        targets = files.lstat_in(unit_dir, others) if others else {}
+        for name, target in (targets or {}).items():
+            if target and posixpath.basename(target) in units:
+                said.append(f"{files.path(unit_dir)}/{name}: another name of {target}")
+    return said
+
+
+def _default_environment(files: Files, variables: Sequence[str], budget: list[int]) -> list[str]:
+    """systemd's own DefaultEnvironment= (system.conf and its drop-ins), which every service
+    gets: one of variables there moves the runtime's records."""
+    confs = ["/etc/systemd/system.conf"]
+    for conf_dir in SYSTEM_CONF_DIRS:
+        confs.extend(f"{conf_dir}/{n}" for n, _ in files.listing(conf_dir) if n.endswith(".conf"))
+    return [said for conf in confs if (said := _sets(files, conf, variables, budget))]
+
+
 def _environment_files(
-    files: Files, unit: str, named: list[str], variables: Sequence[str]
+    files: Files, unit: str, named: list[str], variables: Sequence[str], budget: list[int]
 ) -> list[str]:
     """Why the environment files of a unit may set variables: those it names, and the
     installers' own, looked at even where it does not name them."""
     name = unit.rsplit(".", 1)[0]
     usual = [f"/etc/systemd/system/{unit}.env", f"/etc/default/{name}", f"/etc/sysconfig/{name}"]
     said = []
-    for env_file in dict.fromkeys([*named, *usual]):
+    seen = set()
+    for env_file in [*named, *usual]:
         if not env_file.startswith("/") or any(c in env_file for c in "%*?[\0"):
             said.append(f"{unit}: EnvironmentFile={env_file}, not followed")
             continue
-        warned = len(files.warnings)
-        text = files.text(env_file, "an environment file")
-        if len(files.warnings) > warned:
-            said.append(f"{files.path(env_file)}: not read")
-        elif text is not None and any(v in text for v in variables):
-            said.append(f"{files.path(env_file)}: sets {' or '.join(variables)}")
+        clean = posixpath.normpath(env_file)
+        if clean in seen:
+            continue
+        seen.add(clean)
+        sets = _sets(files, clean, variables, budget)
+        if sets:
+            said.append(sets)
     return said
+
+
+def _sets(files: Files, node_path: str, variables: Sequence[str], budget: list[int]) -> str:
+    """Why a file of settings may set one of variables ("" when it cannot)."""
+    warned = len(files.warnings)
+    text = _read(files, node_path, "a file of settings", budget)
+    if len(files.warnings) > warned:
+        return f"{files.path(node_path)}: not read"
+    if text is not None and any(v in text for v in variables):
+        return f"{files.path(node_path)}: sets {' or '.join(variables)}"
+    return ""
 
 
 def _specifiers(value: str, unit: str) -> str:

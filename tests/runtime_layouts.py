@@ -1,0 +1,89 @@
+"""A node's runtime layouts for the attack tests of the reaper's reading of runtime configs and
+units: files written under a root, what config.load makes of them, the records a runtime keeps
+where, and what a dry run then plans."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cni_reaper import cli
+from cni_reaper.runtime import config
+from cni_reaper.runtime.config import Runtime, RuntimeConfigs
+from cni_reaper.runtime.inventory import META_DB
+from tests.bolt_writer import containerd_sandbox, write_db
+from tests.nodetree import CONTAINER_IDS, NodeTree, cache_entry_bytes, host_local_conflist
+
+SYSTEM = "/etc/systemd/system"
+LIB = "/lib/systemd/system"
+UNIT = f"{SYSTEM}/containerd.service"
+VENDOR_UNIT = f"{LIB}/containerd.service"
+DROP_IN = f"{SYSTEM}/containerd.service.d/10-root.conf"
+K3S_UNIT = f"{SYSTEM}/k3s.service"
+CONTAINERD_DEFAULT = "/var/lib/containerd"
+K3S_DEFAULT = "/var/lib/rancher/k3s/agent/containerd"
+STOCK = "[Service]\nExecStart=/usr/bin/containerd\n"
+K3S_STOCK = "[Service]\nExecStart=/usr/local/bin/k3s \\\n    server \\\n\n"
+KNOWN, STALE = CONTAINER_IDS[0], CONTAINER_IDS[5]
+
+
+def write(root: Path, node_path: str, data: str | bytes) -> Path:
+    path = root / node_path.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def tree(root: Path, files: Mapping[str, str | bytes]) -> RuntimeConfigs:
+    for node_path, data in files.items():
+        write(root, node_path, data)
+    return config.load(str(root))
+
+
+def roots(configs: RuntimeConfigs, runtime: Runtime) -> list[str]:
+    """The persistent roots whose records are read (inventory.py reads those in effect)."""
+    return [p.node_path for p in configs.persistent_roots if p.runtime is runtime and p.in_effect]
+
+
+def in_doubt(configs: RuntimeConfigs, runtime: Runtime = Runtime.K3S) -> bool:
+    return any(line.startswith(f"{runtime.value}:") for line in configs.records_in_doubt)
+
+
+def assert_reads_or_doubts(configs: RuntimeConfigs, runtime: Runtime, real: str) -> None:
+    """Safe: the runtime's real root is among those read, or its records are in doubt."""
+    if in_doubt(configs, runtime):
+        return
+    assert real in roots(configs, runtime), (roots(configs, runtime), configs.warnings)
+
+
+def dry_run(node: NodeTree, clock: float) -> dict[str, Any]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.run(["--root", str(node.root), "--json", "--dry-run"], lambda: clock, environ={})
+    report: dict[str, Any] = json.loads(out.getvalue())
+    return report
+
+
+def knows(node: NodeTree, containerd_root: str, sandbox_id: str) -> None:
+    """A containerd (or k3s's, RKE2's) meta.db at containerd_root knowing the sandbox."""
+    db = node.root / containerd_root.lstrip("/") / META_DB
+    db.parent.mkdir(parents=True, exist_ok=True)
+    write_db(db, [containerd_sandbox("k8s.io", sandbox_id)], no_freelist_sync=True)
+
+
+def earlier_boots_entry(node: NodeTree, t0: float, sandbox_id: str) -> str:
+    """A whole results entry of the sandbox (host-local's network "hl"), written in the boot
+    before the one that began 55 s before t0: the reaper calls it forgotten unless a runtime's
+    records know the sandbox. Returns its name."""
+    conflist = host_local_conflist("hl", "10.22.0.0/24")
+    node.write_conf("10-hl.conflist", conflist)
+    node.boot(t0 - 7200)
+    node.boot(t0 - 55)
+    node.write_boot_world(btime=t0 - 60)
+    name = f"hl-{sandbox_id}-eth0"
+    node.write_result(name, cache_entry_bytes(conflist, "hl", sandbox_id, "eth0"))
+    return name

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cni_reaper.runtime.plain_yaml import Unreadable, flag_name
+from cni_reaper.runtime.plain_yaml import Unreadable, k3s_flag
 from cni_reaper.runtime.plain_yaml import settings as read_settings
 
 EXAMPLES = int(os.environ.get("CNI_REAPER_FUZZ_EXAMPLES", "300"))
@@ -37,7 +37,7 @@ def agrees_with_pyyaml(text: str) -> bool:
         doc = {}
     assert isinstance(doc, dict), doc
     # Every key k3s makes one of the flags of (trimmed, split at "="), as PyYAML reads it.
-    theirs = {k: v for k, v in doc.items() if flag_name(str(k)) in WANTED}
+    theirs = {k: v for k, v in doc.items() if k3s_flag(str(k)) in WANTED}
     ours = {s.key: s.value for s in found}  # the last of a key given twice, as YAML's
     return ours == theirs
 

@@ -781,7 +781,8 @@ def _containerd(
     named = _flag(unit, "config", "c")
     config = canonical(named[0]) if named is not None else CONTAINERD_CONFIG
     found = _containerd_settings(files, config)
-    doubts = list(unit.doubts)
+    # Doubts of containerd's own, beside its units' (already warnings, by _runtime_units).
+    doubts = []
     if named is not None and not files.exists(config):
         doubts.append(f"{named[1]}: {config} does not exist, and containerd does not start so")
     root = CONTAINERD_ROOT
@@ -815,10 +816,8 @@ def _containerd(
     if why is not None and found.settings_unread:
         paths.in_doubt.append(f"containerd: {_NOT_READ_WHOLE}")
     doubts.extend(_root_missing(files, unit, root))
-    if doubts:
-        files.warnings.extend(
-            f"{doubt}, which the reaper does not follow" for doubt in doubts[len(unit.doubts) :]
-        )
+    files.warnings.extend(doubts)
+    if unit.doubts or doubts:
         paths.in_doubt.append(f"containerd: {_UNIT_NOT_FOLLOWED}")
     if why is not None and found.cni is not None:
         cni.add(runtime, why, found.cni, found.cni_unread)
@@ -890,7 +889,7 @@ def _rancher_data_dir(
             continue
         files.files_read.append(where)
         for setting in found:
-            flag = plain_yaml.flag_name(setting.key)
+            flag = plain_yaml.k3s_flag(setting.key)
             said = (setting.value, f"{where}: {setting.key} (line {setting.line})")
             if flag not in values:
                 order.append(flag)

@@ -6,7 +6,7 @@ systemd-python, both optional). settings() reads the keys of the top-level block
 the first document, and the value of each key asked for when that value is a string on the
 key's own line: a plain path (YAML reads many plain words, `true`, `~`, `1e3`, as no string),
 single-quoted, or double-quoted with no escape but \\ and \" (go-yaml v2, k3s's, refuses \/).
-Keys are matched as k3s makes flags of them (flag_name()). Anything that could make a YAML
+Keys are matched as k3s makes flags of them (k3s_flag()). Anything that could make a YAML
 parser, or k3s after it, see another top-level mapping than the lines show, or another value
 for a key asked for, raises Unreadable instead of being guessed at:
 
@@ -52,7 +52,7 @@ class Setting(Record):
 
 
 def settings(text: str, wanted: Collection[str]) -> list[Setting]:
-    """Each top-level key whose flag_name() is in wanted, with its string value, in the order
+    """Each top-level key whose k3s_flag() is in wanted, with its string value, in the order
     they appear. Raises Unreadable."""
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -92,7 +92,7 @@ def settings(text: str, wanted: Collection[str]) -> list[Setting]:
         began = keyed = True
         key, rest = _key(line, number)
         value_text = rest.strip(_BLANK)
-        flag = flag_name(key)
+        flag = k3s_flag(key)
         if flag in wanted:
             if key not in (flag, f"{flag}+"):
                 raise Unreadable(f"line {number}: a key k3s trims or splits into {flag}")
@@ -104,7 +104,7 @@ def settings(text: str, wanted: Collection[str]) -> list[Setting]:
     return found
 
 
-def flag_name(key: str) -> str:
+def k3s_flag(key: str) -> str:
     """The flag a k3s config key sets. k3s trims the key (Go's strings.TrimSpace; str.strip()
     trims a few characters more, which only errs toward Unreadable), drops one trailing "+"
     (append to the value before), and passes `--key=value`, whose flag name ends at the first

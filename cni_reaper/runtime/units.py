@@ -121,6 +121,13 @@ class UnitFlags(Record):
     started: tuple[str, ...] = ()  # the units of the runtime systemd would start
 
 
+class UnitFiles(Record):
+    """Where systemd reads a unit from, and what of it the reaper could not read."""
+
+    paths: tuple[str, ...] = ()  # the unit file, then its drop-ins in systemd's order
+    unread: tuple[str, ...] = ()  # why some of it may be missed: each a doubt
+
+
 class _NotPlain(Exception):
     """A unit, or a line of it, that could be read otherwise than the reaper reads it."""
 
@@ -243,6 +250,8 @@ def command_flags(command: str, runtime: RuntimeUnits) -> list[tuple[str, str]]:
                 raise _NotTheRuntime(f"{args[0]!r}, not {' or '.join(runtime.subcommands)}")
             raise _NotPlain(f"not {' or '.join(runtime.subcommands)} first")
         args = args[1:]
+    if any(flag_name(word) in _EXITING_FLAGS for word in args):
+        raise _NotPlain("a help or version flag: it prints and exits")
     ours = {*runtime.followed, *runtime.doubted}
     found: list[tuple[str, str]] = []
     at = 0
@@ -256,8 +265,6 @@ def command_flags(command: str, runtime: RuntimeUnits) -> list[tuple[str, str]]:
             raise _NotPlain(f"{word!r} ends the flags before the rest")
         if name in runtime.doubted:
             raise _NotPlain(f"{word.split('=', 1)[0]}, which the reaper does not follow")
-        if name in _EXITING_FLAGS or any(flag_name(w) in _EXITING_FLAGS for w in args):
-            raise _NotPlain("a help or version flag: it prints and exits")
         if name not in ours:
             if "=" in word:
                 at += 1
@@ -326,11 +333,11 @@ def with_installed_units(files: Files, runtimes: Sequence[RuntimeUnits]) -> list
     return found
 
 
-def unit_files(files: Files, runtimes: Sequence[RuntimeUnits]) -> dict[str, list[str]]:
+def unit_files(files: Files, runtimes: Sequence[RuntimeUnits]) -> dict[str, UnitFiles]:
     """For each unit, the node paths systemd reads it from, in its order: the unit file, then
-    its drop-ins by file name; [] for a unit that is not there or is masked. A path in a list
-    that is a dir means it could not be listed: reading it fails, with its warning. Each dir of
-    the search path is opened once, for every unit."""
+    its drop-ins by file name (none for a unit that is not there or is masked); and what could
+    not be read or listed, or is an alias. Each dir of the search path is opened once, for
+    every unit."""
     units = [unit for runtime in runtimes for unit in runtime.units]
     drop_in_dirs = {unit: _drop_in_dirs(unit) for unit in units}
     wanted = {*units, *(d for dirs in drop_in_dirs.values() for d in dirs)}
@@ -341,17 +348,14 @@ def unit_files(files: Files, runtimes: Sequence[RuntimeUnits]) -> dict[str, list
         present = files.lstat_in(unit_dir, wanted)
         for unit in units:
             if present is None:
-                unread[unit].append(unit_dir)
+                unread[unit].append(f"{files.path(unit_dir)}: not read")
                 continue
             if unit in present and unit not in mains:
                 target = present[unit]
-                if target == "/dev/null":
-                    mains[unit] = ""
-                elif target and posixpath.basename(target) != unit:
-                    mains[unit] = f"{unit_dir}/{unit}"
-                    unread[unit].append(f"{unit_dir}/{unit} (an alias of {target})")
-                else:
-                    mains[unit] = f"{unit_dir}/{unit}"
+                mains[unit] = "" if target == "/dev/null" else f"{unit_dir}/{unit}"
+                if target and target != "/dev/null" and posixpath.basename(target) != unit:
+                    where = files.path(f"{unit_dir}/{unit}")
+                    unread[unit].append(f"{where}: an alias of {target}, whose drop-ins count")
             for name in drop_in_dirs[unit]:
                 if name not in present:
                     continue
@@ -367,15 +371,16 @@ def unit_files(files: Files, runtimes: Sequence[RuntimeUnits]) -> dict[str, list
                     masked = targets is not None and targets.get(entry) == "/dev/null"
                     drop_ins[unit].setdefault(entry, "" if masked else f"{unit_dir}/{name}/{entry}")
                 if len(files.warnings) > warned or targets is None:
-                    unread[unit].append(f"{unit_dir}/{name}")
-    found: dict[str, list[str]] = {}
+                    unread[unit].append(f"{files.path(f'{unit_dir}/{name}')}: not read")
+    found: dict[str, UnitFiles] = {}
     for unit in units:
         if not mains.get(unit):
-            found[unit] = [] if unit in mains or not unread[unit] else unread[unit]
+            # Masked, or not there: nothing of it starts, unless it is in a dir not read.
+            found[unit] = UnitFiles() if unit in mains else UnitFiles((), tuple(unread[unit]))
             continue
         ordered = sorted(drop_ins[unit], key=lambda name: name.encode("utf-8", "surrogateescape"))
         used = [drop_ins[unit][name] for name in ordered if drop_ins[unit][name]]
-        found[unit] = [mains[unit], *used, *unread[unit]]
+        found[unit] = UnitFiles((mains[unit], *used), tuple(unread[unit]))
     return found
 
 
@@ -390,7 +395,7 @@ def _drop_in_dirs(unit: str) -> list[str]:
 
 
 def runtime_flags(
-    files: Files, runtime: RuntimeUnits, paths_by_unit: dict[str, list[str]]
+    files: Files, runtime: RuntimeUnits, paths_by_unit: dict[str, UnitFiles]
 ) -> UnitFlags:
     """What a runtime's units pass: the followed flags' values, from the ExecStart= line
     systemd runs; or, for anything the reaper cannot be sure of, a doubt."""
@@ -401,10 +406,11 @@ def runtime_flags(
     started = []
     budget = [MAX_UNIT_BYTES]  # shared by units, drop-ins and environment files
     for unit in runtime.units:
-        node_paths = paths_by_unit.get(unit, [])
-        if not node_paths:
+        read = paths_by_unit.get(unit, UnitFiles())
+        if not read.paths:
+            doubts.extend(read.unread)  # a unit that may be in a dir not read
             continue
-        said = _unit_says(files, runtime, unit, node_paths, budget)
+        said = _unit_says(files, runtime, unit, read, budget)
         if said is None:
             continue  # an installer's unit of another command (k3s crictl ...), or masked
         started.append(unit)
@@ -420,25 +426,22 @@ def runtime_flags(
 
 
 def _unit_says(
-    files: Files, runtime: RuntimeUnits, unit: str, node_paths: list[str], budget: list[int]
+    files: Files, runtime: RuntimeUnits, unit: str, read: UnitFiles, budget: list[int]
 ) -> UnitFlags | None:
     """What one unit passes; None for a unit that does not start the runtime: masked by an
     empty file, or an installer's unit that runs another command."""
     values: list[tuple[str, str, str]] = []
-    doubts: list[str] = []
+    doubts = list(read.unread)
     commands: list[tuple[str, str]] = []
     env_files: list[str] = []
-    for node_path in node_paths:
+    for node_path in read.paths:
         where = files.path(node_path)
-        if " (an alias of " in node_path:
-            doubts.append(f"{where}: its drop-ins are those of another name too")
-            continue
         warned = len(files.warnings)
         text = _read(files, node_path, "a unit", budget)
         if text is None:
             doubts.append(f"{where}: not read" if len(files.warnings) > warned else where)
             continue
-        if node_path == node_paths[0] and not text:
+        if node_path == read.paths[0] and not text:
             return None  # an empty unit file masks it
         try:
             lines = read_unit(text)

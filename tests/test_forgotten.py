@@ -338,6 +338,52 @@ def containerd_configured_by_its_unit(crashed: Crashed) -> tuple[str, str]:
     return "containerd", "/srv/containerd"
 
 
+# CRI-O's own contrib/systemd/crio.service (Fedora's too), enabled: its Alias= linked.
+CRIO_PACKAGED_UNIT = (
+    "[Service]\nType=notify\nEnvironmentFile=-/etc/sysconfig/crio\n"
+    "Environment=GOTRACEBACK=crash\nExecStart=/usr/bin/crio \\\n"
+    "          $CRIO_CONFIG_OPTIONS \\\n          $CRIO_RUNTIME_OPTIONS \\\n"
+    "          $CRIO_STORAGE_OPTIONS \\\n          $CRIO_NETWORK_OPTIONS \\\n"
+    "          $CRIO_METRICS_OPTIONS\n[Install]\nAlias=cri-o.service\n"
+)
+CRIO_SYSCONFIG = (
+    '# /etc/sysconfig/crio\n\n# use "--enable-metrics" and "--metrics-port value"\n'
+    '#CRIO_METRICS_OPTIONS="--enable-metrics"\n\n#CRIO_NETWORK_OPTIONS=\n#CRIO_STORAGE_OPTIONS=\n'
+)
+
+
+def crio_packaged(crashed: Crashed, sysconfig: str) -> None:
+    write_file(crashed, "/usr/lib/systemd/system/crio.service", CRIO_PACKAGED_UNIT)
+    alias = crashed.node.root / "etc/systemd/system/cri-o.service"
+    alias.parent.mkdir(parents=True, exist_ok=True)
+    alias.symlink_to("/usr/lib/systemd/system/crio.service")
+    write_file(crashed, "/etc/sysconfig/crio", sysconfig)
+    write_file(crashed, "/etc/crio/crio.conf", "[crio]\n")
+
+
+def crio_moved_by_its_packaged_units_options(crashed: Crashed) -> tuple[str, str]:
+    """The operator's options in /etc/sysconfig/crio, which the packaged unit expands."""
+    options = 'CRIO_STORAGE_OPTIONS="--root /data/crio --runroot /run/data-crio"\n'
+    crio_packaged(crashed, CRIO_SYSCONFIG + options + "CRIO_METRICS_OPTIONS=--enable-metrics\n")
+    return "cri-o", "/data/crio"
+
+
+def crio_moved_by_its_config_under_its_packaged_unit(crashed: Crashed) -> tuple[str, str]:
+    """The packaged unit and its stock options, none set: the config's root holds."""
+    crio_packaged(crashed, CRIO_SYSCONFIG)
+    write_file(crashed, "/etc/crio/crio.conf.d/10-root.conf", "[crio]\nroot = '/srv/crio'\n")
+    return "cri-o", "/srv/crio"
+
+
+def crio_knows(crashed: Crashed, sandbox_id: str, root: str) -> Path:
+    """CRI-O's sandbox record in containers/storage under root; its containers.json."""
+    pod = {"pod": True, "pod-name": "web", "pod-id": sandbox_id}
+    containers = json.dumps([{"id": sandbox_id, "metadata": json.dumps(pod)}])
+    storage = f"{root}/overlay-containers"
+    write_file(crashed, f"{storage}/{sandbox_id}/userdata/config.json", "{}")
+    return write_file(crashed, f"{storage}/containers.json", containers)
+
+
 @pytest.mark.parametrize(
     "moved",
     [
@@ -345,6 +391,8 @@ def containerd_configured_by_its_unit(crashed: Crashed) -> tuple[str, str]:
         k3s_moved_on_its_installers_command_line,
         containerd_rooted_by_a_drop_in_of_its_unit,
         containerd_configured_by_its_unit,
+        crio_moved_by_its_packaged_units_options,
+        crio_moved_by_its_config_under_its_packaged_unit,
     ],
 )
 def test_records_are_read_where_the_runtime_keeps_them(
@@ -357,7 +405,12 @@ def test_records_are_read_where_the_runtime_keeps_them(
     crashed.add(KNOWN)
     crashed.add(FORGOTTEN)
     runtime, root = moved(crashed)
-    containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN), root=root)
+    if runtime == "cri-o":
+        records = crio_knows(crashed, KNOWN, root)
+        said = f"cri-o: {records.parents[1]}: overlay-containers/containers.json: 1 sandbox"
+    else:
+        containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN), root=root)
+        said = f"{runtime}: {crashed.node.root / root.lstrip('/') / META_DB}: 1 sandbox"
     crashed.reboot()
 
     code, report = crashed.run(capsys)
@@ -368,8 +421,6 @@ def test_records_are_read_where_the_runtime_keeps_them(
     assert runtime in kept["reason"]
     assert (forgotten["action"], forgotten["outcome"]) == ("del-and-quarantine", "done")
     assert list(crashed.ips().values()) == [f"{KNOWN}\r\neth0"]
-    records = crashed.node.root / root.lstrip("/") / META_DB
-    said = f"{runtime}: {records}: 1 sandbox"
     assert any(line.startswith(said) for line in report["runtime_records"]), report
     assert code == ExitCode.OK
 

@@ -475,6 +475,26 @@ class _Collector:
         else:
             self.add(runtime, kind, default, default_source)
 
+    def flagged(
+        self,
+        runtime: Runtime,
+        kind: PathKind,
+        default: str,
+        configured: tuple[str, str] | None,
+        flagged: tuple[str, str] | None,
+        default_source: str = "default",
+    ) -> None:
+        """A value the config may set and the unit's command line may set over it: the flag's
+        is in effect, the others still watched."""
+        if flagged is None:
+            self.setting(runtime, kind, default, configured, default_source)
+            return
+        self.add(runtime, kind, *flagged)
+        if configured is not None:
+            source = f"{configured[1]} (the unit's flag wins)"
+            self.add(runtime, kind, configured[0], source, in_effect=False)
+        self.add(runtime, kind, default, default_source, in_effect=False)
+
     def of_kind(self, *kinds: PathKind) -> tuple[LocatedPath, ...]:
         return tuple(p for p in self.paths.values() if p.kind in kinds)
 
@@ -785,28 +805,13 @@ def _containerd(
     doubts = []
     if named is not None and not files.exists(config):
         doubts.append(f"{named[1]}: {config} does not exist, and containerd does not start so")
-    root = CONTAINERD_ROOT
+    root = (_flag(unit, "root") or found.root or (CONTAINERD_ROOT, ""))[0]
     for kind, default, configured, flags in (
         (PathKind.SOCKET, "/run/containerd/containerd.sock", found.address, ("address", "a")),
         (PathKind.TASK_STATE, "/run/containerd", found.state, ("state",)),
         (PathKind.PERSISTENT_ROOT, CONTAINERD_ROOT, found.root, ("root",)),
     ):
-        flagged = _flag(unit, *flags)
-        if kind is PathKind.PERSISTENT_ROOT:
-            root = (flagged or configured or (default, ""))[0]
-        if flagged is not None:
-            paths.add(runtime, kind, *flagged)
-            if configured is not None:
-                paths.add(
-                    runtime,
-                    kind,
-                    configured[0],
-                    f"{configured[1]} (the unit's flag wins)",
-                    in_effect=False,
-                )
-            paths.add(runtime, kind, default, "default", in_effect=False)
-        else:
-            paths.setting(runtime, kind, default, configured)
+        paths.flagged(runtime, kind, default, configured, _flag(unit, *flags))
     paths.add(runtime, PathKind.NAMESPACED_OCI_ROOT, "/run/containerd/runc", "default")
     # go-cni pins each sandbox's netns in /var/run/netns.
     paths.add(runtime, PathKind.NETNS_DIR, "/run/netns", "default")
@@ -1035,8 +1040,11 @@ def _crio(
     storage_runroot: tuple[str, str],
     storage_graphroot: tuple[str, str],
     cni: _CniCollector,
+    unit: units.UnitFlags,
     storage_unread: bool = False,  # containers/storage's config, which may set the graph root
 ) -> None:
+    """CRI-O's config, crio.conf and its drop-ins; what its unit's command line sets (its
+    root, run root and socket) wins over them, which win over containers/storage's."""
     runtime = Runtime.CRIO
     listen = runroot = root = version_file = namespaces_dir = None
     network_dir = plugin_dir = plugin_dirs = None
@@ -1083,17 +1091,22 @@ def _crio(
             bin_dirs.append(plugin_dir)
         conf_dirs = (network_dir or (CRIO_NETWORK_DIR, "default"),)
         cni.add(runtime, why, _RuntimeCni(conf_dirs, tuple(bin_dirs)), unread)
-    paths.setting(runtime, PathKind.SOCKET, "/run/crio/crio.sock", listen)
+    socket = _flag(unit, "listen")
+    paths.flagged(runtime, PathKind.SOCKET, "/run/crio/crio.sock", listen, socket)
     paths.add(runtime, PathKind.RUNTIME_DIR, "/run/crio", "default")
-    paths.setting(
-        runtime, PathKind.STORAGE_RUNROOT, storage_runroot[0], runroot, storage_runroot[1]
-    )
+    run_root, source = storage_runroot
+    kind = PathKind.STORAGE_RUNROOT
+    paths.flagged(runtime, kind, run_root, runroot, _flag(unit, "runroot"), source)
     paths.setting(runtime, PathKind.START_MARKER, "/run/crio/version", version_file)
     netns = None if namespaces_dir is None else (f"{namespaces_dir[0]}/netns", namespaces_dir[1])
     paths.setting(runtime, PathKind.NETNS_DIR, "/run/netns", netns)
-    paths.setting(
-        runtime, PathKind.PERSISTENT_ROOT, storage_graphroot[0], root, storage_graphroot[1]
-    )
+    flagged = _flag(unit, "root", "r")
+    graphroot, source = storage_graphroot
+    paths.flagged(runtime, PathKind.PERSISTENT_ROOT, graphroot, root, flagged, source)
+    missing = _root_missing(files, unit, (flagged or root or storage_graphroot)[0])
+    files.warnings.extend(missing)
+    if unit.doubts or missing:
+        paths.in_doubt.append(f"cri-o: {_UNIT_NOT_FOLLOWED}")
     for default in ("/run/crun", "/run/runc"):
         paths.add(runtime, PathKind.OCI_ROOT, default, "default")
     for value, source in oci_roots.values():
@@ -1114,6 +1127,43 @@ def _without_config(paths: _Collector, storage_runroot: tuple[str, str]) -> None
     podman = Runtime.PODMAN
     paths.add(podman, PathKind.RUNTIME_DIR, "/run/libpod", "default")
     paths.add(podman, PathKind.STORAGE_RUNROOT, storage_runroot[0], storage_runroot[1])
+
+
+# CRI-O's packaged crio.service (contrib/systemd, Fedora's) runs `crio` with these, each set
+# in /etc/sysconfig/crio, or not at all.
+CRIO_UNIT_VARIABLES = tuple(
+    f"CRIO_{part}_OPTIONS" for part in ("CONFIG", "RUNTIME", "STORAGE", "NETWORK", "METRICS")
+)
+CRIO_UNITS = units.RuntimeUnits(
+    units=("crio.service",),
+    binary="crio",
+    subcommands=(),
+    followed=("root", "r", "runroot", "listen"),
+    forms=(("root", "r"),),
+    # What else moves what the reaper reads of CRI-O (internal/criocli/criocli.go): its
+    # configs, its version and clean-shutdown files and wipes (inventory.py's fate), its
+    # namespaces dir and OCI runtimes' roots (liveness), its CNI dirs.
+    doubted=(
+        "config",
+        "c",
+        "config-dir",
+        "d",
+        "version-file",
+        "version-file-persist",
+        "clean-shutdown-file",
+        "internal-wipe",
+        "internal-repair",
+        "namespaces-dir",
+        "runtimes",
+        "cni-config-dir",
+        "cni-plugin-dir",
+        "cni-default-network",
+    ),
+    # urfave/cli reads each flag also from a CONTAINER_* variable; containers/storage its
+    # config's path from CONTAINERS_STORAGE_CONF.
+    variables=("CONTAINER_", "CONTAINERS_STORAGE_CONF"),
+    expanded=CRIO_UNIT_VARIABLES,
+)
 
 
 # How systemd starts each runtime, and what of its command line the reaper reads (units.py).
@@ -1142,6 +1192,7 @@ RUNTIME_UNITS = {
             (Runtime.RKE2, ("rke2-server.service", "rke2-agent.service")),
         )
     },
+    Runtime.CRIO: CRIO_UNITS,
 }
 
 
@@ -1183,7 +1234,7 @@ def load(root: str) -> RuntimeConfigs:
     warned = len(files.warnings)
     storage_runroot, storage_graphroot = _storage_defaults(files)
     storage_unread = len(files.warnings) > warned
-    _crio(paths, files, storage_runroot, storage_graphroot, cni, storage_unread)
+    _crio(paths, files, storage_runroot, storage_graphroot, cni, said[Runtime.CRIO], storage_unread)
     _without_config(paths, storage_runroot)
     cni_dirs = cni.result()
     return RuntimeConfigs(

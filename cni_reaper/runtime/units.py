@@ -30,12 +30,13 @@ systemd.exec(5); an attack review checked them on 2026-12-05):
 from __future__ import annotations
 
 import posixpath
+import re
 
 from cni_reaper.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Protocol
 
     class Files(Protocol):
@@ -110,6 +111,9 @@ class RuntimeUnits(Record):
     # they run something else (k3s crictl, another binary).
     installed: tuple[str, ...] = ()
     unlisted: tuple[str, ...] = ()  # installers' dirs that could not be listed for them
+    # Variables its packaged unit's command line expands, each a word of its own ($NAME), from
+    # Environment= and its environment files (CRI-O's $CRIO_*_OPTIONS). Any other "$": doubt.
+    expanded: tuple[str, ...] = ()
 
 
 class UnitFlags(Record):
@@ -140,9 +144,11 @@ class UnitLines(Record):
     """The settings of a unit file or drop-in that matter here."""
 
     exec_start: tuple[str, ...]  # as written; "" for an ExecStart= that drops those before
-    environment: tuple[str, ...]  # Environment= values
-    environment_files: tuple[str, ...]  # EnvironmentFile= values, a leading "-" dropped
+    environment: tuple[str, ...]  # Environment= values; "" drops those before
+    environment_files: tuple[str, ...]  # EnvironmentFile= values as written; "" as above
     remaps: tuple[str, ...]  # settings that show the runtime other paths than the node's
+    # UnsetEnvironment= and PassEnvironment=, as "Key=value": they change what is expanded.
+    environment_changes: tuple[str, ...] = ()
 
 
 def read_unit(text: str) -> UnitLines:
@@ -155,6 +161,7 @@ def read_unit(text: str) -> UnitLines:
     environment: list[str] = []
     environment_files: list[str] = []
     remaps: list[str] = []
+    environment_changes: list[str] = []
     section = ""
     parts: list[str] = []
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -185,11 +192,19 @@ def read_unit(text: str) -> UnitLines:
             exec_start.append(value)
         elif key == "Environment":
             environment.append(value)
-        elif key == "EnvironmentFile" and value:
-            environment_files.append(value[1:] if value.startswith("-") else value)
+        elif key == "EnvironmentFile":
+            environment_files.append(value)
         elif key in _REMAPS and value:
             remaps.append(f"{key}={value}")
-    return UnitLines(tuple(exec_start), tuple(environment), tuple(environment_files), tuple(remaps))
+        elif key in ("UnsetEnvironment", "PassEnvironment") and value:
+            environment_changes.append(f"{key}={value}")
+    return UnitLines(
+        tuple(exec_start),
+        tuple(environment),
+        tuple(environment_files),
+        tuple(remaps),
+        tuple(environment_changes),
+    )
 
 
 def flag_name(word: str) -> str | None:
@@ -199,10 +214,13 @@ def flag_name(word: str) -> str | None:
     return word.lstrip("-").split("=", 1)[0]
 
 
-def command_words(command: str) -> list[str]:
-    """The words of a plain ExecStart= command line: bare, or quoted whole. Raises _NotPlain
-    for an escape, a variable, a specifier, or a quote inside a word."""
-    if any(char in command for char in _NOT_PLAIN_COMMAND):
+def command_words(command: str, expand: Mapping[str, str] | None = None) -> list[str]:
+    """The words of a plain ExecStart= command line: bare, or quoted whole. With expand, a
+    bare word `$NAME` of one of its names is replaced by that value split at blanks, no word
+    for an empty one, as systemd does. Raises _NotPlain for an escape, a specifier, any other
+    variable, or a quote inside a word."""
+    unplain = _NOT_PLAIN_COMMAND if expand is None else _NOT_PLAIN_COMMAND.replace("$", "")
+    if any(char in command for char in unplain):
         raise _NotPlain("an escape, a variable or a specifier")
     words: list[str] = []
     at = 0
@@ -216,23 +234,37 @@ def command_words(command: str) -> list[str]:
             if end < 0 or (end + 1 < len(command) and command[end + 1] not in " \t"):
                 raise _NotPlain("a quote inside a word")
             word, at = command[at + 1 : end], end + 1
-            if "'" in word or '"' in word:
-                raise _NotPlain("a quote inside a word")
         else:
             end = at
             while end < len(command) and command[end] not in " \t":
                 end += 1
             word, at = command[at:end], end
-            if "'" in word or '"' in word:
-                raise _NotPlain("a quote inside a word")
+            if expand is not None and word[1:] in expand and word.startswith("$"):
+                words.extend(_value_words(word, expand[word[1:]]))
+                continue
+        if "'" in word or '"' in word:
+            raise _NotPlain("a quote inside a word")
+        if "$" in word:
+            raise _NotPlain(f"{word!r}: a variable not followed")
         words.append(word)
     return words
 
 
-def command_flags(command: str, runtime: RuntimeUnits) -> list[tuple[str, str]]:
+def _value_words(word: str, value: str) -> list[str]:
+    """A variable's value as the words systemd makes of it: split at blanks (and unquoted,
+    unescaped, which a plain value needs not be)."""
+    if any(char in value for char in "'\"\\"):
+        raise _NotPlain(f"{word} has a quote or a backslash in its value")
+    return [part for part in re.split("[ \t]+", value) if part]
+
+
+def command_flags(
+    command: str, runtime: RuntimeUnits, expand: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
     """The followed flags an ExecStart= command line gives the runtime, as its flag parser
-    takes them, in order. Raises _NotPlain where the reaper cannot be sure of that."""
-    words = command_words(command)
+    takes them, in order, expand being the values of its expanded variables. Raises _NotPlain
+    where the reaper cannot be sure of that."""
+    words = command_words(command, expand)
     if not words:
         raise _NotPlain("no command")
     first = words[0]
@@ -420,8 +452,9 @@ def runtime_flags(
         doubts.append(f"{', '.join(started)}: which of them starts is not known")
     if values:
         doubts.extend(_aliases(files, started))
-    if started and runtime.variables:
-        doubts.extend(_default_environment(files, runtime.variables, budget))
+    variables = (*runtime.variables, *runtime.expanded)
+    if started and variables:
+        doubts.extend(_default_environment(files, variables, budget))
     return UnitFlags(tuple(values), tuple(doubts), tuple(started))
 
 
@@ -433,7 +466,7 @@ def _unit_says(
     values: list[tuple[str, str, str]] = []
     doubts = list(read.unread)
     commands: list[tuple[str, str]] = []
-    env_files: list[str] = []
+    environment = _Environment()
     for node_path in read.paths:
         where = files.path(node_path)
         warned = len(files.warnings)
@@ -457,12 +490,17 @@ def _unit_says(
         for setting in lines.environment if runtime.variables else ():
             if "\\" in setting or any(v in setting for v in runtime.variables):
                 doubts.append(f"{where}: Environment= {setting}")
-        env_files.extend(_specifiers(v, unit) for v in lines.environment_files)
+        environment.settings.extend((setting, where) for setting in lines.environment)
+        environment.files.extend((_specifiers(v, unit), where) for v in lines.environment_files)
+        environment.changes.extend(f"{where}: {change}" for change in lines.environment_changes)
     if len(commands) > 1:
         doubts.append(f"{commands[-1][1]}: {len(commands)} ExecStart= lines")
     for command, where in commands[-1:]:
         try:
-            passed = command_flags(command, runtime)
+            expand = None
+            if runtime.expanded and "$" in command:
+                expand = _expanded(files, runtime.expanded, environment, budget)
+            passed = command_flags(command, runtime, expand)
         except _NotTheRuntime as e:
             if unit in runtime.installed:
                 return None
@@ -473,8 +511,99 @@ def _unit_says(
             continue
         values.extend((flag, value, f"{where}: ExecStart= {flag}") for flag, value in passed)
     if runtime.variables:
-        doubts.extend(_environment_files(files, unit, env_files, runtime.variables, budget))
+        named = [path[1:] if path.startswith("-") else path for path, _ in environment.files]
+        doubts.extend(
+            _environment_files(files, unit, [p for p in named if p], runtime.variables, budget)
+        )
     return UnitFlags(tuple(values), tuple(doubts))
+
+
+class _Environment:
+    """A unit's settings of its environment, from its file and drop-ins in order."""
+
+    def __init__(self) -> None:
+        self.settings: list[tuple[str, str]] = []  # (Environment= value, where)
+        self.files: list[tuple[str, str]] = []  # (EnvironmentFile= value, where)
+        self.changes: list[str] = []  # UnsetEnvironment=, PassEnvironment=, with where
+
+
+def _expanded(
+    files: Files, names: Sequence[str], environment: _Environment, budget: list[int]
+) -> dict[str, str]:
+    """The values the service's environment gives names, "" for one not set: Environment=
+    first, then the environment files in order, each overriding what came before
+    (systemd.exec(5)). Raises _NotPlain where any of it cannot be read for sure."""
+    for change in environment.changes:
+        if any(name in change for name in names):
+            raise _NotPlain(f"{change}")
+    values = dict.fromkeys(names, "")
+    for setting, where in environment.settings:
+        if not setting:
+            values = dict.fromkeys(names, "")
+            continue
+        if not any(name in setting for name in names):
+            continue
+        if any(char in setting for char in "\\%$"):
+            raise _NotPlain(f"{where}: Environment= {setting}: an escape, a specifier or a $")
+        for word in command_words(setting):
+            name, equals, value = word.partition("=")
+            if not equals:
+                raise _NotPlain(f"{where}: Environment= {setting}: {word!r} sets nothing")
+            if name in values:
+                values[name] = value
+    named: list[tuple[str, str]] = []
+    for value, where in environment.files:
+        named = [] if not value else [*named, (value, where)]
+    for value, where in named:
+        optional = value.startswith("-")
+        path = value[1:] if optional else value
+        if not path.startswith("/") or any(char in path for char in "%*?[\0"):
+            raise _NotPlain(f"{where}: EnvironmentFile={value}, not followed")
+        warned = len(files.warnings)
+        text = _read(files, posixpath.normpath(path), "a file of settings", budget)
+        if len(files.warnings) > warned:
+            raise _NotPlain(f"{files.path(path)}: not read")
+        if text is None:
+            if optional:
+                continue
+            raise _NotPlain(f"{files.path(path)}: missing, and {where} needs it")
+        try:
+            assignments = environment_file(text)
+        except _NotPlain as e:
+            raise _NotPlain(f"{files.path(path)}: {e}") from None
+        for name, setting in assignments:
+            if name in values:
+                values[name] = setting
+    return values
+
+
+_ENV_NAME = re.compile("[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def environment_file(text: str) -> list[tuple[str, str]]:
+    """The assignments of a plain environment file, in order: `NAME=value` lines, the value
+    bare or quoted whole, and comment lines. Raises _NotPlain for anything systemd's parser
+    could read otherwise: a backslash anywhere (it continues a line, a comment too), a quote
+    within a value, a key with blanks, a line that is no assignment."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if any(char in text for char in _NOT_PLAIN_TEXT) or "\\" in text:
+        raise _NotPlain("a backslash, a NUL or a line break read otherwise")
+    found = []
+    for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):
+        stripped = line.strip(" \t")
+        if not stripped or stripped.startswith(("#", ";")):
+            continue
+        key = _ENV_NAME.match(stripped)
+        if key is None:
+            raise _NotPlain(f"line {number}: not a plain NAME=value")
+        value = stripped[key.end() :].lstrip(" \t")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if any(char in value for char in "'\"$#;"):
+            raise _NotPlain(f"line {number}: a quote, a $, a # or a ; within its value")
+        found.append((key.group()[:-1], value))
+    return found
 
 
 def _read(files: Files, node_path: str, language: str, budget: list[int]) -> str | None:
@@ -488,8 +617,9 @@ def _read(files: Files, node_path: str, language: str, budget: list[int]) -> str
 
 
 def _aliases(files: Files, units: list[str]) -> list[str]:
-    """Other names linked to the units, whose drop-ins systemd reads too."""
-    said = []
+    """Other names linked to the units whose drop-ins systemd reads too: those with drop-in
+    dirs of their own (crio.service's packaged Alias=cri-o.service has none)."""
+    aliases: dict[str, str] = {}  # name: its unit
     for unit_dir in UNIT_DIRS:
         names = [
             n for n, is_dir in files.listing(unit_dir) if n.endswith(".service") and not is_dir
@@ -498,7 +628,15 @@ def _aliases(files: Files, units: list[str]) -> list[str]:
         targets = files.lstat_in(unit_dir, others) if others else {}
         for name, target in (targets or {}).items():
             if target and posixpath.basename(target) in units:
-                said.append(f"{files.path(unit_dir)}/{name}: another name of {target}")
+                aliases.setdefault(name, posixpath.basename(target))
+    said = []
+    for name, unit in aliases.items():
+        own = [d for d in _drop_in_dirs(name) if d not in _drop_in_dirs(unit)]
+        for unit_dir in UNIT_DIRS:
+            present = files.lstat_in(unit_dir, own)
+            if present is None or present:
+                where = files.path(f"{unit_dir}/{next(iter(present or own))}")
+                said.append(f"{where}: drop-ins of {name}, another name of {unit}")
     return said
 
 

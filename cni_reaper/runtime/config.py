@@ -298,6 +298,27 @@ class _ConfigFiles:
             os.close(fd)
         return found
 
+    def links(self, node_dir: str) -> dict[str, str] | None:
+        """The symlinks of a dir of the node, by name, each with its target, from one listing
+        (file types from the dir entries); {} when the dir does not exist, None when it cannot
+        be listed whole."""
+        try:
+            fd, _ = open_inside(self.root, node_dir, directory=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except (OSError, LeavesRoot):
+            return None
+        try:
+            return {
+                entry.name: os.readlink(entry.name, dir_fd=fd)
+                for entry in listed(fd)
+                if entry.is_symlink()
+            }
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
     def listing(self, node_dir: str, limit: int = MAX_LISTED) -> list[tuple[str, bool]]:
         """Each entry of a dir of the node, by name in byte order, and whether it is a
         directory (a symlink is not); none when it does not exist, none with a warning when it
@@ -1159,9 +1180,21 @@ CRIO_UNITS = units.RuntimeUnits(
         "cni-plugin-dir",
         "cni-default-network",
     ),
-    # urfave/cli reads each flag also from a CONTAINER_* variable; containers/storage its
-    # config's path from CONTAINERS_STORAGE_CONF.
-    variables=("CONTAINER_", "CONTAINERS_STORAGE_CONF"),
+    # urfave/cli reads each of those flags also from a variable; containers/storage its
+    # config's path from CONTAINERS_STORAGE_CONF. Each name stands for those it begins.
+    variables=(
+        "CONTAINER_CONFIG",
+        "CONTAINER_LISTEN",
+        "CONTAINER_ROOT",
+        "CONTAINER_RUNROOT",
+        "CONTAINER_VERSION_FILE",
+        "CONTAINER_CLEAN_SHUTDOWN_FILE",
+        "CONTAINER_INTERNAL_",
+        "CONTAINER_NAMESPACES_DIR",
+        "CONTAINER_RUNTIMES",
+        "CONTAINER_CNI_",
+        "CONTAINERS_STORAGE_CONF",
+    ),
     expanded=CRIO_UNIT_VARIABLES,
 )
 

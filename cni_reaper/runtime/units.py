@@ -25,6 +25,15 @@ systemd.exec(5); an attack review checked them on 2026-12-05):
   also from `K3S_DATA_DIR`/`RKE2_DATA_DIR`. The k3s installer writes each of its arguments
   on a line of its own in single quotes (INSTALL_K3S_EXEC), and every K3S_ variable of its
   environment into `/etc/systemd/system/<unit>.env`.
+- CRI-O (urfave/cli v2, internal/criocli/criocli.go): `--root`/`-r`, `--runroot`, `--listen`,
+  each also from a CONTAINER_* variable. Its packaged crio.service (contrib/systemd, Fedora's)
+  runs `crio $CRIO_CONFIG_OPTIONS ... $CRIO_METRICS_OPTIONS` with
+  EnvironmentFile=-/etc/sysconfig/crio, where contrib/sysconfig/crio sets none of them.
+- systemd.service(5), systemd.exec(5): a word `$NAME` is replaced by the variable's value split
+  at blanks, no word where it is empty or not set; Environment= is read first, then the
+  environment files in order, a later setting winning; an empty Environment= or
+  EnvironmentFile= drops those before it. An environment file's line that ends in a backslash
+  goes on in the next, a comment's too; values may be quoted in parts.
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ if TYPE_CHECKING:
 
         def listing(self, node_dir: str) -> list[tuple[str, bool]]: ...
 
+        def links(self, node_dir: str) -> dict[str, str] | None: ...
+
         def lstat_in(self, node_dir: str, names: Iterable[str]) -> dict[str, str] | None: ...
 
 
@@ -70,7 +81,14 @@ UNIT_DIRS = (
     "/run/systemd/generator.late",
     "/lib/systemd/system",
 )
-# systemd's own config's drop-in dirs (systemd-system.conf(5)).
+# systemd's own config (systemd-system.conf(5)): since v256 the first of these, before it
+# /etc's alone; all are read, which can only add doubt. Then its drop-in dirs.
+SYSTEM_CONFS = (
+    "/etc/systemd/system.conf",
+    "/run/systemd/system.conf",
+    "/usr/local/lib/systemd/system.conf",
+    "/usr/lib/systemd/system.conf",
+)
 SYSTEM_CONF_DIRS = (
     "/etc/systemd/system.conf.d",
     "/run/systemd/system.conf.d",
@@ -240,6 +258,8 @@ def command_words(command: str, expand: Mapping[str, str] | None = None) -> list
                 end += 1
             word, at = command[at:end], end
             if expand is not None and word[1:] in expand and word.startswith("$"):
+                if not words:
+                    raise _NotPlain(f"{word} as the command: systemd does not run it")
                 words.extend(_value_words(word, expand[word[1:]]))
                 continue
         if "'" in word or '"' in word:
@@ -273,6 +293,8 @@ def command_flags(
         raise _NotPlain("the @ prefix: argv[0] is another word")
     if len(set(prefix)) < len(prefix.replace("!!", "!")):
         raise _NotPlain(f"the prefix {prefix!r}: systemd takes each once")
+    if ":" in prefix and expand is not None and "$" in command:
+        raise _NotPlain("the : prefix: the runtime gets the variables' names, and fails")
     if posixpath.basename(first[len(prefix) :]) != runtime.binary:
         raise _NotTheRuntime(f"{first[len(prefix) :]!r} is not {runtime.binary} itself")
     args = words[1:]
@@ -450,7 +472,7 @@ def runtime_flags(
         doubts.extend(said.doubts)
     if values and len(started) > 1:
         doubts.append(f"{', '.join(started)}: which of them starts is not known")
-    if values:
+    if started:
         doubts.extend(_aliases(files, started))
     variables = (*runtime.variables, *runtime.expanded)
     if started and variables:
@@ -467,6 +489,7 @@ def _unit_says(
     doubts = list(read.unread)
     commands: list[tuple[str, str]] = []
     environment = _Environment()
+    variables = (*runtime.variables, *runtime.expanded)
     for node_path in read.paths:
         where = files.path(node_path)
         warned = len(files.warnings)
@@ -492,7 +515,10 @@ def _unit_says(
                 doubts.append(f"{where}: Environment= {setting}")
         environment.settings.extend((setting, where) for setting in lines.environment)
         environment.files.extend((_specifiers(v, unit), where) for v in lines.environment_files)
-        environment.changes.extend(f"{where}: {change}" for change in lines.environment_changes)
+        for change in lines.environment_changes:
+            # Their names are unescaped (\\x53 is S) and may come from the kernel's command line.
+            if variables and ("\\" in change or any(v in change for v in variables)):
+                doubts.append(f"{where}: {change}")
     if len(commands) > 1:
         doubts.append(f"{commands[-1][1]}: {len(commands)} ExecStart= lines")
     for command, where in commands[-1:]:
@@ -533,9 +559,6 @@ def _expanded(
     """The values the service's environment gives names, "" for one not set: Environment=
     first, then the environment files in order, each overriding what came before
     (systemd.exec(5)). Raises _NotPlain where any of it cannot be read for sure."""
-    for change in environment.changes:
-        if any(name in change for name in names):
-            raise _NotPlain(f"{change}")
     values = dict.fromkeys(names, "")
     for setting, where in environment.settings:
         if not setting:
@@ -545,7 +568,7 @@ def _expanded(
             continue
         if any(char in setting for char in "\\%$"):
             raise _NotPlain(f"{where}: Environment= {setting}: an escape, a specifier or a $")
-        for word in command_words(setting):
+        for word in _assignments(setting):
             name, equals, value = word.partition("=")
             if not equals:
                 raise _NotPlain(f"{where}: Environment= {setting}: {word!r} sets nothing")
@@ -559,6 +582,8 @@ def _expanded(
         path = value[1:] if optional else value
         if not path.startswith("/") or any(char in path for char in "%*?[\0"):
             raise _NotPlain(f"{where}: EnvironmentFile={value}, not followed")
+        if ".." in path.split("/"):
+            raise _NotPlain(f"{where}: EnvironmentFile={value}: systemd ignores it, a '..' in it")
         warned = len(files.warnings)
         text = _read(files, posixpath.normpath(path), "a file of settings", budget)
         if len(files.warnings) > warned:
@@ -578,6 +603,25 @@ def _expanded(
 
 
 _ENV_NAME = re.compile("[A-Za-z_][A-Za-z0-9_]*=")
+# An Environment= word: quoted whole, or NAME= then a value quoted to the word's end, or bare.
+_ASSIGNMENT = re.compile(
+    r"""[ \t]*(?:"([^"]*)"|'([^']*)'"""
+    r"""|([A-Za-z_][A-Za-z0-9_]*=)(?:"([^"]*)"|'([^']*)')|([^ \t"']+))(?=[ \t]|$)"""
+)
+
+
+def _assignments(setting: str) -> list[str]:
+    """The words of an Environment= value, unquoted as systemd does where a quote opens the
+    word or its value. Raises _NotPlain for any other quote."""
+    words = []
+    at = 0
+    while setting[at:].strip(" \t"):
+        found = _ASSIGNMENT.match(setting, at)
+        if found is None:
+            raise _NotPlain(f"Environment= {setting}: a quote inside a word")
+        words.append("".join(part for part in found.groups() if part is not None))
+        at = found.end()
+    return words
 
 
 def environment_file(text: str) -> list[tuple[str, str]]:
@@ -585,8 +629,7 @@ def environment_file(text: str) -> list[tuple[str, str]]:
     bare or quoted whole, and comment lines. Raises _NotPlain for anything systemd's parser
     could read otherwise: a backslash anywhere (it continues a line, a comment too), a quote
     within a value, a key with blanks, a line that is no assignment."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
+    # systemd keeps a byte order mark: it is part of the first key, which is then no name.
     if any(char in text for char in _NOT_PLAIN_TEXT) or "\\" in text:
         raise _NotPlain("a backslash, a NUL or a line break read otherwise")
     found = []
@@ -620,16 +663,16 @@ def _aliases(files: Files, units: list[str]) -> list[str]:
     """Other names linked to the units whose drop-ins systemd reads too: those with drop-in
     dirs of their own (crio.service's packaged Alias=cri-o.service has none)."""
     aliases: dict[str, str] = {}  # name: its unit
-    for unit_dir in UNIT_DIRS:
-        names = [
-            n for n, is_dir in files.listing(unit_dir) if n.endswith(".service") and not is_dir
-        ]
-        others = [name for name in names if name not in units]
-        targets = files.lstat_in(unit_dir, others) if others else {}
-        for name, target in (targets or {}).items():
-            if target and posixpath.basename(target) in units:
-                aliases.setdefault(name, posixpath.basename(target))
     said = []
+    for unit_dir in UNIT_DIRS:
+        links = files.links(unit_dir)
+        if links is None:
+            said.append(f"{files.path(unit_dir)}: not listed for names of {', '.join(units)}")
+            continue
+        for name, target in links.items():
+            unit = posixpath.basename(target)
+            if name.endswith(".service") and name not in units and unit in units:
+                aliases.setdefault(name, unit)
     for name, unit in aliases.items():
         own = [d for d in _drop_in_dirs(name) if d not in _drop_in_dirs(unit)]
         for unit_dir in UNIT_DIRS:
@@ -641,9 +684,10 @@ def _aliases(files: Files, units: list[str]) -> list[str]:
 
 
 def _default_environment(files: Files, variables: Sequence[str], budget: list[int]) -> list[str]:
-    """systemd's own DefaultEnvironment= (system.conf and its drop-ins), which every service
-    gets: one of variables there moves the runtime's records."""
-    confs = ["/etc/systemd/system.conf"]
+    """systemd's own DefaultEnvironment= (system.conf and its drop-ins), and the kernel's
+    command line (systemd.setenv=, and PID 1's own environment, which PassEnvironment= passes
+    on), which every service gets: one of variables there moves the runtime's records."""
+    confs = [*SYSTEM_CONFS, "/proc/cmdline"]
     for conf_dir in SYSTEM_CONF_DIRS:
         confs.extend(f"{conf_dir}/{n}" for n, _ in files.listing(conf_dir) if n.endswith(".conf"))
     return [said for conf in confs if (said := _sets(files, conf, variables, budget))]

@@ -110,6 +110,16 @@ def test_environment_files_override_environment_and_a_later_file_wins(tmp_path: 
     assert roots(configs, CRIO) == ["/from-more"], configs.warnings
 
 
+def test_crios_own_flags_before_the_root_are_skipped_as_its_parser_does(tmp_path: Path) -> None:
+    """--selinux takes no value, --log-level and -s take the next word (criocli.go)."""
+    options = (
+        "CRIO_RUNTIME_OPTIONS=--selinux --log-level debug -s overlay --enable-metrics\n"
+        "CRIO_STORAGE_OPTIONS=--root /data/crio\n"
+    )
+    configs = crio_node(tmp_path, {SYSCONFIG: options}, "/data/crio")
+    assert roots(configs, CRIO) == ["/data/crio"] and not in_doubt(configs, CRIO), configs.warnings
+
+
 def test_environment_alone_is_followed(tmp_path: Path) -> None:
     files = {DROP_IN: '[Service]\nEnvironment="CRIO_STORAGE_OPTIONS=--root /data/crio" A=b\n'}
     configs = crio_node(tmp_path, files, "/data/crio")
@@ -138,7 +148,10 @@ DOUBTED: list[Any] = [
     pytest.param({SYSCONFIG: "CONTAINER_ROOT=/data/crio\n"}, id="urfave-env-var"),
     pytest.param({SYSCONFIG: "CRIO_CONFIG_OPTIONS=--config /etc/crio/node.conf\n"}, id="config"),
     pytest.param({SYSCONFIG: "CRIO_CONFIG_OPTIONS=-d /etc/crio/more.d\n"}, id="config-dir"),
-    pytest.param({SYSCONFIG: "CRIO_RUNTIME_OPTIONS=--selinux\nCRIO_STORAGE_OPTIONS=-r /x\n"}),
+    # A flag whose type the reaper does not know (--imagestore takes a value), and one that
+    # takes --root as its value, before it.
+    pytest.param({SYSCONFIG: "CRIO_RUNTIME_OPTIONS=--imagestore /i\nCRIO_STORAGE_OPTIONS=-r /x\n"}),
+    pytest.param({SYSCONFIG: "CRIO_RUNTIME_OPTIONS=--log-level\nCRIO_STORAGE_OPTIONS=-r /x\n"}),
     pytest.param({SYSCONFIG: "CRIO_STORAGE_OPTIONS=--root data/crio\n"}, id="relative"),
     pytest.param({SYSCONFIG: "CRIO_STORAGE_OPTIONS=--root /a --r /b\n"}, id="both-forms"),
     pytest.param({SYSCONFIG: "CRIO_NETWORK_OPTIONS=--namespaces-dir /srv/ns\n"}, id="ns-dir"),

@@ -6,7 +6,8 @@ $CRIO_METRICS_OPTIONS`, the variables set by Environment= and EnvironmentFile=.
 Each test asserts the safe property: the graph root CRI-O really uses is among the roots whose
 records are read, or CRI-O's records are in doubt (RuntimeConfigs.records_in_doubt has a
 "cri-o:" line; then no sandbox is called forgotten). A failing test is a hole. Tests marked
-xfail(strict) are over-doubt on realistic nodes: safe, but the reaper then does nothing there.
+xfail(strict) were over-doubt on realistic nodes (safe, but the reaper then did nothing there);
+all three are mended.
 
 Sources read (facts only):
 - systemd main: src/basic/env-file.c (parse_env_file_internal, load_env_file_push,
@@ -175,11 +176,6 @@ def test_metrics_enabled_as_the_stock_sysconfig_suggests(tmp_path: Path) -> None
     assert not in_doubt(configs, CRIO), configs.warnings
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="over-doubt: --log-level takes a value, but the reaper does not know CRI-O's "
-    "flags, so a --root after any flag without '=' is doubted",
-)
 def test_debug_logging_before_the_moved_root(tmp_path: Path) -> None:
     """$CRIO_RUNTIME_OPTIONS comes before $CRIO_STORAGE_OPTIONS in the packaged unit;
     `--log-level debug` (criocli.go: a StringFlag, alias -l) is a common thing to set there."""

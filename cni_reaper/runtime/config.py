@@ -278,30 +278,35 @@ class _ConfigFiles:
         """Which of names a dir of the node holds, each with its symlink's target ("" for
         anything else), from one open of the dir; {} when the dir does not exist, None when it
         cannot be read (reading a path in it then says why)."""
-        try:
-            fd, _ = open_inside(self.root, node_dir, directory=True)
-        except (FileNotFoundError, NotADirectoryError):
-            return {}
-        except (OSError, LeavesRoot):
-            return None
-        found = {}
-        try:
+
+        def lstat_names(fd: int) -> dict[str, str]:
+            found = {}
             for name in names:
                 try:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except (FileNotFoundError, NotADirectoryError):
                     continue
                 found[name] = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else ""
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        return found
+            return found
+
+        return self._in_dir(node_dir, lstat_names)
 
     def links(self, node_dir: str) -> dict[str, str] | None:
         """The symlinks of a dir of the node, by name, each with its target, from one listing
         (file types from the dir entries); {} when the dir does not exist, None when it cannot
         be listed whole."""
+        return self._in_dir(
+            node_dir,
+            lambda fd: {
+                e.name: os.readlink(e.name, dir_fd=fd) for e in listed(fd) if e.is_symlink()
+            },
+        )
+
+    def _in_dir(
+        self, node_dir: str, read: Callable[[int], dict[str, str]]
+    ) -> dict[str, str] | None:
+        """read on an open dir of the node; {} when the dir does not exist, None when it or
+        read fails."""
         try:
             fd, _ = open_inside(self.root, node_dir, directory=True)
         except (FileNotFoundError, NotADirectoryError):
@@ -309,11 +314,7 @@ class _ConfigFiles:
         except (OSError, LeavesRoot):
             return None
         try:
-            return {
-                entry.name: os.readlink(entry.name, dir_fd=fd)
-                for entry in listed(fd)
-                if entry.is_symlink()
-            }
+            return read(fd)
         except OSError:
             return None
         finally:
@@ -1196,6 +1197,30 @@ CRIO_UNITS = units.RuntimeUnits(
         "CONTAINERS_STORAGE_CONF",
     ),
     expanded=CRIO_UNIT_VARIABLES,
+    # Common flags of CRI-O's own, each of one type in every release read (criocli.go,
+    # BoolFlag or not), often set in $CRIO_RUNTIME_OPTIONS, which comes before the storage's.
+    bools=("selinux", "enable-metrics", "log-journald", "profile", "enable-tracing", "no-pivot"),
+    valued=(
+        "log-level",
+        "l",
+        "log-format",
+        "log",
+        "log-dir",
+        "log-filter",
+        "cgroup-manager",
+        "conmon",
+        "conmon-cgroup",
+        "pause-image",
+        "stream-address",
+        "stream-port",
+        "metrics-port",
+        "metrics-host",
+        "storage-driver",
+        "s",
+        "storage-opt",
+        "default-runtime",
+        "pids-limit",
+    ),
 )
 
 

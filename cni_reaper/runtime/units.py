@@ -132,6 +132,10 @@ class RuntimeUnits(Record):
     # Variables its packaged unit's command line expands, each a word of its own ($NAME), from
     # Environment= and its environment files (CRI-O's $CRIO_*_OPTIONS). Any other "$": doubt.
     expanded: tuple[str, ...] = ()
+    # Flags of the runtime's own known to take no value (bools), or the next word as theirs:
+    # skipped where they come before a followed one, which any other flag without "=" doubts.
+    bools: tuple[str, ...] = ()
+    valued: tuple[str, ...] = ()
 
 
 class UnitFlags(Record):
@@ -320,8 +324,11 @@ def command_flags(
         if name in runtime.doubted:
             raise _NotPlain(f"{word.split('=', 1)[0]}, which the reaper does not follow")
         if name not in ours:
-            if "=" in word:
+            if "=" in word or name in runtime.bools:
                 at += 1
+                continue
+            if name in runtime.valued:
+                at += 2  # Go's flag package takes the next word whatever it is
                 continue
             # A flag of the runtime's own: whether it takes the next word as its value is not
             # known here (a bool does not), nor so whether a flag after it is read as one.

@@ -248,3 +248,18 @@ def test_a_sandbox_crio_knows_under_its_moved_root_is_never_planned_for_del(
     entry = {e["path"]: e for e in report["entries"]}[name]
     assert entry["action"] == "keep", (entry["reason"], report["runtime_records"])
     assert any("/data/crio" in line and "1 sandbox" in line for line in report["runtime_records"])
+
+
+def test_environment_generators_that_do_not_name_the_options_change_nothing(
+    tmp_path: Path,
+) -> None:
+    """Ubuntu's snapd ships a compiled environment generator, Fedora's flatpak a script: read
+    as bytes, neither names CRI-O's variables, and the moved root is followed."""
+    generators = "/usr/lib/systemd/system-environment-generators"
+    files = {
+        f"{generators}/snapd-env-generator": "\x7fELF\x02\x01\x01\x00PATH=/snap/bin\xff\x00",
+        f"{generators}/60-flatpak-system-only": "#!/bin/sh\necho XDG_DATA_DIRS=/var/lib/flatpak\n",
+        SYSCONFIG: "CRIO_STORAGE_OPTIONS=--root /data/crio\n",
+    }
+    configs = crio_node(tmp_path, files, "/data/crio")
+    assert roots(configs, CRIO) == ["/data/crio"] and not in_doubt(configs, CRIO), configs.warnings

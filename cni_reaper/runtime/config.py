@@ -343,9 +343,20 @@ class _ConfigFiles:
 
     def text(self, node_path: str, language: str, *, missing_ok: bool = True) -> str | None:
         """The file's text, or None with a warning (none for a missing file if missing_ok)."""
+        data = self.data(node_path, missing_ok=missing_ok)
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.warnings.append(f"{self.path(node_path)}: not UTF-8, so not {language}; not read")
+            return None
+
+    def data(self, node_path: str, *, missing_ok: bool = True) -> bytes | None:
+        """The file's bytes, or None with a warning (none for a missing file if missing_ok)."""
         where = self.path(node_path)
         try:
-            data = self._read_bytes(node_path)
+            return self._read_bytes(node_path)
         except FileNotFoundError:
             try:
                 dangling = exists_inside(self.root, node_path)
@@ -367,11 +378,6 @@ class _ConfigFiles:
             return None
         except OSError as e:
             self.warnings.append(f"{where}: {e.strerror or e}; not read")
-            return None
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            self.warnings.append(f"{where}: not UTF-8, so not {language}; not read")
             return None
 
     def _read_bytes(self, node_path: str) -> bytes:

@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
         def text(self, node_path: str, language: str) -> str | None: ...
 
+        def data(self, node_path: str) -> bytes | None: ...
+
         def listing(self, node_dir: str) -> list[tuple[str, bool]]: ...
 
         def links(self, node_dir: str) -> dict[str, str] | None: ...
@@ -83,17 +85,23 @@ UNIT_DIRS = (
 )
 # systemd's own config (systemd-system.conf(5)): since v256 the first of these, before it
 # /etc's alone; all are read, which can only add doubt. Then its drop-in dirs.
+# A split-usr build of systemd reads /lib's too.
 SYSTEM_CONFS = (
     "/etc/systemd/system.conf",
     "/run/systemd/system.conf",
     "/usr/local/lib/systemd/system.conf",
     "/usr/lib/systemd/system.conf",
+    "/lib/systemd/system.conf",
 )
-SYSTEM_CONF_DIRS = (
-    "/etc/systemd/system.conf.d",
-    "/run/systemd/system.conf.d",
-    "/usr/local/lib/systemd/system.conf.d",
-    "/usr/lib/systemd/system.conf.d",
+SYSTEM_CONF_DIRS = tuple(f"{conf}.d" for conf in SYSTEM_CONFS)
+# Programs whose output systemd adds to every service's environment at its start
+# (systemd.environment-generator(7)).
+ENVIRONMENT_GENERATOR_DIRS = (
+    "/run/systemd/system-environment-generators",
+    "/etc/systemd/system-environment-generators",
+    "/usr/local/lib/systemd/system-environment-generators",
+    "/usr/lib/systemd/system-environment-generators",
+    "/lib/systemd/system-environment-generators",
 )
 _NOT_PLAIN_TEXT = "\0\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # line ends systemd and Python disagree on
 _NOT_PLAIN_COMMAND = "\\$%"  # escapes, variables, specifiers
@@ -518,13 +526,13 @@ def _unit_says(
                 commands.clear()
         doubts.extend(f"{where}: {remap}" for remap in lines.remaps)
         for setting in lines.environment if runtime.variables else ():
-            if "\\" in setting or any(v in setting for v in runtime.variables):
+            if may_name(setting, runtime.variables):
                 doubts.append(f"{where}: Environment= {setting}")
         environment.settings.extend((setting, where) for setting in lines.environment)
         environment.files.extend((_specifiers(v, unit), where) for v in lines.environment_files)
         for change in lines.environment_changes:
-            # Their names are unescaped (\\x53 is S) and may come from the kernel's command line.
-            if variables and ("\\" in change or any(v in change for v in variables)):
+            # PassEnvironment= passes on PID 1's own, which the kernel's command line sets.
+            if variables and may_name(change, variables):
                 doubts.append(f"{where}: {change}")
     if len(commands) > 1:
         doubts.append(f"{commands[-1][1]}: {len(commands)} ExecStart= lines")
@@ -571,7 +579,7 @@ def _expanded(
         if not setting:
             values = dict.fromkeys(names, "")
             continue
-        if not any(name in setting for name in names):
+        if not may_name(setting, names):
             continue
         if any(char in setting for char in "\\%$"):
             raise _NotPlain(f"{where}: Environment= {setting}: an escape, a specifier or a $")
@@ -669,7 +677,7 @@ def _read(files: Files, node_path: str, language: str, budget: list[int]) -> str
 def _aliases(files: Files, units: list[str]) -> list[str]:
     """Other names linked to the units whose drop-ins systemd reads too: those with drop-in
     dirs of their own (crio.service's packaged Alias=cri-o.service has none)."""
-    aliases: dict[str, str] = {}  # name: its unit
+    linked: dict[str, str] = {}  # name: the name its link leads to, the first dir's
     said = []
     for unit_dir in UNIT_DIRS:
         links = files.links(unit_dir)
@@ -677,9 +685,15 @@ def _aliases(files: Files, units: list[str]) -> list[str]:
             said.append(f"{files.path(unit_dir)}: not listed for names of {', '.join(units)}")
             continue
         for name, target in links.items():
-            unit = posixpath.basename(target)
-            if name.endswith(".service") and name not in units and unit in units:
-                aliases.setdefault(name, unit)
+            if name.endswith(".service"):
+                linked.setdefault(name, posixpath.basename(target))
+    aliases: dict[str, str] = {}  # name: its unit
+    for name in linked:
+        unit = name
+        for _ in range(8):  # systemd follows a chain of links so far (FOLLOW_MAX)
+            unit = linked.get(unit, unit)
+        if unit in units and name not in units:
+            aliases[name] = unit
     for name, unit in aliases.items():
         own = [d for d in _drop_in_dirs(name) if d not in _drop_in_dirs(unit)]
         for unit_dir in UNIT_DIRS:
@@ -697,7 +711,31 @@ def _default_environment(files: Files, variables: Sequence[str], budget: list[in
     confs = [*SYSTEM_CONFS, "/proc/cmdline"]
     for conf_dir in SYSTEM_CONF_DIRS:
         confs.extend(f"{conf_dir}/{n}" for n, _ in files.listing(conf_dir) if n.endswith(".conf"))
-    return [said for conf in confs if (said := _sets(files, conf, variables, budget))]
+    said = [said for conf in confs if (said := _sets(files, conf, variables, budget, words=True))]
+    return said + _generators(files, variables, budget)
+
+
+def _generators(files: Files, variables: Sequence[str], budget: list[int]) -> list[str]:
+    """Environment generators that may set one of variables: those whose bytes name it (a
+    script, or a program built with the name in it). Ubuntu's snapd and Fedora's flatpak ship
+    one; what such a program prints cannot be known without running it."""
+    said = []
+    names = [v.encode() for v in variables]
+    for generator_dir in ENVIRONMENT_GENERATOR_DIRS:
+        warned = len(files.warnings)
+        listed = [n for n, is_dir in files.listing(generator_dir) if not is_dir]
+        if len(files.warnings) > warned:
+            said.append(f"{files.path(generator_dir)}: not read")
+        for name in listed:
+            node_path = f"{generator_dir}/{name}"
+            warned = len(files.warnings)
+            data = files.data(node_path) if budget[0] > 0 else None
+            budget[0] -= len(data) if data is not None else 0
+            if len(files.warnings) > warned or budget[0] < 0:
+                said.append(f"{files.path(node_path)}: not read")
+            elif data is not None and any(v in data for v in names):
+                said.append(f"{files.path(node_path)}: may set {' or '.join(variables)}")
+    return said
 
 
 def _environment_files(
@@ -717,21 +755,40 @@ def _environment_files(
         if clean in seen:
             continue
         seen.add(clean)
-        sets = _sets(files, clean, variables, budget)
+        sets = _sets(files, clean, variables, budget, words=False)
         if sets:
             said.append(sets)
     return said
 
 
-def _sets(files: Files, node_path: str, variables: Sequence[str], budget: list[int]) -> str:
-    """Why a file of settings may set one of variables ("" when it cannot)."""
+def may_name(words: str, variables: Sequence[str]) -> bool:
+    """Whether words systemd unquotes, unescapes and expands specifiers in (a unit's
+    Environment=, UnsetEnvironment=, PassEnvironment=, DefaultEnvironment=, the kernel's
+    command line) may name one of variables: as written, with their quotes taken out, or
+    through any escape or specifier, which may spell a name."""
+    bare = words.replace('"', "").replace("'", "")
+    return "\\" in words or "%" in words or any(v in bare for v in variables)
+
+
+def _sets(
+    files: Files, node_path: str, variables: Sequence[str], budget: list[int], words: bool
+) -> str:
+    """Why a file of settings may set one of variables ("" when it cannot): an environment
+    file names them as written (its keys are taken as they are), systemd's own config and
+    the kernel's command line (words) maybe otherwise; a comment line of the config does not."""
     warned = len(files.warnings)
     text = _read(files, node_path, "a file of settings", budget)
     if len(files.warnings) > warned:
         return f"{files.path(node_path)}: not read"
-    if text is not None and any(v in text for v in variables):
-        return f"{files.path(node_path)}: sets {' or '.join(variables)}"
-    return ""
+    if text is None:
+        return ""
+    if words:
+        lines = text.replace("\r", "\n").split("\n")
+        said = [line for line in lines if not line.lstrip(" \t").startswith(("#", ";"))]
+        found = may_name("\n".join(said), variables)
+    else:
+        found = any(v in text for v in variables)
+    return f"{files.path(node_path)}: sets {' or '.join(variables)}" if found else ""
 
 
 def _specifiers(value: str, unit: str) -> str:

@@ -906,6 +906,17 @@ K3S, CONTAINERD, RKE2 = Runtime.K3S, Runtime.CONTAINERD, Runtime.RKE2
             "/s/agent/containerd",
         ),
         ({K3S_AGENT: f"{SERVICE}/usr/local/bin/k3s agent -d=/srv\n"}, K3S, "/srv/agent/containerd"),
+        # INSTALL_K3S_EXEC="--disable traefik --cluster-init --data-dir /s": --disable takes
+        # the next word, --cluster-init none (server.go), as Go's flag parser reads them.
+        (
+            {
+                K3S_UNIT: K3S_INSTALLER_UNIT
+                + "\t'--disable' \\\n\t'traefik' \\\n\t'--cluster-init' \\\n"
+                "\t'--data-dir' \\\n\t'/s'\n"
+            },
+            K3S,
+            "/s/agent/containerd",
+        ),
         (
             {
                 "/lib/systemd/system/containerd.service": f"{SERVICE}/usr/bin/containerd\n",
@@ -975,6 +986,10 @@ def test_containerds_socket_and_state_on_its_command_line_are_watched(tmp_path: 
         (K3S_UNIT, f"{SERVICE}k3s server '--data-dir'=/x\n", "a quote inside a word", "k3s"),
         (CONTAINERD_UNIT, f'{SERVICE}containerd --root "/a\\x20b"\n', "an escape", "containerd"),
         (K3S_UNIT, f"{SERVICE}k3s server -d /a\n", "both forms", "k3s"),
+        # --node-label takes --data-dir as its value; /x then ends the flags.
+        (K3S_UNIT, f"{SERVICE}k3s server --node-label --data-dir /x\n", "ends the flags", "k3s"),
+        # A flag whose type the reaper does not know.
+        (K3S_UNIT, f"{SERVICE}k3s server --kine-tls --data-dir /x\n", "is not known", "k3s"),
     ],
 )
 def test_a_unit_that_moves_the_records_unplainly_puts_them_in_doubt(

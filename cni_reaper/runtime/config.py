@@ -1230,6 +1230,77 @@ CRIO_UNITS = units.RuntimeUnits(
 )
 
 
+# Common flags of k3s's own (pkg/cli/cmds/server.go and agent.go, urfave/cli v1), each of
+# one type since they came: bools, and those that take the next word (a string or a list).
+K3S_BOOLS = (
+    "cluster-init",
+    "cluster-reset",
+    "disable-scheduler",
+    "disable-cloud-controller",
+    "disable-kube-proxy",
+    "disable-network-policy",
+    "disable-helm-controller",
+    "disable-agent",
+    "secrets-encryption",
+    "selinux",
+    "protect-kernel-defaults",
+    "rootless",
+    "prefer-bundled-bin",
+    "flannel-ipv6-masq",
+    "flannel-external-ip",
+    "etcd-expose-metrics",
+    "etcd-disable-snapshots",
+    "embedded-registry",
+    "with-node-id",
+    "docker",
+    "debug",
+)
+K3S_VALUED = (
+    "token",
+    "t",
+    "token-file",
+    "agent-token",
+    "server",
+    "s",
+    "write-kubeconfig",
+    "o",
+    "write-kubeconfig-mode",
+    "tls-san",
+    "disable",
+    "node-name",
+    "node-label",
+    "node-taint",
+    "node-ip",
+    "i",
+    "node-external-ip",
+    "flannel-backend",
+    "flannel-iface",
+    "cluster-cidr",
+    "service-cidr",
+    "cluster-dns",
+    "cluster-domain",
+    "kubelet-arg",
+    "kube-apiserver-arg",
+    "kube-controller-manager-arg",
+    "kube-scheduler-arg",
+    "kube-proxy-arg",
+    "datastore-endpoint",
+    "advertise-address",
+    "bind-address",
+    "https-listen-port",
+    "snapshotter",
+    "pause-image",
+    "private-registry",
+    "system-default-registry",
+    "resolv-conf",
+    "default-local-storage-path",
+    "egress-selector-mode",
+    "etcd-snapshot-schedule-cron",
+    "etcd-snapshot-retention",
+    "etcd-snapshot-dir",
+)
+
+
 # How systemd starts each runtime, and what of its command line the reaper reads (units.py).
 RUNTIME_UNITS = {
     Runtime.CONTAINERD: units.RuntimeUnits(
@@ -1250,6 +1321,8 @@ RUNTIME_UNITS = {
             forms=(("data-dir", "d"),),
             doubted=("config", "c"),
             variables=(f"{runtime.value.upper()}_CONFIG_FILE", f"{runtime.value.upper()}_DATA_DIR"),
+            bools=K3S_BOOLS if runtime is Runtime.K3S else (),
+            valued=K3S_VALUED if runtime is Runtime.K3S else (),
         )
         for runtime, names in (
             (Runtime.K3S, ("k3s.service", "k3s-agent.service")),

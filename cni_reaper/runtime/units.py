@@ -565,7 +565,6 @@ class _Environment:
     def __init__(self) -> None:
         self.settings: list[tuple[str, str]] = []  # (Environment= value, where)
         self.files: list[tuple[str, str]] = []  # (EnvironmentFile= value, where)
-        self.changes: list[str] = []  # UnsetEnvironment=, PassEnvironment=, with where
 
 
 def _expanded(

@@ -29,6 +29,26 @@ K3S_DEFAULT = "/var/lib/rancher/k3s/agent/containerd"
 STOCK = "[Service]\nExecStart=/usr/bin/containerd\n"
 K3S_STOCK = "[Service]\nExecStart=/usr/local/bin/k3s \\\n    server \\\n\n"
 KNOWN, STALE = CONTAINER_IDS[0], CONTAINER_IDS[5]
+# CRI-O's contrib/systemd/crio.service as Fedora's RPM and pkgs.k8s.io's packages install it,
+# and contrib/sysconfig/crio, every option commented out.
+CRIO_COMMAND = (
+    "ExecStart={crio} \\\n          $CRIO_CONFIG_OPTIONS \\\n          $CRIO_RUNTIME_OPTIONS \\\n"
+    "          $CRIO_STORAGE_OPTIONS \\\n          $CRIO_NETWORK_OPTIONS \\\n"
+    "          $CRIO_METRICS_OPTIONS\n"
+)
+CRIO_PACKAGED_UNIT = (
+    "[Unit]\nDescription=Container Runtime Interface for OCI (CRI-O)\n"
+    "Wants=network-online.target\nBefore=kubelet.service\nAfter=network-online.target\n\n"
+    "[Service]\nType=notify\nEnvironmentFile=-/etc/sysconfig/crio\n"
+    "Environment=GOTRACEBACK=crash\n" + CRIO_COMMAND.format(crio="/usr/bin/crio") + "ExecReload="
+    "/bin/kill -s HUP $MAINPID\nTasksMax=infinity\nLimitNPROC=1048576\nLimitCORE=infinity\n"
+    "OOMScoreAdjust=-999\nTimeoutStartSec=0\nRestart=on-failure\nRestartSec=10\n"
+    "WatchdogSec=60s\n\n[Install]\nWantedBy=multi-user.target\nAlias=cri-o.service\n"
+)
+CRIO_STOCK_SYSCONFIG = (
+    '# /etc/sysconfig/crio\n\n# use "--enable-metrics" and "--metrics-port value"\n'
+    '#CRIO_METRICS_OPTIONS="--enable-metrics"\n\n#CRIO_NETWORK_OPTIONS=\n#CRIO_STORAGE_OPTIONS=\n'
+)
 
 
 def write(root: Path, node_path: str, data: str | bytes) -> Path:

@@ -16,6 +16,8 @@ from cni_reaper.runtime.config import LocatedPath, PathKind, Runtime, RuntimeCon
 from cni_reaper.runtime.units import _NotPlain, environment_file
 from tests.nodetree import NodeTree
 from tests.runtime_layouts import (
+    CRIO_PACKAGED_UNIT,
+    CRIO_STOCK_SYSCONFIG,
     KNOWN,
     STALE,
     dry_run,
@@ -31,20 +33,8 @@ UNIT = "/usr/lib/systemd/system/crio.service"
 SYSCONFIG = "/etc/sysconfig/crio"
 DROP_IN = "/etc/systemd/system/crio.service.d/10-env.conf"
 DEFAULT_ROOT = "/var/lib/containers/storage"
-# contrib/systemd/crio.service's command line and environment, as CRI-O and Fedora ship it.
-PACKAGED = (
-    "[Service]\nType=notify\nEnvironmentFile=-/etc/sysconfig/crio\n"
-    "Environment=GOTRACEBACK=crash\nExecStart=/usr/local/bin/crio \\\n"
-    "          $CRIO_CONFIG_OPTIONS \\\n          $CRIO_RUNTIME_OPTIONS \\\n"
-    "          $CRIO_STORAGE_OPTIONS \\\n          $CRIO_NETWORK_OPTIONS \\\n"
-    "          $CRIO_METRICS_OPTIONS\nExecReload=/bin/kill -s HUP $MAINPID\n"
-    "[Install]\nWantedBy=multi-user.target\nAlias=cri-o.service\n"
-)
-# contrib/sysconfig/crio: every option commented out.
-STOCK_SYSCONFIG = (
-    '# /etc/sysconfig/crio\n\n# use "--enable-metrics" and "--metrics-port value"\n'
-    '#CRIO_METRICS_OPTIONS="--enable-metrics"\n\n#CRIO_NETWORK_OPTIONS=\n#CRIO_STORAGE_OPTIONS=\n'
-)
+PACKAGED = CRIO_PACKAGED_UNIT
+STOCK_SYSCONFIG = CRIO_STOCK_SYSCONFIG
 
 
 def crio_node(tmp_path: Path, files: dict[str, str], *dirs: str) -> RuntimeConfigs:

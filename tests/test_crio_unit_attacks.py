@@ -45,6 +45,9 @@ import pytest
 from cni_reaper.runtime.config import Runtime, RuntimeConfigs
 from tests.nodetree import NodeTree
 from tests.runtime_layouts import (
+    CRIO_COMMAND,
+    CRIO_PACKAGED_UNIT,
+    CRIO_STOCK_SYSCONFIG,
     KNOWN,
     STALE,
     assert_reads_or_doubts,
@@ -65,26 +68,9 @@ ALIAS_DROP_IN = "/etc/systemd/system/cri-o.service.d/override.conf"
 DEFAULT_ROOT = "/var/lib/containers/storage"
 DATA = "/data/crio"
 OPTIONS = f"CRIO_STORAGE_OPTIONS=--root {DATA}\n"
-COMMAND = (
-    "ExecStart={crio} \\\n          $CRIO_CONFIG_OPTIONS \\\n          $CRIO_RUNTIME_OPTIONS \\\n"
-    "          $CRIO_STORAGE_OPTIONS \\\n          $CRIO_NETWORK_OPTIONS \\\n"
-    "          $CRIO_METRICS_OPTIONS\n"
-)
-# contrib/systemd/crio.service as Fedora's RPM and pkgs.k8s.io's packages install it.
-PACKAGED = (
-    "[Unit]\nDescription=Container Runtime Interface for OCI (CRI-O)\n"
-    "Wants=network-online.target\nBefore=kubelet.service\nAfter=network-online.target\n\n"
-    "[Service]\nType=notify\nEnvironmentFile=-/etc/sysconfig/crio\n"
-    "Environment=GOTRACEBACK=crash\n" + COMMAND.format(crio="/usr/bin/crio") + "ExecReload="
-    "/bin/kill -s HUP $MAINPID\nTasksMax=infinity\nLimitNPROC=1048576\nLimitCORE=infinity\n"
-    "OOMScoreAdjust=-999\nTimeoutStartSec=0\nRestart=on-failure\nRestartSec=10\n"
-    "WatchdogSec=60s\n\n[Install]\nWantedBy=multi-user.target\nAlias=cri-o.service\n"
-)
-# contrib/sysconfig/crio: every option commented out.
-STOCK_SYSCONFIG = (
-    '# /etc/sysconfig/crio\n\n# use "--enable-metrics" and "--metrics-port value"\n'
-    '#CRIO_METRICS_OPTIONS="--enable-metrics"\n\n#CRIO_NETWORK_OPTIONS=\n#CRIO_STORAGE_OPTIONS=\n'
-)
+COMMAND = CRIO_COMMAND
+PACKAGED = CRIO_PACKAGED_UNIT
+STOCK_SYSCONFIG = CRIO_STOCK_SYSCONFIG
 # pkgs.k8s.io's /etc/crio/crio.conf.d/10-crio.conf (bundle/10-crio.conf), abridged.
 PKGS_DROP_IN = (
     '[crio.runtime]\ndefault_runtime = "crun"\n\n[crio.runtime.runtimes.crun]\n'

@@ -16,6 +16,7 @@ from cni_reaper.runtime.inventory import META_DB
 from tests.bolt_writer import containerd_sandbox, put, sandbox_metadata, write_db
 from tests.crashed import Crashed, by_path
 from tests.nodetree import CONTAINER_IDS, cache_entry_bytes
+from tests.runtime_layouts import CRIO_PACKAGED_UNIT, CRIO_STOCK_SYSCONFIG
 
 KNOWN, FORGOTTEN, DROPPED = CONTAINER_IDS[:3]
 
@@ -338,20 +339,6 @@ def containerd_configured_by_its_unit(crashed: Crashed) -> tuple[str, str]:
     return "containerd", "/srv/containerd"
 
 
-# CRI-O's own contrib/systemd/crio.service (Fedora's too), enabled: its Alias= linked.
-CRIO_PACKAGED_UNIT = (
-    "[Service]\nType=notify\nEnvironmentFile=-/etc/sysconfig/crio\n"
-    "Environment=GOTRACEBACK=crash\nExecStart=/usr/bin/crio \\\n"
-    "          $CRIO_CONFIG_OPTIONS \\\n          $CRIO_RUNTIME_OPTIONS \\\n"
-    "          $CRIO_STORAGE_OPTIONS \\\n          $CRIO_NETWORK_OPTIONS \\\n"
-    "          $CRIO_METRICS_OPTIONS\n[Install]\nAlias=cri-o.service\n"
-)
-CRIO_SYSCONFIG = (
-    '# /etc/sysconfig/crio\n\n# use "--enable-metrics" and "--metrics-port value"\n'
-    '#CRIO_METRICS_OPTIONS="--enable-metrics"\n\n#CRIO_NETWORK_OPTIONS=\n#CRIO_STORAGE_OPTIONS=\n'
-)
-
-
 def crio_packaged(crashed: Crashed, sysconfig: str) -> None:
     write_file(crashed, "/usr/lib/systemd/system/crio.service", CRIO_PACKAGED_UNIT)
     alias = crashed.node.root / "etc/systemd/system/cri-o.service"
@@ -364,13 +351,15 @@ def crio_packaged(crashed: Crashed, sysconfig: str) -> None:
 def crio_moved_by_its_packaged_units_options(crashed: Crashed) -> tuple[str, str]:
     """The operator's options in /etc/sysconfig/crio, which the packaged unit expands."""
     options = 'CRIO_STORAGE_OPTIONS="--root /data/crio --runroot /run/data-crio"\n'
-    crio_packaged(crashed, CRIO_SYSCONFIG + options + "CRIO_METRICS_OPTIONS=--enable-metrics\n")
+    crio_packaged(
+        crashed, CRIO_STOCK_SYSCONFIG + options + "CRIO_METRICS_OPTIONS=--enable-metrics\n"
+    )
     return "cri-o", "/data/crio"
 
 
 def crio_moved_by_its_config_under_its_packaged_unit(crashed: Crashed) -> tuple[str, str]:
     """The packaged unit and its stock options, none set: the config's root holds."""
-    crio_packaged(crashed, CRIO_SYSCONFIG)
+    crio_packaged(crashed, CRIO_STOCK_SYSCONFIG)
     write_file(crashed, "/etc/crio/crio.conf.d/10-root.conf", "[crio]\nroot = '/srv/crio'\n")
     return "cri-o", "/srv/crio"
 

@@ -616,9 +616,10 @@ def _expanded(
     return values
 
 
-_ENV_NAME = re.compile("[A-Za-z_][A-Za-z0-9_]*=")
+# Compiled where first used (re keeps them): a node without such a unit never pays for it.
+_ENV_NAME = "[A-Za-z_][A-Za-z0-9_]*="
 # An Environment= word: quoted whole, or NAME= then a value quoted to the word's end, or bare.
-_ASSIGNMENT = re.compile(
+_ASSIGNMENT = (
     r"""[ \t]*(?:"([^"]*)"|'([^']*)'"""
     r"""|([A-Za-z_][A-Za-z0-9_]*=)(?:"([^"]*)"|'([^']*)')|([^ \t"']+))(?=[ \t]|$)"""
 )
@@ -630,7 +631,7 @@ def _assignments(setting: str) -> list[str]:
     words = []
     at = 0
     while setting[at:].strip(" \t"):
-        found = _ASSIGNMENT.match(setting, at)
+        found = re.compile(_ASSIGNMENT).match(setting, at)
         if found is None:
             raise _NotPlain(f"Environment= {setting}: a quote inside a word")
         words.append("".join(part for part in found.groups() if part is not None))
@@ -651,7 +652,7 @@ def environment_file(text: str) -> list[tuple[str, str]]:
         stripped = line.strip(" \t")
         if not stripped or stripped.startswith(("#", ";")):
             continue
-        key = _ENV_NAME.match(stripped)
+        key = re.match(_ENV_NAME, stripped)
         if key is None:
             raise _NotPlain(f"line {number}: not a plain NAME=value")
         value = stripped[key.end() :].lstrip(" \t")

@@ -38,8 +38,9 @@ STOCK_SYSCONFIG = CRIO_STOCK_SYSCONFIG
 
 
 def crio_node(tmp_path: Path, files: dict[str, str], *dirs: str) -> RuntimeConfigs:
-    """A CRI-O node with its config, the packaged unit unless files name one, and dirs."""
-    for node_dir in (DEFAULT_ROOT, *dirs):
+    """A CRI-O node that has run (its state dir made) with its config, the packaged unit
+    unless files name one, and dirs."""
+    for node_dir in (DEFAULT_ROOT, "/var/lib/crio", *dirs):
         (tmp_path / node_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
     return tree(tmp_path, {"/etc/crio/crio.conf": "[crio]\n", UNIT: PACKAGED, **files})
 
@@ -253,3 +254,14 @@ def test_environment_generators_that_do_not_name_the_options_change_nothing(
     }
     configs = crio_node(tmp_path, files, "/data/crio")
     assert roots(configs, CRIO) == ["/data/crio"] and not in_doubt(configs, CRIO), configs.warnings
+
+
+def test_an_installed_crio_never_started_puts_nothing_in_doubt(tmp_path: Path) -> None:
+    """An image with both runtimes, containerd's in use: CRI-O's packaged unit and config are
+    there, but neither its graph root nor its clean-shutdown file's dir, which it makes at
+    every start. Its root not being there says it never ran, not that a volume is missing."""
+    configs = tree(tmp_path, {"/etc/crio/crio.conf": "[crio]\n", UNIT: PACKAGED})
+    assert configs.records_in_doubt == (), configs.warnings
+    # Once it has run, a root not there is one not mounted yet.
+    (tmp_path / "var/lib/crio").mkdir(parents=True)
+    assert in_doubt(config.load(str(tmp_path)), CRIO)

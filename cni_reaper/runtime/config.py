@@ -1131,7 +1131,19 @@ def _crio(
     flagged = _flag(unit, "root", "r")
     graphroot, source = storage_graphroot
     paths.flagged(runtime, PathKind.PERSISTENT_ROOT, graphroot, root, flagged, source)
-    missing = _root_missing(files, unit, (flagged or root or storage_graphroot)[0])
+    # A root not there is one on a volume not mounted yet only where CRI-O has run: at every
+    # start it makes its clean-shutdown file's dir (cmd/crio/main.go). An installed CRI-O never
+    # started (an image with both runtimes, containerd's in use) has neither.
+    clean_file = CRIO_STATE_DIR + "/clean.shutdown"
+    for _, doc in docs:
+        clean_file = _table(doc, "crio").get("clean_shutdown_file", clean_file)
+    has_run = (
+        not isinstance(clean_file, str)
+        or not clean_file.startswith("/")  # none ("") or not usable: as if it had
+        or files.exists(posixpath.dirname(canonical(clean_file)))
+    )
+    in_effect = (flagged or root or storage_graphroot)[0]
+    missing = _root_missing(files, unit, in_effect) if has_run else []
     files.warnings.extend(missing)
     if unit.doubts or missing:
         paths.in_doubt.append(f"cri-o: {_UNIT_NOT_FOLLOWED}")
@@ -1256,6 +1268,8 @@ K3S_BOOLS = (
     "debug",
 )
 K3S_VALUED = (
+    "log",
+    "l",
     "token",
     "t",
     "token-file",

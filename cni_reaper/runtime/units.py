@@ -24,7 +24,9 @@ systemd.exec(5); an attack review checked them on 2026-12-05):
   config file from `K3S_CONFIG_FILE`/`RKE2_CONFIG_FILE` (`--config`/`-c`) and the data dir
   also from `K3S_DATA_DIR`/`RKE2_DATA_DIR`. The k3s installer writes each of its arguments
   on a line of its own in single quotes (INSTALL_K3S_EXEC), and every K3S_ variable of its
-  environment into `/etc/systemd/system/<unit>.env`.
+  environment into `/etc/systemd/system/<unit>.env`. k3s's urfave/cli v1 first moves every
+  word that is no flag of its own to the end (a flag's value beginning with "-" too); k3s's
+  newest releases use urfave/cli v3, whose parsing was not read.
 - CRI-O (urfave/cli v2, internal/criocli/criocli.go): `--root`/`-r`, `--runroot`, `--listen`,
   each also from a CONTAINER_* variable. Its packaged crio.service (contrib/systemd, Fedora's)
   runs `crio $CRIO_CONFIG_OPTIONS ... $CRIO_METRICS_OPTIONS` with
@@ -336,7 +338,11 @@ def command_flags(
                 at += 1
                 continue
             if name in runtime.valued:
-                at += 2  # Go's flag package takes the next word whatever it is
+                # Go's flag package takes the next word whatever it is, but urfave/cli v1
+                # (k3s's) first moves one that begins with "-" and is no flag to the end.
+                if at + 1 < len(args) and args[at + 1].startswith("-"):
+                    raise _NotPlain(f"{word} {args[at + 1]}: which its parser takes is not known")
+                at += 2
                 continue
             # A flag of the runtime's own: whether it takes the next word as its value is not
             # known here (a bool does not), nor so whether a flag after it is read as one.

@@ -25,8 +25,10 @@ systemd.exec(5); an attack review checked them on 2026-12-05):
   also from `K3S_DATA_DIR`/`RKE2_DATA_DIR`. The k3s installer writes each of its arguments
   on a line of its own in single quotes (INSTALL_K3S_EXEC), and every K3S_ variable of its
   environment into `/etc/systemd/system/<unit>.env`. k3s's urfave/cli v1 first moves every
-  word that is no flag of its own to the end (a flag's value beginning with "-" too); k3s's
-  newest releases use urfave/cli v3, whose parsing was not read.
+  word that is no flag of its own to the end (a flag's value beginning with "-" too). Its
+  newest releases use urfave/cli v3 (command_parse.go): a flag that is no bool takes the next
+  word whatever it is, a bool none, an unknown flag fails the start, and words that are no
+  flags do not end the flags; so what is followed here is read alike by all three.
 - CRI-O (urfave/cli v2, internal/criocli/criocli.go): `--root`/`-r`, `--runroot`, `--listen`,
   each also from a CONTAINER_* variable. Its packaged crio.service (contrib/systemd, Fedora's)
   runs `crio $CRIO_CONFIG_OPTIONS ... $CRIO_METRICS_OPTIONS` with

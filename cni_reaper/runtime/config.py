@@ -109,6 +109,7 @@ CONTAINERD_ROOT = "/var/lib/containerd"
 CONTAINERD_CONF_DIR = "/etc/cni/net.d"
 CONTAINERD_BIN_DIRS = ("/opt/cni/bin",)
 CRIO_STATE_DIR = "/var/lib/crio"  # CRI-O's own (clean.shutdown, version), not the storage's
+CRIO_CLEAN_SHUTDOWN_FILE = f"{CRIO_STATE_DIR}/clean.shutdown"  # clean_shutdown_file's default
 CRIO_NETWORK_DIR = "/etc/cni/net.d"
 CRIO_PLUGIN_DIRS = ("/opt/cni/bin",)
 # Where the reaper looks when a runtime's config cannot be read: the dirs the distributions'
@@ -1134,7 +1135,7 @@ def _crio(
     # A root not there is one on a volume not mounted yet only where CRI-O has run: at every
     # start it makes its clean-shutdown file's dir (cmd/crio/main.go). An installed CRI-O never
     # started (an image with both runtimes, containerd's in use) has neither.
-    clean_file = CRIO_STATE_DIR + "/clean.shutdown"
+    clean_file = CRIO_CLEAN_SHUTDOWN_FILE
     for _, doc in docs:
         clean_file = _table(doc, "crio").get("clean_shutdown_file", clean_file)
     has_run = (
@@ -1352,9 +1353,10 @@ def _runtime_units(files: _ConfigFiles) -> dict[Runtime, units.UnitFlags]:
     installed = units.with_installed_units(files, list(RUNTIME_UNITS.values()))
     runtimes = dict(zip(RUNTIME_UNITS, installed))
     paths_by_unit = units.unit_files(files, installed)
+    reader = units.Reader(files)
     said = {}
     for runtime, how in runtimes.items():
-        found = units.runtime_flags(files, how, paths_by_unit)
+        found = units.runtime_flags(reader, how, paths_by_unit)
         files.warnings.extend(
             f"{doubt}, which the reaper does not follow" for doubt in found.doubts
         )

@@ -114,7 +114,13 @@ from cni_reaper.node_root import (
 )
 from cni_reaper.record import Record
 from cni_reaper.runtime.bbolt import BoltError, Bucket, Database
-from cni_reaper.runtime.config import LocatedPath, Runtime, RuntimeConfigs, crio_settings
+from cni_reaper.runtime.config import (
+    CRIO_CLEAN_SHUTDOWN_FILE,
+    LocatedPath,
+    Runtime,
+    RuntimeConfigs,
+    crio_settings,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -134,7 +140,6 @@ DEL_SKIPPED_RELEASES = (
 
 STORAGE_FILES = ("containers.json", "volatile-containers.json")
 CRIO_VERSION_FILE = "/run/crio/version"
-CRIO_CLEAN_SHUTDOWN_FILE = "/var/lib/crio/clean.shutdown"
 CRIO_WIPE_UNIT = "crio-wipe.service"
 SYSTEMD_UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 # containers.json holds about 1 KiB per container; a sandbox's config.json tens of KiB.

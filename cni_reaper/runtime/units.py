@@ -42,6 +42,7 @@ systemd.exec(5); an attack review checked them on 2026-12-05):
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 
@@ -49,8 +50,8 @@ from cni_reaper.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
-    from typing import Protocol
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import AnyStr, Protocol
 
     class Files(Protocol):
         """How units are read: config.py's reader of the node's files, inside its root."""
@@ -124,7 +125,7 @@ _REMAPS = (
 )
 # urfave/cli prints and exits on these: the runtime does not start.
 _EXITING_FLAGS = ("help", "h", "version", "v")
-MAX_UNIT_BYTES = 1 << 20  # a runtime's units and drop-ins together
+MAX_UNIT_BYTES = 1 << 20  # a run's units, drop-ins and the files they name, together
 
 
 class RuntimeUnits(Record):
@@ -148,6 +149,11 @@ class RuntimeUnits(Record):
     # skipped where they come before a followed one, which any other flag without "=" doubts.
     bools: tuple[str, ...] = ()
     valued: tuple[str, ...] = ()
+
+    @property
+    def every_variable(self) -> tuple[str, ...]:
+        """The variables that move its records, and those its command line expands."""
+        return (*self.variables, *self.expanded)
 
 
 class UnitFlags(Record):
@@ -471,23 +477,67 @@ def _drop_in_dirs(unit: str) -> list[str]:
     return [*dirs, f"{kind}.d"]
 
 
+class Reader:
+    """The reading of the runtimes' units and of what they name, for one run: each file read
+    once, all of them within one byte budget (past it, a file is not read: a warning)."""
+
+    def __init__(self, files: Files) -> None:
+        self.files = files
+        self.left = MAX_UNIT_BYTES
+        self._texts: dict[str, tuple[str | None, bool]] = {}
+        self._data: dict[str, tuple[bytes | None, bool]] = {}
+        self._links: dict[str, dict[str, str] | None] = {}
+
+    def text(self, node_path: str, language: str) -> tuple[str | None, bool]:
+        """The file's text (None where it is not there or not read), and whether it could not
+        be read (then its warning is said, once)."""
+        if node_path not in self._texts:
+            read = functools.partial(self.files.text, node_path, language)
+            self._texts[node_path] = self._counted(node_path, read)
+        return self._texts[node_path]
+
+    def data(self, node_path: str) -> tuple[bytes | None, bool]:
+        """The file's bytes, as text() has its text."""
+        if node_path not in self._data:
+            read_data = functools.partial(self.files.data, node_path)
+            self._data[node_path] = self._counted(node_path, read_data)
+        return self._data[node_path]
+
+    def links(self, node_dir: str) -> dict[str, str] | None:
+        if node_dir not in self._links:
+            self._links[node_dir] = self.files.links(node_dir)
+        return self._links[node_dir]
+
+    def _counted(
+        self, node_path: str, read: Callable[[], AnyStr | None]
+    ) -> tuple[AnyStr | None, bool]:
+        warnings = self.files.warnings
+        warned = len(warnings)
+        if self.left <= 0:
+            warnings.append(f"{self.files.path(node_path)}: over {MAX_UNIT_BYTES} bytes of units")
+            return None, True
+        found = read()
+        self.left -= len(found) if found is not None else 0
+        return found, len(warnings) > warned
+
+
 def runtime_flags(
-    files: Files, runtime: RuntimeUnits, paths_by_unit: dict[str, UnitFiles]
+    reader: Reader, runtime: RuntimeUnits, paths_by_unit: dict[str, UnitFiles]
 ) -> UnitFlags:
     """What a runtime's units pass: the followed flags' values, from the ExecStart= line
     systemd runs; or, for anything the reaper cannot be sure of, a doubt."""
+    files = reader.files
     values: list[tuple[str, str, str]] = []
     doubts = [
         f"{files.path(d)}: not listed for units of {runtime.binary}" for d in runtime.unlisted
     ]
     started = []
-    budget = [MAX_UNIT_BYTES]  # shared by units, drop-ins and environment files
     for unit in runtime.units:
         read = paths_by_unit.get(unit, UnitFiles())
         if not read.paths:
             doubts.extend(read.unread)  # a unit that may be in a dir not read
             continue
-        said = _unit_says(files, runtime, unit, read, budget)
+        said = _unit_says(reader, runtime, unit, read)
         if said is None:
             continue  # an installer's unit of another command (k3s crictl ...), or masked
         started.append(unit)
@@ -496,29 +546,27 @@ def runtime_flags(
     if values and len(started) > 1:
         doubts.append(f"{', '.join(started)}: which of them starts is not known")
     if started:
-        doubts.extend(_aliases(files, started))
-    variables = (*runtime.variables, *runtime.expanded)
-    if started and variables:
-        doubts.extend(_default_environment(files, variables, budget))
+        doubts.extend(_aliases(reader, started))
+    if started and runtime.every_variable:
+        doubts.extend(_default_environment(reader, runtime.every_variable))
     return UnitFlags(tuple(values), tuple(doubts), tuple(started))
 
 
 def _unit_says(
-    files: Files, runtime: RuntimeUnits, unit: str, read: UnitFiles, budget: list[int]
+    reader: Reader, runtime: RuntimeUnits, unit: str, read: UnitFiles
 ) -> UnitFlags | None:
     """What one unit passes; None for a unit that does not start the runtime: masked by an
     empty file, or an installer's unit that runs another command."""
+    files = reader.files
     values: list[tuple[str, str, str]] = []
     doubts = list(read.unread)
     commands: list[tuple[str, str]] = []
     environment = _Environment()
-    variables = (*runtime.variables, *runtime.expanded)
     for node_path in read.paths:
         where = files.path(node_path)
-        warned = len(files.warnings)
-        text = _read(files, node_path, "a unit", budget)
+        text, unread = reader.text(node_path, "a unit")
         if text is None:
-            doubts.append(f"{where}: not read" if len(files.warnings) > warned else where)
+            doubts.append(f"{where}: not read" if unread else where)
             continue
         if node_path == read.paths[0] and not text:
             return None  # an empty unit file masks it
@@ -540,7 +588,7 @@ def _unit_says(
         environment.files.extend((_specifiers(v, unit), where) for v in lines.environment_files)
         for change in lines.environment_changes:
             # PassEnvironment= passes on PID 1's own, which the kernel's command line sets.
-            if variables and may_name(change, variables):
+            if runtime.every_variable and may_name(change, runtime.every_variable):
                 doubts.append(f"{where}: {change}")
     if len(commands) > 1:
         doubts.append(f"{commands[-1][1]}: {len(commands)} ExecStart= lines")
@@ -548,7 +596,7 @@ def _unit_says(
         try:
             expand = None
             if runtime.expanded and "$" in command:
-                expand = _expanded(files, runtime.expanded, environment, budget)
+                expand = _expanded(reader, runtime.expanded, environment)
             passed = command_flags(command, runtime, expand)
         except _NotTheRuntime as e:
             if unit in runtime.installed:
@@ -560,10 +608,8 @@ def _unit_says(
             continue
         values.extend((flag, value, f"{where}: ExecStart= {flag}") for flag, value in passed)
     if runtime.variables:
-        named = [path[1:] if path.startswith("-") else path for path, _ in environment.files]
-        doubts.extend(
-            _environment_files(files, unit, [p for p in named if p], runtime.variables, budget)
-        )
+        named = [value for value, _ in environment.files if value]
+        doubts.extend(_environment_files(reader, unit, named, runtime.variables))
     return UnitFlags(tuple(values), tuple(doubts))
 
 
@@ -575,9 +621,7 @@ class _Environment:
         self.files: list[tuple[str, str]] = []  # (EnvironmentFile= value, where)
 
 
-def _expanded(
-    files: Files, names: Sequence[str], environment: _Environment, budget: list[int]
-) -> dict[str, str]:
+def _expanded(reader: Reader, names: Sequence[str], environment: _Environment) -> dict[str, str]:
     """The values the service's environment gives names, "" for one not set: Environment=
     first, then the environment files in order, each overriding what came before
     (systemd.exec(5)). Raises _NotPlain where any of it cannot be read for sure."""
@@ -599,19 +643,18 @@ def _expanded(
     named: list[tuple[str, str]] = []
     for value, where in environment.files:
         named = [] if not value else [*named, (value, where)]
+    files = reader.files
     for value, where in named:
-        optional = value.startswith("-")
-        path = value[1:] if optional else value
-        if not path.startswith("/") or any(char in path for char in "%*?[\0"):
+        path = _environment_file_path(value)
+        if path is None:
             raise _NotPlain(f"{where}: EnvironmentFile={value}, not followed")
         if ".." in path.split("/"):
             raise _NotPlain(f"{where}: EnvironmentFile={value}: systemd ignores it, a '..' in it")
-        warned = len(files.warnings)
-        text = _read(files, posixpath.normpath(path), "a file of settings", budget)
-        if len(files.warnings) > warned:
+        text, unread = reader.text(posixpath.normpath(path), "a file of settings")
+        if unread:
             raise _NotPlain(f"{files.path(path)}: not read")
         if text is None:
-            if optional:
+            if value.startswith("-"):
                 continue
             raise _NotPlain(f"{files.path(path)}: missing, and {where} needs it")
         try:
@@ -672,23 +715,23 @@ def environment_file(text: str) -> list[tuple[str, str]]:
     return found
 
 
-def _read(files: Files, node_path: str, language: str, budget: list[int]) -> str | None:
-    """A file's text, counted against the run's budget for units; None past it (a warning)."""
-    if budget[0] <= 0:
-        files.warnings.append(f"{files.path(node_path)}: over {MAX_UNIT_BYTES} bytes of units")
+def _environment_file_path(value: str) -> str | None:
+    """The path an EnvironmentFile= value names (its "-" dropped), or None where it is not
+    one path the reader can take: relative, a glob, a specifier, a NUL."""
+    path = value[1:] if value.startswith("-") else value
+    if not path.startswith("/") or any(char in path for char in "%*?[\0"):
         return None
-    text = files.text(node_path, language)
-    budget[0] -= len(text) if text is not None else 0
-    return text
+    return path
 
 
-def _aliases(files: Files, units: list[str]) -> list[str]:
+def _aliases(reader: Reader, units: list[str]) -> list[str]:
     """Other names linked to the units whose drop-ins systemd reads too: those with drop-in
     dirs of their own (crio.service's packaged Alias=cri-o.service has none)."""
+    files = reader.files
     linked: dict[str, str] = {}  # name: the name its link leads to, the first dir's
     said = []
     for unit_dir in UNIT_DIRS:
-        links = files.links(unit_dir)
+        links = reader.links(unit_dir)
         if links is None:
             said.append(f"{files.path(unit_dir)}: not listed for names of {', '.join(units)}")
             continue
@@ -712,21 +755,23 @@ def _aliases(files: Files, units: list[str]) -> list[str]:
     return said
 
 
-def _default_environment(files: Files, variables: Sequence[str], budget: list[int]) -> list[str]:
+def _default_environment(reader: Reader, variables: Sequence[str]) -> list[str]:
     """systemd's own DefaultEnvironment= (system.conf and its drop-ins), and the kernel's
     command line (systemd.setenv=, and PID 1's own environment, which PassEnvironment= passes
     on), which every service gets: one of variables there moves the runtime's records."""
     confs = [*SYSTEM_CONFS, "/proc/cmdline"]
     for conf_dir in SYSTEM_CONF_DIRS:
-        confs.extend(f"{conf_dir}/{n}" for n, _ in files.listing(conf_dir) if n.endswith(".conf"))
-    said = [said for conf in confs if (said := _sets(files, conf, variables, budget, words=True))]
-    return said + _generators(files, variables, budget)
+        listed = reader.files.listing(conf_dir)
+        confs.extend(f"{conf_dir}/{n}" for n, _ in listed if n.endswith(".conf"))
+    said = [said for conf in confs if (said := _sets(reader, conf, variables, words=True))]
+    return said + _generators(reader, variables)
 
 
-def _generators(files: Files, variables: Sequence[str], budget: list[int]) -> list[str]:
+def _generators(reader: Reader, variables: Sequence[str]) -> list[str]:
     """Environment generators that may set one of variables: those whose bytes name it (a
     script, or a program built with the name in it). Ubuntu's snapd and Fedora's flatpak ship
     one; what such a program prints cannot be known without running it."""
+    files = reader.files
     said = []
     names = [v.encode() for v in variables]
     for generator_dir in ENVIRONMENT_GENERATOR_DIRS:
@@ -736,10 +781,8 @@ def _generators(files: Files, variables: Sequence[str], budget: list[int]) -> li
             said.append(f"{files.path(generator_dir)}: not read")
         for name in listed:
             node_path = f"{generator_dir}/{name}"
-            warned = len(files.warnings)
-            data = files.data(node_path) if budget[0] > 0 else None
-            budget[0] -= len(data) if data is not None else 0
-            if len(files.warnings) > warned or budget[0] < 0:
+            data, unread = reader.data(node_path)
+            if unread:
                 said.append(f"{files.path(node_path)}: not read")
             elif data is not None and any(v in data for v in names):
                 said.append(f"{files.path(node_path)}: may set {' or '.join(variables)}")
@@ -747,23 +790,24 @@ def _generators(files: Files, variables: Sequence[str], budget: list[int]) -> li
 
 
 def _environment_files(
-    files: Files, unit: str, named: list[str], variables: Sequence[str], budget: list[int]
+    reader: Reader, unit: str, named: list[str], variables: Sequence[str]
 ) -> list[str]:
-    """Why the environment files of a unit may set variables: those it names, and the
-    installers' own, looked at even where it does not name them."""
+    """Why the environment files of a unit may set variables: those it names (EnvironmentFile=
+    values), and the installers' own, looked at even where it does not name them."""
     name = unit.rsplit(".", 1)[0]
     usual = [f"/etc/systemd/system/{unit}.env", f"/etc/default/{name}", f"/etc/sysconfig/{name}"]
     said = []
     seen = set()
     for env_file in [*named, *usual]:
-        if not env_file.startswith("/") or any(c in env_file for c in "%*?[\0"):
+        path = _environment_file_path(env_file)
+        if path is None:
             said.append(f"{unit}: EnvironmentFile={env_file}, not followed")
             continue
-        clean = posixpath.normpath(env_file)
+        clean = posixpath.normpath(path)
         if clean in seen:
             continue
         seen.add(clean)
-        sets = _sets(files, clean, variables, budget, words=False)
+        sets = _sets(reader, clean, variables, words=False)
         if sets:
             said.append(sets)
     return said
@@ -778,16 +822,14 @@ def may_name(words: str, variables: Sequence[str]) -> bool:
     return "\\" in words or "%" in words or any(v in bare for v in variables)
 
 
-def _sets(
-    files: Files, node_path: str, variables: Sequence[str], budget: list[int], words: bool
-) -> str:
+def _sets(reader: Reader, node_path: str, variables: Sequence[str], words: bool) -> str:
     """Why a file of settings may set one of variables ("" when it cannot): an environment
     file names them as written (its keys are taken as they are), systemd's own config and
     the kernel's command line (words) maybe otherwise; a comment line of the config does not."""
-    warned = len(files.warnings)
-    text = _read(files, node_path, "a file of settings", budget)
-    if len(files.warnings) > warned:
-        return f"{files.path(node_path)}: not read"
+    text, unread = reader.text(node_path, "a file of settings")
+    where = reader.files.path(node_path)
+    if unread:
+        return f"{where}: not read"
     if text is None:
         return ""
     if words:
@@ -796,7 +838,7 @@ def _sets(
         found = may_name("\n".join(said), variables)
     else:
         found = any(v in text for v in variables)
-    return f"{files.path(node_path)}: sets {' or '.join(variables)}" if found else ""
+    return f"{where}: sets {' or '.join(variables)}" if found else ""
 
 
 def _specifiers(value: str, unit: str) -> str:

@@ -29,6 +29,10 @@ K3S_DEFAULT = "/var/lib/rancher/k3s/agent/containerd"
 STOCK = "[Service]\nExecStart=/usr/bin/containerd\n"
 K3S_STOCK = "[Service]\nExecStart=/usr/local/bin/k3s \\\n    server \\\n\n"
 KNOWN, STALE = CONTAINER_IDS[0], CONTAINER_IDS[5]
+CRIO_UNIT = "/usr/lib/systemd/system/crio.service"
+CRIO_SYSCONFIG = "/etc/sysconfig/crio"
+CRIO_DROP_IN = "/etc/systemd/system/crio.service.d/10-env.conf"
+CRIO_DEFAULT_ROOT = "/var/lib/containers/storage"
 # CRI-O's contrib/systemd/crio.service as Fedora's RPM and pkgs.k8s.io's packages install it,
 # and contrib/sysconfig/crio, every option commented out.
 CRIO_COMMAND = (
@@ -93,6 +97,16 @@ def knows(node: NodeTree, containerd_root: str, sandbox_id: str) -> None:
     db = node.root / containerd_root.lstrip("/") / META_DB
     db.parent.mkdir(parents=True, exist_ok=True)
     write_db(db, [containerd_sandbox("k8s.io", sandbox_id)], no_freelist_sync=True)
+
+
+def crio_knows(root: Path, graph_root: str, sandbox_id: str) -> Path:
+    """CRI-O's record of the sandbox in containers/storage under graph_root: its
+    containers.json, which it returns, and the userdata CRI-O reads back."""
+    pod = json.dumps({"pod": True, "pod-name": "web", "pod-id": sandbox_id})
+    storage = f"{graph_root}/overlay-containers"
+    write(root, f"{storage}/{sandbox_id}/userdata/config.json", "{}")
+    containers = json.dumps([{"id": sandbox_id, "metadata": pod}])
+    return write(root, f"{storage}/containers.json", containers)
 
 
 def earlier_boots_entry(node: NodeTree, t0: float, sandbox_id: str) -> str:

@@ -5,7 +5,6 @@ reads of CRI-O puts its records in doubt, so no sandbox is called forgotten."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +13,30 @@ import pytest
 from cni_reaper.runtime import config
 from cni_reaper.runtime.config import LocatedPath, PathKind, Runtime, RuntimeConfigs
 from cni_reaper.runtime.units import _NotPlain, environment_file
+from tests.crashed import by_path
 from tests.nodetree import NodeTree
 from tests.runtime_layouts import (
-    CRIO_PACKAGED_UNIT,
-    CRIO_STOCK_SYSCONFIG,
+    CRIO_DEFAULT_ROOT as DEFAULT_ROOT,
+)
+from tests.runtime_layouts import (
+    CRIO_DROP_IN as DROP_IN,
+)
+from tests.runtime_layouts import (
+    CRIO_PACKAGED_UNIT as PACKAGED,
+)
+from tests.runtime_layouts import (
+    CRIO_STOCK_SYSCONFIG as STOCK_SYSCONFIG,
+)
+from tests.runtime_layouts import (
+    CRIO_SYSCONFIG as SYSCONFIG,
+)
+from tests.runtime_layouts import (
+    CRIO_UNIT as UNIT,
+)
+from tests.runtime_layouts import (
     KNOWN,
     STALE,
+    crio_knows,
     dry_run,
     earlier_boots_entry,
     in_doubt,
@@ -29,12 +46,6 @@ from tests.runtime_layouts import (
 )
 
 CRIO = Runtime.CRIO
-UNIT = "/usr/lib/systemd/system/crio.service"
-SYSCONFIG = "/etc/sysconfig/crio"
-DROP_IN = "/etc/systemd/system/crio.service.d/10-env.conf"
-DEFAULT_ROOT = "/var/lib/containers/storage"
-PACKAGED = CRIO_PACKAGED_UNIT
-STOCK_SYSCONFIG = CRIO_STOCK_SYSCONFIG
 
 
 def crio_node(tmp_path: Path, files: dict[str, str], *dirs: str) -> RuntimeConfigs:
@@ -227,16 +238,12 @@ def test_a_sandbox_crio_knows_under_its_moved_root_is_never_planned_for_del(
     options = "CRIO_STORAGE_OPTIONS='--root /data/crio'\n"
     for node_path, data in {UNIT: PACKAGED, SYSCONFIG: options, "/etc/crio/crio.conf": ""}.items():
         write(node.root, node_path, data)
-    for root, sandbox_id in (("/data/crio", KNOWN), (DEFAULT_ROOT, STALE)):
-        pod = json.dumps({"pod": True, "pod-name": "web", "pod-id": sandbox_id})
-        storage = f"{root}/overlay-containers"
-        containers = json.dumps([{"id": sandbox_id, "metadata": pod}])
-        write(node.root, f"{storage}/containers.json", containers)
-        write(node.root, f"{storage}/{sandbox_id}/userdata/config.json", "{}")
+    crio_knows(node.root, "/data/crio", KNOWN)
+    crio_knows(node.root, DEFAULT_ROOT, STALE)
 
     report = dry_run(node, t0)
 
-    entry = {e["path"]: e for e in report["entries"]}[name]
+    entry = by_path(report)[name]
     assert entry["action"] == "keep", (entry["reason"], report["runtime_records"])
     assert any("/data/crio" in line and "1 sandbox" in line for line in report["runtime_records"])
 

@@ -35,7 +35,6 @@ Only config.load and dry runs: nothing runs a plugin or needs root.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,14 +42,34 @@ from typing import Any
 import pytest
 
 from cni_reaper.runtime.config import Runtime, RuntimeConfigs
+from tests.crashed import by_path
 from tests.nodetree import NodeTree
 from tests.runtime_layouts import (
-    CRIO_COMMAND,
-    CRIO_PACKAGED_UNIT,
-    CRIO_STOCK_SYSCONFIG,
+    CRIO_COMMAND as COMMAND,
+)
+from tests.runtime_layouts import (
+    CRIO_DEFAULT_ROOT as DEFAULT_ROOT,
+)
+from tests.runtime_layouts import (
+    CRIO_DROP_IN as DROP_IN,
+)
+from tests.runtime_layouts import (
+    CRIO_PACKAGED_UNIT as PACKAGED,
+)
+from tests.runtime_layouts import (
+    CRIO_STOCK_SYSCONFIG as STOCK_SYSCONFIG,
+)
+from tests.runtime_layouts import (
+    CRIO_SYSCONFIG as SYSCONFIG,
+)
+from tests.runtime_layouts import (
+    CRIO_UNIT as VENDOR_UNIT,
+)
+from tests.runtime_layouts import (
     KNOWN,
     STALE,
     assert_reads_or_doubts,
+    crio_knows,
     dry_run,
     earlier_boots_entry,
     in_doubt,
@@ -60,17 +79,10 @@ from tests.runtime_layouts import (
 )
 
 CRIO = Runtime.CRIO
-VENDOR_UNIT = "/usr/lib/systemd/system/crio.service"
-SYSCONFIG = "/etc/sysconfig/crio"
-DROP_IN = "/etc/systemd/system/crio.service.d/10-env.conf"
 ALIAS = "/etc/systemd/system/cri-o.service"
 ALIAS_DROP_IN = "/etc/systemd/system/cri-o.service.d/override.conf"
-DEFAULT_ROOT = "/var/lib/containers/storage"
 DATA = "/data/crio"
 OPTIONS = f"CRIO_STORAGE_OPTIONS=--root {DATA}\n"
-COMMAND = CRIO_COMMAND
-PACKAGED = CRIO_PACKAGED_UNIT
-STOCK_SYSCONFIG = CRIO_STOCK_SYSCONFIG
 # pkgs.k8s.io's /etc/crio/crio.conf.d/10-crio.conf (bundle/10-crio.conf), abridged.
 PKGS_DROP_IN = (
     '[crio.runtime]\ndefault_runtime = "crun"\n\n[crio.runtime.runtimes.crun]\n'
@@ -570,15 +582,6 @@ def test_an_environment_file_that_loops(tmp_path: Path) -> None:
 # --- 9. what a hole does: a sandbox CRI-O knows planned for DEL ---------------------------------
 
 
-def crio_records(node: NodeTree, root: str, sandbox_id: str) -> None:
-    pod = json.dumps({"pod": True, "pod-name": "web", "pod-id": sandbox_id})
-    storage = f"{root}/overlay-containers"
-    write(
-        node.root, f"{storage}/containers.json", json.dumps([{"id": sandbox_id, "metadata": pod}])
-    )
-    write(node.root, f"{storage}/{sandbox_id}/userdata/config.json", "{}")
-
-
 @pytest.mark.parametrize(
     "moved",
     [
@@ -605,10 +608,10 @@ def test_a_sandbox_crio_knows_is_never_planned_for_del(
     for node_path, data in files.items():
         write(node.root, node_path, data)
     link(node.root, ALIAS, VENDOR_UNIT)
-    crio_records(node, DATA, KNOWN)
-    crio_records(node, DEFAULT_ROOT, STALE)
+    crio_knows(node.root, DATA, KNOWN)
+    crio_knows(node.root, DEFAULT_ROOT, STALE)
 
     report = dry_run(node, t0)
 
-    entry = {e["path"]: e for e in report["entries"]}[name]
+    entry = by_path(report)[name]
     assert entry["action"] == "keep", (entry["reason"], report["runtime_records"])

@@ -53,18 +53,22 @@ from tests.runtime_layouts import (
     roots,
     write,
 )
-from tests.test_crio_unit_attacks import (
-    ALIAS_DROP_IN,
-    DATA,
-    DEFAULT_ROOT,
-    DROP_IN,
-    OPTIONS,
-    STOCK_SYSCONFIG,
-    SYSCONFIG,
-    VENDOR_UNIT,
-    crio_node,
-    link,
+from tests.runtime_layouts import (
+    CRIO_DEFAULT_ROOT as DEFAULT_ROOT,
 )
+from tests.runtime_layouts import (
+    CRIO_DROP_IN as DROP_IN,
+)
+from tests.runtime_layouts import (
+    CRIO_STOCK_SYSCONFIG as STOCK_SYSCONFIG,
+)
+from tests.runtime_layouts import (
+    CRIO_SYSCONFIG as SYSCONFIG,
+)
+from tests.runtime_layouts import (
+    CRIO_UNIT as VENDOR_UNIT,
+)
+from tests.test_crio_unit_attacks import ALIAS_DROP_IN, DATA, OPTIONS, crio_node, link
 
 CRIO = Runtime.CRIO
 ETC = "/etc/systemd/system"

@@ -16,7 +16,7 @@ from cni_reaper.runtime.inventory import META_DB
 from tests.bolt_writer import containerd_sandbox, put, sandbox_metadata, write_db
 from tests.crashed import Crashed, by_path
 from tests.nodetree import CONTAINER_IDS, cache_entry_bytes
-from tests.runtime_layouts import CRIO_PACKAGED_UNIT, CRIO_STOCK_SYSCONFIG
+from tests.runtime_layouts import CRIO_PACKAGED_UNIT, CRIO_STOCK_SYSCONFIG, crio_knows
 
 KNOWN, FORGOTTEN, DROPPED = CONTAINER_IDS[:3]
 
@@ -364,15 +364,6 @@ def crio_moved_by_its_config_under_its_packaged_unit(crashed: Crashed) -> tuple[
     return "cri-o", "/srv/crio"
 
 
-def crio_knows(crashed: Crashed, sandbox_id: str, root: str) -> Path:
-    """CRI-O's sandbox record in containers/storage under root; its containers.json."""
-    pod = {"pod": True, "pod-name": "web", "pod-id": sandbox_id}
-    containers = json.dumps([{"id": sandbox_id, "metadata": json.dumps(pod)}])
-    storage = f"{root}/overlay-containers"
-    write_file(crashed, f"{storage}/{sandbox_id}/userdata/config.json", "{}")
-    return write_file(crashed, f"{storage}/containers.json", containers)
-
-
 @pytest.mark.parametrize(
     "moved",
     [
@@ -395,7 +386,7 @@ def test_records_are_read_where_the_runtime_keeps_them(
     crashed.add(FORGOTTEN)
     runtime, root = moved(crashed)
     if runtime == "cri-o":
-        records = crio_knows(crashed, KNOWN, root)
+        records = crio_knows(crashed.node.root, root, KNOWN)
         said = f"cri-o: {records.parents[1]}: overlay-containers/containers.json: 1 sandbox"
     else:
         containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN), root=root)
@@ -438,11 +429,7 @@ def test_a_runtime_config_not_read_whole_proves_no_sandbox_forgotten(
     write_file(crashed, config, data)
     if "crio" in config:
         write_file(crashed, "/etc/crio/crio.conf", "[crio]\n")
-        pod = {"pod": True, "pod-name": "web", "pod-id": KNOWN}
-        containers = json.dumps([{"id": KNOWN, "metadata": json.dumps(pod)}])
-        storage = "/var/lib/containers/storage/overlay-containers"
-        write_file(crashed, f"{storage}/containers.json", containers)
-        write_file(crashed, f"{storage}/{KNOWN}/userdata/config.json", "{}")
+        crio_knows(crashed.node.root, "/var/lib/containers/storage", KNOWN)
     else:
         containerd_knows(crashed, containerd_sandbox("k8s.io", KNOWN))
     crashed.reboot()

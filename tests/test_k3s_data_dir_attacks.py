@@ -24,6 +24,7 @@ import pytest
 from cni_reaper.runtime import config, inventory
 from cni_reaper.runtime.config import PathKind, Runtime, RuntimeConfigs
 from cni_reaper.runtime.plain_yaml import Unreadable, settings
+from tests.crashed import by_path
 from tests.nodetree import CONTAINER_IDS, NodeTree
 from tests.runtime_layouts import dry_run, earlier_boots_entry, in_doubt, knows, write
 
@@ -187,7 +188,7 @@ def test_a_sandbox_k3s_still_knows_is_never_planned_for_del(
 
     report = dry_run(node, t0)
 
-    entry = {e["path"]: e for e in report["entries"]}[name]
+    entry = by_path(report)[name]
     assert entry["action"] == "keep", (entry["reason"], report["runtime_records"])
 
 
@@ -207,7 +208,7 @@ def test_a_config_file_named_by_k3s_unit_environment(node: NodeTree, t0: float) 
 
     report = dry_run(node, t0)
 
-    entry = {e["path"]: e for e in report["entries"]}[name]
+    entry = by_path(report)[name]
     assert entry["action"] == "keep", (entry["reason"], report["runtime_records"])
 
 

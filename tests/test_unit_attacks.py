@@ -37,6 +37,7 @@ import pytest
 
 from cni_reaper.runtime import config, inventory
 from cni_reaper.runtime.config import Runtime, RuntimeConfigs
+from tests.crashed import by_path
 from tests.nodetree import NodeTree
 from tests.runtime_layouts import (
     CONTAINERD_DEFAULT,
@@ -838,5 +839,5 @@ def test_a_sandbox_the_runtime_still_knows_is_never_planned_for_del(
 
     report = dry_run(node, t0)
 
-    entry = {e["path"]: e for e in report["entries"]}[name]
+    entry = by_path(report)[name]
     assert entry["action"] == "keep", (entry["reason"], report["runtime_records"])

@@ -31,9 +31,11 @@ from cni_reaper.runtime import config, inventory
 from cni_reaper.runtime.config import Runtime
 from cni_reaper.runtime.inventory import META_DB
 from tests.bolt_writer import containerd_sandbox, write_db
+from tests.crashed import by_path
 from tests.nodetree import NodeTree
 from tests.runtime_layouts import (
     CONTAINERD_DEFAULT,
+    CRIO_UNIT,
     DROP_IN,
     K3S_DEFAULT,
     K3S_STOCK,
@@ -53,8 +55,6 @@ from tests.runtime_layouts import (
     tree,
     write,
 )
-
-CRIO_UNIT = "/usr/lib/systemd/system/crio.service"
 
 C, K3S, CRIO = Runtime.CONTAINERD, Runtime.K3S, Runtime.CRIO
 
@@ -495,7 +495,7 @@ def test_a_sandbox_the_runtime_still_knows_is_never_planned_for_del(
 
     report = dry_run(node, t0)
 
-    entry = {e["path"]: e for e in report["entries"]}[name]
+    entry = by_path(report)[name]
     assert entry["action"] == "keep", (entry["reason"], report["runtime_records"])
 
 
@@ -514,7 +514,7 @@ def test_a_data_dir_on_a_volume_not_mounted_yet(node: NodeTree, t0: float) -> No
 
     report = dry_run(node, t0)
 
-    entry = {e["path"]: e for e in report["entries"]}[name]
+    entry = by_path(report)[name]
     assert entry["action"] == "keep", (entry["reason"], report["runtime_records"])
 
 

@@ -99,6 +99,14 @@ def knows(node: NodeTree, containerd_root: str, sandbox_id: str) -> None:
     write_db(db, [containerd_sandbox("k8s.io", sandbox_id)], no_freelist_sync=True)
 
 
+def crio_node(root: Path, files: Mapping[str, str | bytes], *dirs: str) -> RuntimeConfigs:
+    """A CRI-O node that has run (its graph root and state dir made), with its config and the
+    packaged unit, files over them, and dirs; what config.load makes of it."""
+    for node_dir in (CRIO_DEFAULT_ROOT, "/var/lib/crio", *dirs):
+        (root / node_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    return tree(root, {"/etc/crio/crio.conf": "[crio]\n", CRIO_UNIT: CRIO_PACKAGED_UNIT, **files})
+
+
 def crio_knows(root: Path, graph_root: str, sandbox_id: str) -> Path:
     """CRI-O's record of the sandbox in containers/storage under graph_root: its
     containers.json, which it returns, and the userdata CRI-O reads back."""

@@ -37,6 +37,7 @@ from tests.runtime_layouts import (
     KNOWN,
     STALE,
     crio_knows,
+    crio_node,
     dry_run,
     earlier_boots_entry,
     in_doubt,
@@ -46,14 +47,6 @@ from tests.runtime_layouts import (
 )
 
 CRIO = Runtime.CRIO
-
-
-def crio_node(tmp_path: Path, files: dict[str, str], *dirs: str) -> RuntimeConfigs:
-    """A CRI-O node that has run (its state dir made) with its config, the packaged unit
-    unless files name one, and dirs."""
-    for node_dir in (DEFAULT_ROOT, "/var/lib/crio", *dirs):
-        (tmp_path / node_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    return tree(tmp_path, {"/etc/crio/crio.conf": "[crio]\n", UNIT: PACKAGED, **files})
 
 
 def in_effect(configs: RuntimeConfigs, kind: PathKind) -> list[LocatedPath]:

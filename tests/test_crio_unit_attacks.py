@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 from cni_reaper.runtime.config import Runtime, RuntimeConfigs
+from tests import runtime_layouts
 from tests.crashed import by_path
 from tests.nodetree import NodeTree
 from tests.runtime_layouts import (
@@ -91,12 +92,8 @@ PKGS_DROP_IN = (
 
 
 def crio_node(tmp_path: Path, files: Mapping[str, str | bytes], *dirs: str) -> RuntimeConfigs:
-    """A Fedora-packaged CRI-O node: its unit, crio.conf and dirs (the default graph root and
-    /data/crio exist), with files over them."""
-    for node_dir in (DEFAULT_ROOT, DATA, *dirs):
-        (tmp_path / node_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    base: dict[str, str | bytes] = {"/etc/crio/crio.conf": "[crio]\n", VENDOR_UNIT: PACKAGED}
-    return tree(tmp_path, {**base, **files})
+    """A Fedora-packaged CRI-O node (runtime_layouts.crio_node) where /data/crio exists too."""
+    return runtime_layouts.crio_node(tmp_path, files, DATA, *dirs)
 
 
 def link(root: Path, node_path: str, target: str) -> None:

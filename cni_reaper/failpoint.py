@@ -1,4 +1,5 @@
-"""Named crash points between the steps of a repair, for the crash-safety tests.
+"""Named crash points between the steps of a repair, for the crash-safety tests, and points
+where a test has something happen that a run cannot order (a commit landing during a read).
 
 Inert unless $CNI_REAPER_FAILPOINT names one: "NAME" kills the process with SIGKILL the first
 time NAME is reached, "NAME#N" the N-th time. With $CNI_REAPER_FAILPOINT_LOG set, every point

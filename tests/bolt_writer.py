@@ -6,6 +6,7 @@ bbolt's source."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -13,7 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,50 @@ def writer() -> Path:
     return built
 
 
+def _program(
+    transactions: Iterable[Iterable[Operation]],
+    churn: Iterable[Iterable[Operation]],
+    page_size: int,
+    no_freelist_sync: bool,
+) -> bytes:
+    program = {
+        "page_size": page_size,
+        "no_freelist_sync": no_freelist_sync,
+        "transactions": [list(ops) for ops in transactions],
+        "churn": [list(ops) for ops in churn],
+    }
+    return json.dumps(program).encode()
+
+
+def start_writing(
+    path: Path,
+    transactions: Iterable[Iterable[Operation]],
+    churn: Iterable[Iterable[Operation]] = (),
+    *,
+    page_size: int = 0,
+    no_freelist_sync: bool = False,
+) -> subprocess.Popen[bytes]:
+    """The writer started on path with its program written (its standard input still open)."""
+    proc = subprocess.Popen(
+        [str(writer()), str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(_program(transactions, churn, page_size, no_freelist_sync))
+    proc.stdin.flush()
+    return proc
+
+
+def finish(proc: subprocess.Popen[bytes]) -> str:
+    """The writer's standard input ended and its exit waited for; what it said on stderr."""
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bolt_writer exited {proc.returncode}: {err.decode(errors='replace')}")
+    return err.decode(errors="replace")
+
+
 def write_db(
     path: Path,
     transactions: Iterable[Iterable[Operation]],
@@ -103,20 +148,31 @@ def write_db(
     no_freelist_sync: bool = False,
 ) -> Path:
     """Commit the transactions in order to a bbolt file at path (made when missing)."""
-    program = {
-        "page_size": page_size,
-        "no_freelist_sync": no_freelist_sync,
-        "transactions": [list(ops) for ops in transactions],
-    }
-    proc = subprocess.run(
-        [str(writer()), str(path)],
-        input=json.dumps(program).encode(),
-        capture_output=True,
-        timeout=120,
+    finish(
+        start_writing(path, transactions, page_size=page_size, no_freelist_sync=no_freelist_sync)
     )
-    if proc.returncode != 0:
-        raise RuntimeError(f"bolt_writer: {proc.stderr.decode(errors='replace')}")
     return path
+
+
+@contextlib.contextmanager
+def committing(
+    path: Path,
+    transactions: Iterable[Iterable[Operation]],
+    churn: Iterable[Iterable[Operation]],
+) -> Iterator[list[int]]:
+    """A running containerd's database: the transactions committed, then the file held open
+    (and locked) by bbolt and the churn's transactions committed in turn, over and over, until
+    the block ends. Yields a list that then holds how many churn commits there were."""
+    proc = start_writing(path, transactions, churn, no_freelist_sync=True)
+    assert proc.stdout is not None
+    commits: list[int] = []
+    try:
+        if proc.stdout.readline() != b"committed\n":
+            raise RuntimeError("bolt_writer did not commit the transactions")
+        yield commits
+    finally:
+        said = finish(proc)
+    commits.append(int(said.split()[-3]))
 
 
 def containerd_sandbox(

@@ -20,7 +20,10 @@ same since boltdb) lays it out:
   magic.
 
 The reader only reads (pread on a descriptor the caller opened; no mmap, so a file cut while it
-is read cannot crash the process, and no lock, so a runtime holding one is never waited for).
+is read cannot crash the process). It takes the lock bbolt's own readers take, without waiting
+for it (share_lock): a runtime holding the file open is never waited for, and one starting is
+held off for the few milliseconds of the read. Where the runtime holds the file (it runs), its
+commits may land during the read, and a read is only good if no commit did (Database.unchanged).
 Everything it is given is checked before use: a page id beyond the high-water mark or the file,
 a page that is not what its place requires, an element that points outside its page, a tree
 that is deeper than any real one, pages reached twice in one tree, and a walk that reads more
@@ -29,6 +32,7 @@ than a few times the file: each is a BoltError naming the file and the page.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 from collections.abc import Iterator
@@ -135,6 +139,21 @@ class Database:
             bucket = found
         return bucket
 
+    def unchanged(self) -> bool:
+        """Whether the newest whole commit of the file is still the one this Database read.
+
+        bbolt copies on write: a commit writes its pages to free ones, then its meta. A page
+        the read commit reaches is freed by the next commit at the earliest, and only the commit
+        after that may write over it, once the next one's meta is written. So pages read before
+        a look at the metas finds the same commit newest are that commit's, whole. A meta being
+        written fails its checksum and is not taken: the commit it ends has not begun to free
+        anything the read reached.
+        """
+        try:
+            return self._choose_meta() == self.meta
+        except BoltError:
+            return False  # a newer commit grew the file past what this Database saw
+
     def error(self, message: str) -> BoltError:
         return BoltError(f"{self.name}: {message}")
 
@@ -231,6 +250,18 @@ class Database:
         length = (1 + overflow) * self.page_size
         data = header + self._read(offset + PAGE_HEADER_SIZE, length - PAGE_HEADER_SIZE)
         return _Page(page_id, flags, count, data)
+
+
+def share_lock(fd: int) -> bool:
+    """Take the lock bbolt's read-only opening takes (flock, shared), without waiting. True:
+    taken; until fd is closed no writer can open the file (bbolt takes it exclusive to write,
+    and a runtime retries every 50 ms until it has it), so nothing commits during the read.
+    False: a writer holds it (the runtime runs), or the file system has no flock."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
 
 def _byte_order(magic: bytes) -> str | None:

@@ -1,5 +1,6 @@
 """Which pod sandboxes each container runtime will still know after this boot, and tear down
-itself, read from what it keeps on disk. Nothing is started, locked or written; every file is
+itself, read from what it keeps on disk. Nothing is started or written, and only
+containerd's database is locked, as bbolt's own readers lock it, for its read; every file is
 read inside --root (node_root.py: a symlink is resolved as the node resolves it, never out of
 the root, and the last component is opened with O_NOFOLLOW).
 
@@ -34,6 +35,13 @@ containerd (1.6, 1.7 and 2.x alike; k3s and RKE2 run the same containerd with th
   before the ADD too. bbolt syncs every commit (containerd sets only NoFreelistSync; 2.x has an
   opt-in no_sync), so no sandbox reaches its CNI ADD without a durable record: a crash during or
   right after the ADD leaves a record without a CNI result, not a missing record.
+- A running containerd (a dry run by hand, --force) holds meta.db open and commits to it while
+  it is read: its metadata plugin opens it with bbolt, which takes an exclusive flock and, by
+  default (io.containerd.timeout.bolt.open = 0), waits for it as long as another holds one. A
+  read holds the shared flock bbolt's readers take, so a containerd starting then waits out the
+  read. Where the flock is held already, a read counts only if no commit landed during it
+  (bbolt.Database.unchanged); one read in READS_WHILE_COMMITTED that is so, or the records
+  are in doubt. A walk torn by commits could miss a sandbox containerd still knows.
 - StopPodSandbox (sandbox_stop.go) skips the CNI DEL when the record holds no CNI result in
   1.6.37 and later 1.6 releases, 1.7.23 to 1.7.30, 2.0.0 to 2.0.7, 2.1.0 to 2.1.6 and 2.2.0 to
   2.2.1; earlier and later releases run it (containerd PR #12923 restored it). Which release
@@ -103,6 +111,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 
+from cni_reaper import failpoint
 from cni_reaper.choice import Choice
 from cni_reaper.node_root import (
     LeavesRoot,
@@ -113,7 +122,7 @@ from cni_reaper.node_root import (
     open_inside,
 )
 from cni_reaper.record import Record
-from cni_reaper.runtime.bbolt import BoltError, Bucket, Database
+from cni_reaper.runtime.bbolt import BoltError, Bucket, Database, share_lock
 from cni_reaper.runtime.config import (
     CRIO_CLEAN_SHUTDOWN_FILE,
     LocatedPath,
@@ -128,6 +137,12 @@ if TYPE_CHECKING:
 
 CONTAINERD_RUNTIMES = frozenset({Runtime.CONTAINERD, Runtime.K3S, Runtime.RKE2})
 META_DB = "io.containerd.metadata.v1.bolt/meta.db"
+# A containerd committing between its CRI calls leaves most reads of a few milliseconds whole;
+# one that commits during each of these many is too busy to read.
+READS_WHILE_COMMITTED = 3
+# After a read of meta.db, before the look at whether a commit landed during it (the tests have a
+# commit land there, or a writer try to open it).
+META_DB_READ = failpoint.declare("inventory.meta-db-read")
 CRI_NAMESPACE = "k8s.io"
 KIND_LABEL = b"io.cri-containerd.kind"
 SANDBOX_KIND = b"sandbox"
@@ -416,21 +431,14 @@ def _containerd(root: str, located: LocatedPath, found: _Found) -> None:
     if fd is None:
         found.sources.append(f"{runtime}: {where}: not present: no sandbox records")
         return
-    per_namespace: dict[str, int] = {}
-    records = []
     try:
-        db = Database(fd, where)
-        # Docker's containerd keeps a database too, with its own namespace (moby) only: records
-        # the CRI never wrote say nothing of the pods kubelet ran.
-        of_the_cri = db.bucket(b"v1", CRI_NAMESPACE.encode()) is not None
-        for namespace, sandbox_id, fate, note in _containerd_sandboxes(db, runtime):
-            per_namespace[namespace] = per_namespace.get(namespace, 0) + 1
-            records.append((sandbox_id, fate, note))
+        read = _read_meta_db(fd, where, runtime)
     except BoltError as e:
         found.unreadable.append(f"{runtime}: {e}")
         return
     finally:
-        os.close(fd)
+        os.close(fd)  # and with it the lock
+    records, per_namespace, of_the_cri, between_commits = read
     for sandbox_id, fate, note in records:
         found.add(sandbox_id, fate, note)
     ids = {sandbox_id for sandbox_id, _, _ in records}
@@ -442,7 +450,50 @@ def _containerd(root: str, located: LocatedPath, found: _Found) -> None:
         found.records_found = True
     else:
         extra += f"; no namespace {CRI_NAMESPACE}: not the CRI's records"
+    if between_commits:
+        extra += "; read while a running containerd held it, between two commits"
     found.sources.append(f"{runtime}: {where}: {_sandboxes(len(ids))}{counted}{extra}")
+
+
+class _MetaDbRead(Record):
+    records: list[tuple[str, Fate, str]]  # (sandbox ID, fate, note)
+    per_namespace: dict[str, int]
+    of_the_cri: bool  # whether the CRI's namespace is there
+    between_commits: bool  # read while a writer held the file, with no commit during the read
+
+
+def _walk_meta_db(db: Database, runtime: str, between_commits: bool) -> _MetaDbRead:
+    per_namespace: dict[str, int] = {}
+    records = []
+    # Docker's containerd keeps a database too, with its own namespace (moby) only: records
+    # the CRI never wrote say nothing of the pods kubelet ran.
+    of_the_cri = db.bucket(b"v1", CRI_NAMESPACE.encode()) is not None
+    for namespace, sandbox_id, fate, note in _containerd_sandboxes(db, runtime):
+        per_namespace[namespace] = per_namespace.get(namespace, 0) + 1
+        records.append((sandbox_id, fate, note))
+    return _MetaDbRead(records, per_namespace, of_the_cri, between_commits)
+
+
+def _read_meta_db(fd: int, where: str, runtime: str) -> _MetaDbRead:
+    """The records of one whole commit. A BoltError where the file is damaged, or where a
+    writer holds it and a commit landed during every read."""
+    locked = share_lock(fd)
+    for _ in range(1 if locked else READS_WHILE_COMMITTED):
+        db = None
+        try:
+            db = Database(fd, where)
+            read: _MetaDbRead | BoltError = _walk_meta_db(db, runtime, not locked)
+        except BoltError as e:
+            read = e  # damage, or a page a commit wrote over during the walk
+        failpoint.hit(META_DB_READ)
+        if locked or (db is not None and db.unchanged()):
+            if isinstance(read, BoltError):
+                raise read  # damage in one whole commit
+            return read
+    held = f"{where}: the lock bbolt's readers take is held (a running containerd holds it), and"
+    if isinstance(read, BoltError):
+        raise BoltError(f"{held} no read of it was of one whole commit; the last: {read}")
+    raise BoltError(f"{held} a commit landed during each of {READS_WHILE_COMMITTED} reads")
 
 
 # How a records line counts the sandboxes not known, in this order.

@@ -4,7 +4,11 @@
 // Usage: bolt_writer DB < program.json
 //
 // The program is a JSON object: page_size (0: bbolt's default), no_freelist_sync (as containerd
-// opens its meta.db), and transactions, each a list of operations committed together. Every
+// opens its meta.db), transactions, each a list of operations committed together, and churn,
+// transactions a running containerd would commit: when there are any, the writer says
+// "committed" on its standard output once the transactions are, then keeps the database open
+// (and its lock) and commits the churn's transactions in turn, over and over, until its standard
+// input ends. Every
 // operation names a bucket path (a list of keys; empty is the top level); keys and values are
 // base64, as encoding/json reads []byte:
 //
@@ -17,6 +21,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 
 	bolt "go.etcd.io/bbolt"
@@ -33,6 +38,7 @@ type program struct {
 	PageSize       int           `json:"page_size"`
 	NoFreelistSync bool          `json:"no_freelist_sync"`
 	Transactions   [][]operation `json:"transactions"`
+	Churn          [][]operation `json:"churn"`
 }
 
 // bucketsAlong makes (or opens) each bucket of path; nil means the top level.
@@ -79,13 +85,25 @@ func apply(tx *bolt.Tx, op operation) error {
 	return fmt.Errorf("unknown operation %q", op.Op)
 }
 
+func commit(db *bolt.DB, ops []operation) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, op := range ops {
+			if err := apply(tx, op); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 func main() {
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: bolt_writer DB < program.json")
 		os.Exit(2)
 	}
 	var prog program
-	if err := json.NewDecoder(os.Stdin).Decode(&prog); err != nil {
+	decoder := json.NewDecoder(os.Stdin)
+	if err := decoder.Decode(&prog); err != nil {
 		fmt.Fprintln(os.Stderr, "program:", err)
 		os.Exit(2)
 	}
@@ -96,17 +114,30 @@ func main() {
 		os.Exit(1)
 	}
 	for i, ops := range prog.Transactions {
-		err := db.Update(func(tx *bolt.Tx) error {
-			for _, op := range ops {
-				if err := apply(tx, op); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		if err := commit(db, ops); err != nil {
 			fmt.Fprintf(os.Stderr, "transaction %d: %v\n", i, err)
 			os.Exit(1)
+		}
+	}
+	if len(prog.Churn) > 0 {
+		ended := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, io.MultiReader(decoder.Buffered(), os.Stdin))
+			close(ended)
+		}()
+		fmt.Println("committed")
+	churn:
+		for n := 0; ; n++ {
+			select {
+			case <-ended:
+				fmt.Fprintf(os.Stderr, "%d churn commits\n", n)
+				break churn
+			default:
+			}
+			if err := commit(db, prog.Churn[n%len(prog.Churn)]); err != nil {
+				fmt.Fprintf(os.Stderr, "churn %d: %v\n", n, err)
+				os.Exit(1)
+			}
 		}
 	}
 	if err := db.Close(); err != nil {

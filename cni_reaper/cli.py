@@ -696,7 +696,7 @@ def _del_tools(run: _Run) -> DelTools:
 
     assert run.budget is not None  # every real run has one
     return DelTools(
-        runner=run.runner or ProcessRunner(),
+        runner=run.runner or ProcessRunner(run.warnings.append),
         plugin_dirs=run.plugin_dirs,
         plugin_timeout=run.args.plugin_timeout,
         base_env=base_env(),

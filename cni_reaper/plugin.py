@@ -7,7 +7,7 @@ import os
 import select
 import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from cni_reaper.netconf import NetworkList
 from cni_reaper.record import Record
@@ -305,21 +305,32 @@ class ProcessRunner:
     timeout. Made once per run: it notes the descriptors this process inherited, which no
     plugin gets."""
 
-    def __init__(self) -> None:
+    def __init__(self, note: Callable[[str], None] = lambda _: None) -> None:
         # Only a run that starts a plugin loads the spawning; finding one needs none of it.
         from cni_reaper import spawn  # noqa: PLC0415
 
         self._spawn = spawn.Child.spawn
+        self._strays = spawn.STRAYS
         self._close_fds = spawn.inherited_fds()
+        self._note = note  # told of the processes plugins left running, once killed
 
     def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun:
-        child = self._spawn(path, dict(env), self._close_fds)
+        self._strays.begin()
         try:
-            return self._communicate(child, stdin, timeout)
+            child = self._spawn(path, dict(env), self._close_fds)
+            try:
+                return self._communicate(child, stdin, timeout)
+            finally:
+                child.kill_group()
+                child.wait()
+                child.close()
         finally:
-            child.kill_group()
-            child.wait()
-            child.close()
+            killed = self._strays.end()
+            if killed:
+                self._note(
+                    f"killed {len(killed)} process(es) plugins left running outside their "
+                    f"process groups, after the last plugin ended: {', '.join(killed)}"
+                )
 
     def _communicate(self, child: Child, stdin: bytes, timeout: float) -> PluginRun:
         limits = {child.stdout_fd: MAX_STDOUT, child.stderr_fd: MAX_STDERR}

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -66,10 +67,50 @@ def test_a_plugin_that_forks_a_daemon_holding_its_output_open(
     finally:
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
-    # The plugin itself exited 0: DEL succeeded; the run did not wait out the daemon.
+    # The plugin itself exited 0: DEL succeeded; the run did not wait out the daemon, nor
+    # left it running beside the runtime.
     entry = by_path(report)[name]
     assert (entry["outcome"], code) == ("done", ExitCode.OK)
     assert quarantined(crashed, name)
+    daemon = int(pidfile.read_text())
+    assert not alive(daemon)
+    assert (
+        "killed 1 process(es) plugins left running outside their process groups, after the "
+        f"last plugin ended: {daemon} (sleep)"
+    ) in report["warnings"]
+
+
+def test_processes_a_plugin_left_running_and_the_processes_they_start_are_killed(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A daemon that leaves its group, whose own child leaves again and starts another: each
+    becomes the run's child as its parent dies, and is killed in turn. A process of the
+    caller's, there before the plugins ran, is left alone."""
+    pids = tmp_path / "pids"
+    script = (
+        "setsid sh -c '"
+        f'echo $$ >> {pids}; setsid sh -c "echo \\$\\$ >> {pids}; exec sleep 300" & '
+        "exec sleep 300' &\n"
+        f"while [ $(wc -l < {pids} 2>/dev/null || echo 0) -lt 2 ]; do sleep 0.01; done\n"
+        "exit 0\n"
+    )
+    name = plugin_network(crashed, "forker", script)
+    own = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        code, report = run(crashed, capsys)
+        assert own.poll() is None  # the caller's own child, in a session of its own
+    finally:
+        own.kill()
+        own.wait()
+        for line in pids.read_text().split() if pids.exists() else []:
+            with contextlib.suppress(OSError):
+                os.kill(int(line), signal.SIGKILL)
+    strays = [int(line) for line in pids.read_text().split()]
+    assert len(strays) == 2
+    assert not any(alive(pid) for pid in strays)
+    (warning,) = [w for w in report["warnings"] if w.startswith("killed ")]
+    assert warning.startswith("killed 2 process(es) plugins left running")
+    assert (by_path(report)[name]["outcome"], code) == ("done", ExitCode.OK)
 
 
 def test_a_plugin_that_prints_100_mib(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,7 +35,8 @@ from tests.bolt_writer import (
 META_DB = "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
 KEPT = "a" * 64  # a sandbox in every commit
 IDS = [f"{n:x}" * 64 for n in range(1, 10)]
-RUNNING = "; read while a running containerd held it, between two commits"
+HELD = "the lock bbolt's readers take is held (a running containerd holds it)"
+RUNNING = f"; {HELD}: read between two commits"
 
 
 def inventory_of(root: Path) -> SandboxInventory:
@@ -213,7 +214,8 @@ def test_a_damaged_file_a_running_program_holds_is_damaged(
     assert unreadable.startswith(f"containerd: {path}: the lock bbolt's readers take is held")
     assert unreadable.endswith(
         "no read of it was of one whole commit; the last: "
-        f"{path}: no valid meta page (page 0: no bbolt magic; page 1: not found at any page size)"
+        f"{path}: no valid meta page (page 0: no bbolt magic; page 1: no bbolt magic, at the OS "
+        f"page size ({os.sysconf('SC_PAGE_SIZE')}))"
     )
 
 

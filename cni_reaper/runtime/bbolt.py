@@ -64,8 +64,10 @@ META_SIZE = META_CHECKED_SIZE + 8
 # ppc64 kernels. Sizes outside these bounds are taken for damage.
 MIN_PAGE_SIZE = 512
 MAX_PAGE_SIZE = 1 << 20
-# Where page 1 is looked for when page 0 is damaged and so cannot say the page size.
-PAGE_SIZE_CANDIDATES = tuple(1 << shift for shift in range(9, 21))
+# Where page 1 is looked for when page 0 is damaged and so cannot say the page size: where
+# bbolt looks (db.go, Open), at the OS page size. No other place: a page of a file whose page
+# size differs may hold anything a value holds, such as a pod's spec.
+PAGE_1_WITHOUT_PAGE_0 = os.sysconf("SC_PAGE_SIZE")
 # A B+tree of 2^64 keys with two keys per page is 64 levels deep; buckets nest as deep as their
 # writer wants, but containerd's are 6 deep.
 MAX_TREE_DEPTH = 64
@@ -121,6 +123,7 @@ class Database:
         self.name = name
         self.size = os.fstat(fd).st_size
         self._budget = READ_BUDGET_FACTOR * self.size + READ_BUDGET_SLACK
+        self._metas_read: dict[int, bytes] = {}  # offset: the meta page's bytes read there
         self.meta = self._choose_meta()
         self.page_size = self.meta.page_size
         self.byte_order = self.meta.byte_order
@@ -140,19 +143,23 @@ class Database:
         return bucket
 
     def unchanged(self) -> bool:
-        """Whether the newest whole commit of the file is still the one this Database read.
+        """Whether no commit has written a meta page since this Database read them.
 
-        bbolt copies on write: a commit writes its pages to free ones, then its meta. A page
-        the read commit reaches is freed by the next commit at the earliest, and only the commit
-        after that may write over it, once the next one's meta is written. So pages read before
-        a look at the metas finds the same commit newest are that commit's, whole. A meta being
-        written fails its checksum and is not taken: the commit it ends has not begun to free
-        anything the read reached.
+        bbolt copies on write: a commit writes its pages to free ones, then its meta, to the
+        meta page the commit before did not use. A page the read commit T reaches is freed by
+        T+1 at the earliest, and only T+2 may write over it, once T+1's meta is whole on the
+        other meta page. So while that page still holds what it held, byte for byte, no page
+        the walk read can have changed under it; and its bytes change with every write to it
+        (the transaction id grows), even one not done yet. Both pages are compared.
         """
-        try:
-            return self._choose_meta() == self.meta
-        except BoltError:
-            return False  # a newer commit grew the file past what this Database saw
+        for offset, was in self._metas_read.items():
+            try:
+                now = self._read_meta_page(offset)
+            except BoltError:
+                return False
+            if now != was:
+                return False
+        return True
 
     def error(self, message: str) -> BoltError:
         return BoltError(f"{self.name}: {message}")
@@ -175,9 +182,11 @@ class Database:
         """The meta page at offset, or None and why bbolt would not take it (no magic, another
         version, a checksum mismatch). A meta bbolt would take may still be damaged beyond what
         its checksum covers (its pages past the end of the file): then Meta.damage says how."""
-        if offset + PAGE_HEADER_SIZE + META_SIZE > self.size:
+        page = self._read_meta_page(offset)
+        self._metas_read[offset] = page
+        if len(page) < PAGE_HEADER_SIZE + META_SIZE:
             return None, "past the end of the file"
-        raw = self._read(offset + PAGE_HEADER_SIZE, META_SIZE)
+        raw = page[PAGE_HEADER_SIZE:]
         order = _byte_order(raw[:4])
         if order is None:
             return None, "no bbolt magic"
@@ -209,6 +218,11 @@ class Database:
             damage = f"{high_water} pages of {page_size} bytes, more than the file holds"
         return Meta(page_id, order, page_size, root, high_water, txid, damage), ""
 
+    def _read_meta_page(self, offset: int) -> bytes:
+        """The header and meta of the meta page at offset, as far as the file holds them."""
+        end = min(offset + PAGE_HEADER_SIZE + META_SIZE, self.size)
+        return self._read(offset, end - offset) if end > offset else b""
+
     def _choose_meta(self) -> Meta:
         """The meta bbolt would open the file with: the valid one with the higher txid. The
         other is never taken instead of a damaged one: it is an older commit, and a file whose
@@ -221,13 +235,12 @@ class Database:
             if meta1 is not None and (meta1.byte_order, meta1.page_size) != same:
                 meta1, why1 = None, "byte order or page size differs from page 0's"
         else:
-            # Page 0 cannot say the page size: page 1 is looked for where each would put it.
-            why1 = "not found at any page size"
-            for offset in PAGE_SIZE_CANDIDATES:
-                meta1, _ = self._meta_at(1, offset)
-                if meta1 is not None and not meta1.damage:
-                    break
+            # Page 0 cannot say the page size: page 1 is looked for where bbolt looks.
+            meta1, why1 = self._meta_at(1, PAGE_1_WITHOUT_PAGE_0)
+            if meta1 is not None and meta1.damage:
+                why1 = meta1.damage
                 meta1 = None
+            why1 = f"{why1}, at the OS page size ({PAGE_1_WITHOUT_PAGE_0})"
         metas = [meta for meta in (meta0, meta1) if meta is not None]
         if not metas:
             raise self.error(f"no valid meta page (page 0: {why0}; page 1: {why1})")
@@ -252,16 +265,18 @@ class Database:
         return _Page(page_id, flags, count, data)
 
 
-def share_lock(fd: int) -> bool:
-    """Take the lock bbolt's read-only opening takes (flock, shared), without waiting. True:
+def share_lock(fd: int) -> str | None:
+    """Take the lock bbolt's read-only opening takes (flock, shared), without waiting. None:
     taken; until fd is closed no writer can open the file (bbolt takes it exclusive to write,
     and a runtime retries every 50 ms until it has it), so nothing commits during the read.
-    False: a writer holds it (the runtime runs), or the file system has no flock."""
+    Else why not: a writer holds it (the runtime runs), or the lock cannot be had at all."""
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    return True
+    except BlockingIOError:
+        return "the lock bbolt's readers take is held (a running containerd holds it)"
+    except OSError as e:
+        return f"the lock bbolt's readers take cannot be had ({e.strerror or e})"
+    return None
 
 
 def _byte_order(magic: bytes) -> str | None:

@@ -438,7 +438,7 @@ def _containerd(root: str, located: LocatedPath, found: _Found) -> None:
         return
     finally:
         os.close(fd)  # and with it the lock
-    records, per_namespace, of_the_cri, between_commits = read
+    records, per_namespace, of_the_cri, unlocked = read
     for sandbox_id, fate, note in records:
         found.add(sandbox_id, fate, note)
     ids = {sandbox_id for sandbox_id, _, _ in records}
@@ -450,8 +450,8 @@ def _containerd(root: str, located: LocatedPath, found: _Found) -> None:
         found.records_found = True
     else:
         extra += f"; no namespace {CRI_NAMESPACE}: not the CRI's records"
-    if between_commits:
-        extra += "; read while a running containerd held it, between two commits"
+    if unlocked:
+        extra += f"; {unlocked}: read between two commits"
     found.sources.append(f"{runtime}: {where}: {_sandboxes(len(ids))}{counted}{extra}")
 
 
@@ -459,10 +459,10 @@ class _MetaDbRead(Record):
     records: list[tuple[str, Fate, str]]  # (sandbox ID, fate, note)
     per_namespace: dict[str, int]
     of_the_cri: bool  # whether the CRI's namespace is there
-    between_commits: bool  # read while a writer held the file, with no commit during the read
+    unlocked: str  # why the lock was not had ("": it was), so that commits could land
 
 
-def _walk_meta_db(db: Database, runtime: str, between_commits: bool) -> _MetaDbRead:
+def _walk_meta_db(db: Database, runtime: str, unlocked: str) -> _MetaDbRead:
     per_namespace: dict[str, int] = {}
     records = []
     # Docker's containerd keeps a database too, with its own namespace (moby) only: records
@@ -471,26 +471,26 @@ def _walk_meta_db(db: Database, runtime: str, between_commits: bool) -> _MetaDbR
     for namespace, sandbox_id, fate, note in _containerd_sandboxes(db, runtime):
         per_namespace[namespace] = per_namespace.get(namespace, 0) + 1
         records.append((sandbox_id, fate, note))
-    return _MetaDbRead(records, per_namespace, of_the_cri, between_commits)
+    return _MetaDbRead(records, per_namespace, of_the_cri, unlocked)
 
 
 def _read_meta_db(fd: int, where: str, runtime: str) -> _MetaDbRead:
     """The records of one whole commit. A BoltError where the file is damaged, or where a
     writer holds it and a commit landed during every read."""
-    locked = share_lock(fd)
-    for _ in range(1 if locked else READS_WHILE_COMMITTED):
+    unlocked = share_lock(fd) or ""
+    for _ in range(READS_WHILE_COMMITTED if unlocked else 1):
         db = None
         try:
             db = Database(fd, where)
-            read: _MetaDbRead | BoltError = _walk_meta_db(db, runtime, not locked)
+            read: _MetaDbRead | BoltError = _walk_meta_db(db, runtime, unlocked)
         except BoltError as e:
             read = e  # damage, or a page a commit wrote over during the walk
         failpoint.hit(META_DB_READ)
-        if locked or (db is not None and db.unchanged()):
+        if not unlocked or (db is not None and db.unchanged()):
             if isinstance(read, BoltError):
                 raise read  # damage in one whole commit
             return read
-    held = f"{where}: the lock bbolt's readers take is held (a running containerd holds it), and"
+    held = f"{where}: {unlocked}, and"
     if isinstance(read, BoltError):
         raise BoltError(f"{held} no read of it was of one whole commit; the last: {read}")
     raise BoltError(f"{held} a commit landed during each of {READS_WHILE_COMMITTED} reads")

@@ -53,6 +53,9 @@ MAX_STATE_ENTRIES = 1 << 16
 _STAT_BYTES = 4096  # /proc/PID/stat is a few hundred bytes; comm is at most 64
 _CMDLINE_BYTES = 4096  # enough for argv[0]
 _DEAD_STATES = frozenset("ZXx")  # zombie, dead: a runtime that has exited
+# stat's flags (field 9, the 7th after the name): a kernel thread, with no executable or
+# argv to read (include/linux/sched.h); most of a booting node's processes are such.
+_PF_KTHREAD = 0x00200000
 
 # containerd's shim v2 and v1 task dirs: <state>/<dir>/<namespace>/<id>
 TASK_DIRS = frozenset({"io.containerd.runtime.v2.task", "io.containerd.runtime.v1.linux"})
@@ -110,12 +113,15 @@ def _read_head(path: str, limit: int) -> bytes:
 
 def _process_names(proc: str, pid: str) -> tuple[list[str], str] | None:
     """The names a process goes by (comm, its executable's, argv[0]'s) and its executable;
-    None for a zombie."""
+    None for a zombie or a kernel thread."""
     stat_line = _read_head(f"{proc}/{pid}/stat", _STAT_BYTES)
     open_paren, close_paren = stat_line.find(b"("), stat_line.rfind(b")")
     if open_paren < 0 or close_paren < 0:
         return None
-    if stat_line[close_paren + 2 : close_paren + 3].decode("ascii", "replace") in _DEAD_STATES:
+    after_name = stat_line[close_paren + 2 :].split(None, 7)
+    if after_name and after_name[0][:1].decode("ascii", "replace") in _DEAD_STATES:
+        return None
+    if len(after_name) > 6 and after_name[6].isdigit() and int(after_name[6]) & _PF_KTHREAD:
         return None
     names = [os.fsdecode(stat_line[open_paren + 1 : close_paren])]
     try:

@@ -307,10 +307,10 @@ class ProcessRunner:
 
     def __init__(self, note: Callable[[str], None] = lambda _: None) -> None:
         # Only a run that starts a plugin loads the spawning; finding one needs none of it.
-        from cni_reaper import spawn  # noqa: PLC0415
+        from cni_reaper import spawn, strays  # noqa: PLC0415
 
         self._spawn = spawn.Child.spawn
-        self._strays = spawn.STRAYS
+        self._strays = strays.STRAYS
         self._close_fds = spawn.inherited_fds()
         self._note = note  # told of the processes plugins left running, once killed
 
@@ -325,12 +325,9 @@ class ProcessRunner:
                 child.wait()
                 child.close()
         finally:
-            killed = self._strays.end()
-            if killed:
-                self._note(
-                    f"killed {len(killed)} process(es) plugins left running outside their "
-                    f"process groups, after the last plugin ended: {', '.join(killed)}"
-                )
+            ended = self._strays.end()
+            if ended:
+                self._note(ended)
 
     def _communicate(self, child: Child, stdin: bytes, timeout: float) -> PluginRun:
         limits = {child.stdout_fd: MAX_STDOUT, child.stderr_fd: MAX_STDERR}

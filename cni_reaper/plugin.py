@@ -313,9 +313,16 @@ class ProcessRunner:
         self._strays = strays.STRAYS
         self._close_fds = spawn.inherited_fds()
         self._note = note  # told of the processes plugins left running, once killed
+        self._refusal_noted = False
 
     def run(self, path: str, env: Mapping[str, str], stdin: bytes, timeout: float) -> PluginRun:
-        self._strays.begin()
+        refused = self._strays.begin()
+        if refused and not self._refusal_noted:
+            self._refusal_noted = True
+            self._note(
+                f"processes plugins leave running outside their process groups cannot be "
+                f"ended ({refused}): they may run on beside the runtime"
+            )
         try:
             child = self._spawn(path, dict(env), self._close_fds)
             try:

@@ -65,14 +65,17 @@ class Strays:
         self._before: frozenset[tuple[int, int]] = frozenset()  # (pid, start)
         self._adopting = False
 
-    def begin(self) -> None:
-        """A plugin is about to be started."""
+    def begin(self) -> str | None:
+        """A plugin is about to be started. Why what it leaves cannot be ended, if so."""
         with self._lock:
+            refused = None
             if self._busy == 0:
-                self._adopting = _subreaper(True)
+                refused = _subreaper(True)
+                self._adopting = refused is None
                 if self._adopting:
                     self._before = frozenset((pid, p.start) for pid, p in _children().items())
             self._busy += 1
+            return refused
 
     def end(self) -> str | None:
         """A plugin begun has ended and been reaped, or never started. When it was the last
@@ -215,17 +218,20 @@ def _send(pid: int, start: int, signum: int) -> None:
             os.close(fd)
 
 
-def _subreaper(on: bool) -> bool:
-    """Whether this process is now (on) or no longer its descendants' subreaper."""
-    return bool(_prctl()(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0)
+def _subreaper(on: bool) -> str | None:
+    """Make this process its descendants' subreaper (on), or no longer; why not, if refused."""
+    prctl, errno_now = _prctl()
+    if prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0:
+        return None
+    return f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(errno_now())}"
 
 
 @functools.cache
-def _prctl() -> Callable[..., int]:
+def _prctl() -> tuple[Callable[..., int], Callable[[], int]]:
     import ctypes  # noqa: PLC0415 (only runs that start a plugin)
 
     prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    return prctl
+    return prctl, ctypes.get_errno
 
 
 def _children(listed: bool = True) -> dict[int, _Process]:

@@ -4,9 +4,11 @@ exit code, never with a traceback, and nothing is lost."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,7 +19,7 @@ import pytest
 
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed, by_path
-from tests.nodetree import CONTAINER_IDS
+from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR
 from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,3 +135,64 @@ def test_missing_or_odd_wtmp_falls_back_to_btime_and_says_so(
     assert report["boot"]["current_boot_start_source"] == "/proc/stat btime"
     assert (by_path(report)[damaged.name]["outcome"], code) == ("done", ExitCode.OK)
     assert valid.exists()
+
+
+# A launcher that installs a seccomp filter refusing prctl(PR_SET_CHILD_SUBREAPER) with EPERM,
+# as a unit's SystemCallFilter= could, then runs the rest of its argv: classic BPF over
+# struct seccomp_data (nr at 0, args[0]'s low half at 16 on little-endian x86_64).
+WITHOUT_SUBREAPER = """\
+import ctypes, os, struct, sys
+NR_PRCTL = 157  # x86_64
+program = [
+    (0x20, 0, 0, 0),  # A = nr
+    (0x15, 0, 3, NR_PRCTL),  # nr == prctl ? next : allow
+    (0x20, 0, 0, 16),  # A = args[0]
+    (0x15, 0, 1, 36),  # == PR_SET_CHILD_SUBREAPER ? next : allow
+    (0x06, 0, 0, 0x00050000 | 1),  # SECCOMP_RET_ERRNO | EPERM
+    (0x06, 0, 0, 0x7FFF0000),  # SECCOMP_RET_ALLOW
+]
+code = b"".join(struct.pack("=HBBI", *insn) for insn in program)
+buf = ctypes.create_string_buffer(code)
+fprog = struct.pack("=HxxxxxxQ", len(program), ctypes.addressof(buf))
+fprog_buf = ctypes.create_string_buffer(fprog)
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+fprog_ptr = ctypes.c_void_p(ctypes.addressof(fprog_buf))
+assert libc.prctl(22, 2, fprog_ptr, 0, 0) == 0, ctypes.get_errno()
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_a_filter_refusing_the_subreaper_is_warned_of_and_the_dels_go_on(
+    crashed: Crashed, tmp_path: Path
+) -> None:
+    """A plugin leaves a daemon in a session of its own; the reaper cannot be its subreaper:
+    the run says it cannot end such processes, and the DELs are done as ever."""
+    if os.uname().machine != "x86_64":
+        cannot_run("the filter's system call number is x86_64's")
+    _, damaged = damaged_node(crashed)
+    pidfile = tmp_path / "daemon.pid"
+    crashed.node.fake_plugin_network(
+        "forker", "forker", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' &\nexit 0\n"
+    )
+    left = crashed.node.write_result(f"forker-{CONTAINER_IDS[2]}-eth0", b"")
+    bin_dir = str(crashed.node.root / "opt/cni/bin")
+    launcher = [sys.executable, "-c", WITHOUT_SUBREAPER, sys.executable]
+    reaper = ["-m", "tests.clocked_run", str(crashed.t0 + 60), "--"]
+    argv = crashed.argv("--json", "--bin-dir", PLUGIN_DIR, "--bin-dir", bin_dir)
+    try:
+        proc = subprocess.run(
+            [*launcher, *reaper, *argv], capture_output=True, text=True, cwd=REPO, timeout=120
+        )
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    report = json.loads(proc.stdout)
+    entries = by_path(report)
+    assert entries[damaged.name]["outcome"] == entries[left.name]["outcome"] == "done"
+    assert (
+        "processes plugins leave running outside their process groups cannot be ended "
+        "(prctl(PR_SET_CHILD_SUBREAPER): Operation not permitted): they may run on beside "
+        "the runtime"
+    ) in report["warnings"] + report["later_warnings"]  # noted once the report had begun

@@ -2,13 +2,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from cni_reaper import failpoint
+from cni_reaper.runtime.inventory import META_DB_READ
 from tests import real_libcni
 from tests.crashed import Crashed
+from tests.meta_db_running import Interfere
 from tests.nodetree import PLUGIN_DIR, NodeTree, have_plugins
 from tests.private_node import cannot_run
 
@@ -71,3 +74,21 @@ def libcni_build() -> real_libcni.Built:
 @pytest.fixture(scope="session")
 def libcni_client(libcni_build: real_libcni.Built) -> real_libcni.LibcniClient:
     return real_libcni.LibcniClient(libcni_build.path)
+
+
+@pytest.fixture
+def after_each_read() -> Iterator[Interfere]:
+    """Have an action run after each read of containerd's meta.db, given the read's number
+    (from 1); the list returned holds the numbers of the reads made."""
+    reads: list[int] = []
+
+    def interfere(action: Callable[[int], None]) -> list[int]:
+        def step() -> None:
+            reads.append(len(reads) + 1)
+            action(len(reads))
+
+        failpoint.interfere(META_DB_READ, step)
+        return reads
+
+    yield interfere
+    failpoint.interfere(META_DB_READ, None)

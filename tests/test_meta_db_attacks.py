@@ -17,15 +17,14 @@ import os
 import shutil
 import struct
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cni_reaper import failpoint
-from cni_reaper.runtime import bbolt, config, inventory
+from cni_reaper.runtime import bbolt, inventory
 from cni_reaper.runtime.bbolt import PAGE_HEADER_SIZE, Database
-from cni_reaper.runtime.inventory import META_DB_READ, SandboxInventory
+from cni_reaper.runtime.inventory import SandboxInventory
 from tests.bolt_writer import (
     Operation,
     containerd_sandbox,
@@ -35,20 +34,22 @@ from tests.bolt_writer import (
     start_writing,
     write_db,
 )
+from tests.meta_db_running import (
+    HELD,
+    META_DB,
+    RUNNING,
+    Interfere,
+    inventory_of,
+    lands,
+    read_while_held,
+)
 
-META_DB = "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
-HELD = "the lock bbolt's readers take is held"
-RUNNING = f"; {HELD} (a running containerd holds it): read between two commits"
 # Sandboxes in every commit of the scenarios below.
 KEPT = [f"{n:064x}" for n in range(30)]
 # Sandboxes some commits make.
 NEW = [f"{n:064x}" for n in range(1000, 1040)]
 
 ReadMetaPage = Callable[[Database, int], bytes]
-
-
-def inventory_of(root: Path) -> SandboxInventory:
-    return inventory.load(str(root), config.load(str(root)))
 
 
 def sandboxes(ids: list[str], spec_bytes: int = 2000) -> list[Operation]:
@@ -112,18 +113,6 @@ def being_written(old: bytes, new: bytes) -> bytes:
     return new[:cut] + old[cut:]
 
 
-def lands(path: Path, state: bytes) -> None:
-    """Bytes written in place, as a running bbolt writes a commit (the same inode)."""
-    with open(path, "r+b") as f:
-        f.write(state)
-
-
-def held_by_containerd(path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return fd
-
-
 def lock_is_free(path: Path) -> bool:
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
@@ -138,22 +127,6 @@ def lock_is_free(path: Path) -> bool:
 def never_dropped(found: SandboxInventory, ids: list[str]) -> None:
     said = {sandbox: found.knows(sandbox) for sandbox in ids}
     assert [s for s, knows in said.items() if knows is False] == [], found.sources
-
-
-@pytest.fixture
-def after_each_read() -> Iterator[Callable[[Callable[[int], None]], list[int]]]:
-    reads: list[int] = []
-
-    def interfere(action: Callable[[int], None]) -> list[int]:
-        def step() -> None:
-            reads.append(len(reads) + 1)
-            action(len(reads))
-
-        failpoint.interfere(META_DB_READ, step)
-        return reads
-
-    yield interfere
-    failpoint.interfere(META_DB_READ, None)
 
 
 @pytest.fixture
@@ -217,7 +190,7 @@ def test_a_walk_of_a_commit_over_the_pages_two_commits_later_misses_sandboxes(
 def test_commits_landing_between_the_meta_pages_and_the_walk_have_it_read_again(
     tmp_path: Path,
     meta_reads: Callable[[Callable[[int, str], None]], list[int]],
-    after_each_read: Callable[[Callable[[int], None]], list[int]],
+    after_each_read: Interfere,
 ) -> None:
     """Database() takes T; T+1 lands whole and T+2's data pages over T's before the walk: the
     walk is torn, the check finds T+1 newest, and the read after it is whole."""
@@ -230,12 +203,7 @@ def test_commits_landing_between_the_meta_pages_and_the_walk_have_it_read_again(
             lands(path, mid_t2)
 
     calls = meta_reads(land)
-    reads = after_each_read(lambda _: None)
-    fd = held_by_containerd(path)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(tmp_path, after_each_read)
     assert reads == [1, 2]
     assert len(calls) == 8
     assert found.known == set(KEPT)
@@ -246,7 +214,7 @@ def test_commits_landing_between_the_meta_pages_and_the_walk_have_it_read_again(
 def test_a_meta_page_read_while_it_is_written_during_the_check_hides_newer_commits(
     tmp_path: Path,
     meta_reads: Callable[[Callable[[int, str], None]], list[int]],
-    after_each_read: Callable[[Callable[[int], None]], list[int]],
+    after_each_read: Interfere,
 ) -> None:
     """T in page 0, T+1 in page 1, T+2's data over T's pages (the walk torn); T+2's meta lands
     once the check has read page 0, and T+3's is being written when it reads page 1. A check
@@ -271,12 +239,7 @@ def test_a_meta_page_read_while_it_is_written_during_the_check_hides_newer_commi
             lands(path, state_t3)
 
     meta_reads(land)
-    reads = after_each_read(lambda _: None)
-    fd = held_by_containerd(path)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(tmp_path, after_each_read)
     assert lock_is_free(path)
     assert reads  # at least one read made
     never_dropped(found, KEPT)
@@ -285,7 +248,7 @@ def test_a_meta_page_read_while_it_is_written_during_the_check_hides_newer_commi
 def test_the_same_commits_with_the_meta_page_whole_during_the_check(
     tmp_path: Path,
     meta_reads: Callable[[Callable[[int, str], None]], list[int]],
-    after_each_read: Callable[[Callable[[int], None]], list[int]],
+    after_each_read: Interfere,
 ) -> None:
     """As above, but page 1 read whole (T+1): the check sees it, and the read after is whole."""
     _, state_t1, state_t2, state_t3 = relabelled_then_made(tmp_path)
@@ -302,12 +265,7 @@ def test_the_same_commits_with_the_meta_page_whole_during_the_check(
             lands(path, state_t3)
 
     meta_reads(land)
-    reads = after_each_read(lambda _: None)
-    fd = held_by_containerd(path)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(tmp_path, after_each_read)
     assert reads == [1, 2]
     assert found.known == set(KEPT) | set(NEW[:10])  # T+3's
     assert lock_is_free(path)
@@ -316,7 +274,7 @@ def test_the_same_commits_with_the_meta_page_whole_during_the_check(
 def test_a_meta_page_being_written_when_database_reads_it(
     tmp_path: Path,
     meta_reads: Callable[[Callable[[int, str], None]], list[int]],
-    after_each_read: Callable[[Callable[[int], None]], list[int]],
+    after_each_read: Interfere,
 ) -> None:
     """T+1's meta (page 1) torn as Database() reads it: T is taken, the walk is of T whole (T+2
     has not begun), and the check sees T+1 whole: read again, whole."""
@@ -335,12 +293,7 @@ def test_a_meta_page_being_written_when_database_reads_it(
             lands(path, state_t1)
 
     calls = meta_reads(land)
-    reads = after_each_read(lambda _: None)
-    fd = held_by_containerd(path)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(tmp_path, after_each_read)
     assert reads == [1, 2]
     assert len(calls) >= 6
     assert found.known == set(KEPT)
@@ -352,12 +305,9 @@ def test_both_meta_pages_rewritten_during_a_read(
     """T+1 and T+2 (both meta pages) land between the walk and the check."""
     _, _, state_t2, _ = relabelled_then_made(tmp_path)
     path = tmp_path / META_DB
-    reads = after_each_read(lambda read: lands(path, state_t2) if read == 1 else None)
-    fd = held_by_containerd(path)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(
+        tmp_path, after_each_read, lambda read: lands(path, state_t2) if read == 1 else None
+    )
     assert reads == [1, 2]
     assert found.known == set(KEPT) | set(NEW[:10])
     assert lock_is_free(path)
@@ -371,12 +321,9 @@ def test_a_commit_growing_the_file_during_a_read(
     state_t, state_t1 = commits(tmp_path, sandboxes(KEPT), sandboxes(NEW, spec_bytes=20000))
     assert len(state_t1) > len(state_t)
     path = tmp_path / META_DB
-    reads = after_each_read(lambda read: lands(path, state_t1) if read == 1 else None)
-    fd = held_by_containerd(path)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(
+        tmp_path, after_each_read, lambda read: lands(path, state_t1) if read == 1 else None
+    )
     assert reads == [1, 2]
     assert found.known == set(KEPT) | set(NEW)
 
@@ -384,19 +331,14 @@ def test_a_commit_growing_the_file_during_a_read(
 def test_a_commit_growing_the_file_between_its_size_and_its_meta_pages(
     tmp_path: Path,
     meta_reads: Callable[[Callable[[int, str], None]], list[int]],
-    after_each_read: Callable[[Callable[[int], None]], list[int]],
+    after_each_read: Interfere,
 ) -> None:
     """Database() took the size, then the commit landed: its meta is beyond that size, so
     Database() fails; that read is not taken, and the next is whole."""
     _, state_t1 = commits(tmp_path, sandboxes(KEPT), sandboxes(NEW, spec_bytes=20000))
     path = tmp_path / META_DB
     meta_reads(lambda call, when: lands(path, state_t1) if (call, when) == (1, "before") else None)
-    reads = after_each_read(lambda _: None)
-    fd = held_by_containerd(path)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(tmp_path, after_each_read)
     assert reads == [1, 2]
     assert found.known == set(KEPT) | set(NEW)
 
@@ -409,12 +351,9 @@ def test_the_file_replaced_in_place_by_an_older_copy_during_a_read(
     state_t, _, state_t2, _ = relabelled_then_made(tmp_path)
     path = tmp_path / META_DB
     lands(path, state_t2)
-    reads = after_each_read(lambda read: lands(path, state_t) if read == 1 else None)
-    fd = held_by_containerd(path)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(
+        tmp_path, after_each_read, lambda read: lands(path, state_t) if read == 1 else None
+    )
     assert reads == [1, 2]
     assert found.known == set(KEPT)
 
@@ -428,12 +367,9 @@ def test_a_file_renamed_over_meta_db_during_a_read(
     path = tmp_path / META_DB
     replacement = tmp_path / "replacement.db"
     replacement.write_bytes(state_t)
-    fd = held_by_containerd(path)
-    reads = after_each_read(lambda read: os.replace(replacement, path) if read == 1 else None)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(
+        tmp_path, after_each_read, lambda read: os.replace(replacement, path) if read == 1 else None
+    )
     assert reads == [1]
     assert found.known == set(KEPT)
     assert lock_is_free(path)
@@ -464,7 +400,7 @@ def test_another_reader_holding_the_shared_lock(
 def test_flock_failing_with_another_errno(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    after_each_read: Callable[[Callable[[int], None]], list[int]],
+    after_each_read: Interfere,
     code: int,
 ) -> None:
     """No lock: a read counts only once checked, as with a writer holding it."""
@@ -498,12 +434,7 @@ def test_a_newer_meta_with_its_checksum_but_damaged_while_held(
     struct.pack_into("<Q", page1, fields + bbolt.META_CHECKED_SIZE, bbolt.fnv1a64(checked))
     path = tmp_path / META_DB
     lands(path, state_t[:size] + bytes(page1) + state_t[2 * size :])
-    reads = after_each_read(lambda _: None)
-    fd = held_by_containerd(path)
-    try:
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(tmp_path, after_each_read)
     assert reads == [1, 2, 3]
     assert [found.knows(sandbox) for sandbox in KEPT[:3]] == [None] * 3
     (unreadable,) = found.unreadable

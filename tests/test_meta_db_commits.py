@@ -8,19 +8,15 @@ the real bbolt too, holding the file open, locked, and committing."""
 from __future__ import annotations
 
 import collections
-import fcntl
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from cni_reaper import failpoint
-from cni_reaper.runtime import config, inventory
-from cni_reaper.runtime.inventory import META_DB_READ, READS_WHILE_COMMITTED, SandboxInventory
+from cni_reaper.runtime.inventory import READS_WHILE_COMMITTED
 from tests.bolt_writer import (
     Operation,
     committing,
@@ -31,16 +27,19 @@ from tests.bolt_writer import (
     start_writing,
     write_db,
 )
+from tests.meta_db_running import (
+    HELD,
+    META_DB,
+    RUNNING,
+    Interfere,
+    held_by_containerd,
+    inventory_of,
+    lands,
+    read_while_held,
+)
 
-META_DB = "var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
 KEPT = "a" * 64  # a sandbox in every commit
 IDS = [f"{n:x}" * 64 for n in range(1, 10)]
-HELD = "the lock bbolt's readers take is held (a running containerd holds it)"
-RUNNING = f"; {HELD}: read between two commits"
-
-
-def inventory_of(root: Path) -> SandboxInventory:
-    return inventory.load(str(root), config.load(str(root)))
 
 
 def meta_db(root: Path, *transactions: list[Operation]) -> Path:
@@ -53,34 +52,6 @@ def records_line(root: Path, sandboxes: int) -> str:
     return f"containerd: {root / META_DB}: {sandboxes} sandboxes (namespace k8s.io: {sandboxes})"
 
 
-Interfere = Callable[[Callable[[int], None]], list[int]]
-
-
-@pytest.fixture
-def after_each_read() -> Iterator[Interfere]:
-    """Have an action run after each read of meta.db, given the read's number (from 1); the
-    list returned holds the numbers of the reads made."""
-    reads: list[int] = []
-
-    def interfere(action: Callable[[int], None]) -> list[int]:
-        def step() -> None:
-            reads.append(len(reads) + 1)
-            action(len(reads))
-
-        failpoint.interfere(META_DB_READ, step)
-        return reads
-
-    yield interfere
-    failpoint.interfere(META_DB_READ, None)
-
-
-def held_by_containerd(path: Path) -> int:
-    """A descriptor holding the flock a running containerd's bbolt holds on its meta.db."""
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return fd
-
-
 def later_commits(path: Path, work: Path, *transactions: list[Operation]) -> list[bytes]:
     """The file's bytes after each of the transactions, committed in turn to a copy of it."""
     copy = work / "later.db"
@@ -90,12 +61,6 @@ def later_commits(path: Path, work: Path, *transactions: list[Operation]) -> lis
         write_db(copy, [ops], no_freelist_sync=True)
         states.append(copy.read_bytes())
     return states
-
-
-def lands(path: Path, state: bytes) -> None:
-    """A commit landing in the file in place, as a running bbolt writes it (the same inode)."""
-    with open(path, "r+b") as f:
-        f.write(state)
 
 
 def test_a_read_holds_off_a_containerd_starting_until_it_ends(
@@ -129,15 +94,8 @@ def test_a_read_holds_off_a_containerd_starting_until_it_ends(
 def test_a_running_containerd_with_no_commit_during_the_read(
     tmp_path: Path, after_each_read: Interfere
 ) -> None:
-    path = meta_db(
-        tmp_path, containerd_sandbox("k8s.io", KEPT) + containerd_sandbox("k8s.io", IDS[0])
-    )
-    fd = held_by_containerd(path)
-    try:
-        reads = after_each_read(lambda _: None)
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    meta_db(tmp_path, containerd_sandbox("k8s.io", KEPT) + containerd_sandbox("k8s.io", IDS[0]))
+    reads, found = read_while_held(tmp_path, after_each_read)
     assert reads == [1]
     assert found.known == {KEPT, IDS[0]}
     assert found.unreadable == ()
@@ -160,12 +118,9 @@ def test_a_commit_during_a_read_has_it_read_again(
             delete_bucket(["v1", "k8s.io", "containers"], IDS[0]),
         ],
     )
-    fd = held_by_containerd(path)
-    try:
-        reads = after_each_read(lambda read: lands(path, later) if read == 1 else None)
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(
+        tmp_path, after_each_read, lambda read: lands(path, later) if read == 1 else None
+    )
     assert reads == [1, 2]
     assert found.known == {KEPT, IDS[1]}
     assert found.knows(IDS[0]) is False  # containerd removed it in the commit read whole
@@ -181,18 +136,14 @@ def test_a_commit_during_every_read_leaves_the_records_in_doubt(
     states = later_commits(
         path, tmp_path, *(containerd_sandbox("k8s.io", i) for i in IDS[:READS_WHILE_COMMITTED])
     )
-    fd = held_by_containerd(path)
-    try:
-        reads = after_each_read(lambda read: lands(path, states[read - 1]))
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(
+        tmp_path, after_each_read, lambda read: lands(path, states[read - 1])
+    )
     assert reads == [1, 2, 3]
     assert found.known == frozenset()
     assert [found.knows(i) for i in (KEPT, *IDS)] == [None] * (1 + len(IDS))
     assert found.unreadable == (
-        f"containerd: {tmp_path / META_DB}: the lock bbolt's readers take is held (a running "
-        f"containerd holds it), and a commit landed during each of 3 reads",
+        f"containerd: {tmp_path / META_DB}: {HELD}, and a commit landed during each of 3 reads",
     )
 
 
@@ -202,12 +153,7 @@ def test_a_damaged_file_a_running_program_holds_is_damaged(
     path = tmp_path / META_DB
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\0" * 65536)
-    fd = held_by_containerd(path)
-    try:
-        reads = after_each_read(lambda _: None)
-        found = inventory_of(tmp_path)
-    finally:
-        os.close(fd)
+    reads, found = read_while_held(tmp_path, after_each_read)
     assert reads == [1, 2, 3]
     assert found.knows(KEPT) is None
     (unreadable,) = found.unreadable

@@ -41,6 +41,21 @@ def _run(
     return crashed.run(capsys, "--bin-dir", bin_dir, *args)
 
 
+def _run_leaving(
+    crashed: Crashed,
+    capsys: pytest.CaptureFixture[str],
+    sessions: list[int],
+    pids: Path,
+    *extra: str,
+) -> tuple[int, dict[str, Any]]:
+    """_run, the sessions whose leaders' pids the plugins wrote to pids killed at the test's
+    end whatever the run did."""
+    try:
+        return _run(crashed, capsys, *extra)
+    finally:
+        sessions.extend(_ints(pids))
+
+
 def _subreaper() -> int:
     flag = ctypes.c_int(-1)
     prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -154,10 +169,7 @@ def test_a_timed_out_plugins_setsid_child_is_killed(
         f"setsid sh -c 'echo $$ > {pids}; exec sleep 300' &\n"
         f"while [ ! -s {pids} ]; do sleep 0.01; done\nexec sleep 300\n",
     )
-    try:
-        code, report = _run(crashed, capsys, "--plugin-timeout", "1")
-    finally:
-        sessions.extend(_ints(pids))
+    code, report = _run_leaving(crashed, capsys, sessions, pids, "--plugin-timeout", "1")
     (daemon,) = _ints(pids)
     assert not alive(daemon)
     assert _killed_warning(report) == (
@@ -180,10 +192,7 @@ def test_a_stopped_stray_is_killed(
         f"while [ ! -s {pids} ] || ! grep -q ') T' /proc/$(cat {pids})/stat; do sleep 0.01; "
         "done\n" + OK_RESULT,
     )
-    try:
-        code, report = _run(crashed, capsys)
-    finally:
-        sessions.extend(_ints(pids))
+    code, report = _run_leaving(crashed, capsys, sessions, pids)
     (stray,) = _ints(pids)
     assert not alive(stray)
     assert _killed_warning(report) == (
@@ -206,10 +215,7 @@ def test_a_renamed_stray_is_killed_and_named_as_it_now_calls_itself(
         f"setsid sh -c 'printf kubelet > /proc/$$/comm; echo $$ > {pids}; read x < {fifo}' &\n"
         f"while [ ! -s {pids} ]; do sleep 0.01; done\n" + OK_RESULT,
     )
-    try:
-        code, report = _run(crashed, capsys)
-    finally:
-        sessions.extend(_ints(pids))
+    code, report = _run_leaving(crashed, capsys, sessions, pids)
     (stray,) = _ints(pids)
     assert not alive(stray)
     warning = _killed_warning(report)
@@ -229,10 +235,7 @@ def test_a_stray_that_exited_on_its_own_is_reaped_not_counted(
         f"while [ ! -s {pids} ] || ! grep -q ') Z' /proc/$(cat {pids})/stat; do sleep 0.01; "
         "done\n" + OK_RESULT,
     )
-    try:
-        code, report = _run(crashed, capsys)
-    finally:
-        sessions.extend(_ints(pids))
+    code, report = _run_leaving(crashed, capsys, sessions, pids)
     (stray,) = _ints(pids)
     assert _stat(stray) is None  # reaped
     assert _killed_warning(report) is None
@@ -258,10 +261,7 @@ def test_a_chain_of_sessions_each_alive_is_killed_to_the_last(
         f"while [ $(wc -l < {pids} 2>/dev/null || echo 0) -lt 3 ]; do sleep 0.01; done\n"
         + OK_RESULT,
     )
-    try:
-        code, report = _run(crashed, capsys)
-    finally:
-        sessions.extend(_ints(pids))
+    code, report = _run_leaving(crashed, capsys, sessions, pids)
     strays = _ints(pids)
     assert len(strays) == 3
     assert not any(alive(pid) for pid in strays)
@@ -281,10 +281,7 @@ def test_a_stray_forking_all_along_is_killed_with_everything_it_forked(
         f"setsid sh -c 'echo $$ > {pids}; while :; do (sleep 300 &); sleep 0.01; done' &\n"
         f"while [ ! -s {pids} ]; do sleep 0.01; done\nsleep 0.3\n" + OK_RESULT,
     )
-    try:
-        code, report = _run(crashed, capsys)
-    finally:
-        sessions.extend(_ints(pids))
+    code, report = _run_leaving(crashed, capsys, sessions, pids)
     (sid,) = _ints(pids)
     assert _wait_for(lambda: not _session(sid), 5.0), _session(sid)
     warning = _killed_warning(report)
@@ -307,10 +304,7 @@ def test_strays_of_four_networks_deleted_in_parallel_are_all_killed(
         )
         for n in range(4)
     ]
-    try:
-        code, report = _run(crashed, capsys, "--parallel", "4")
-    finally:
-        sessions.extend(_ints(pids))
+    code, report = _run_leaving(crashed, capsys, sessions, pids, "--parallel", "4")
     strays = _ints(pids)
     assert len(strays) == 4
     assert not any(alive(pid) for pid in strays)
@@ -337,10 +331,7 @@ def test_a_stray_is_killed_when_children_are_found_by_scanning_proc(
         f"setsid sh -c 'echo $$ > {pids}; setsid sleep 300 & exec sleep 300' &\n"
         f"while [ ! -s {pids} ]; do sleep 0.01; done\n" + OK_RESULT,
     )
-    try:
-        code, report = _run(crashed, capsys)
-    finally:
-        sessions.extend(_ints(pids))
+    code, report = _run_leaving(crashed, capsys, sessions, pids)
     (stray,) = _ints(pids)
     assert not alive(stray)
     assert not _session(stray)
@@ -442,10 +433,7 @@ def test_a_deep_chain_of_processes_is_killed_entirely(
         "deep",
         f"setsid sh {chain} &\n" + _wait_file(ready, 60) + OK_RESULT,
     )
-    try:
-        code, report = _run(crashed, capsys, "--plugin-timeout", "60")
-    finally:
-        sessions.extend(_ints(top))
+    code, report = _run_leaving(crashed, capsys, sessions, top, "--plugin-timeout", "60")
     (sid,) = _ints(top)
     assert (by_path(report)[name]["outcome"], code) == ("done", ExitCode.OK)
     assert _subreaper() == 0
@@ -468,10 +456,7 @@ def test_a_stray_walking_by_fork_and_exit_is_killed(
         f"setsid sh -c 'echo $$ > {top}; exec sh {walker}' &\n"
         f"while [ ! -s {top} ]; do sleep 0.01; done\nsleep 0.2\n" + OK_RESULT,
     )
-    try:
-        code, report = _run(crashed, capsys)
-    finally:
-        sessions.extend(_ints(top))
+    code, report = _run_leaving(crashed, capsys, sessions, top)
     assert (by_path(report)[name]["outcome"], code) == ("done", ExitCode.OK)
     assert _subreaper() == 0
 
@@ -509,10 +494,7 @@ def test_a_running_stray_whose_main_thread_exited_is_named(
         f"while [ ! -s {pids} ] || ! grep -q ') Z' /proc/$(cat {pids})/stat; do sleep 0.01; "
         "done\n" + OK_RESULT,
     )
-    try:
-        code, report = _run(crashed, capsys)
-    finally:
-        sessions.extend(_ints(pids))
+    code, report = _run_leaving(crashed, capsys, sessions, pids)
     (stray,) = _ints(pids)
     assert (by_path(report)[name]["outcome"], code) == ("done", ExitCode.OK)
     assert _wait_for(lambda: not Path(f"/proc/{stray}").exists(), 5.0)  # killed all the same

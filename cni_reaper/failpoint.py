@@ -4,9 +4,11 @@ where a test has something happen that a run cannot order (a commit landing duri
 Inert unless $CNI_REAPER_FAILPOINT names one: "NAME" kills the process with SIGKILL the first
 time NAME is reached, "NAME#N" the N-th time. With $CNI_REAPER_FAILPOINT_LOG set, every point
 reached is appended to that file, so a test learns which steps a run takes. Every point is
-declared at import by the module that owns the step, so registered() lists them all and a new
-step is covered by the tests without touching them. A test in the same process may also have
-something happen at a point (a file rewritten between two steps, say): interfere().
+declared at import by the module that owns the step, so registered() lists the steps of a
+repair and a new one is covered by the crash tests without touching them. A test in the same
+process may also have something happen at a point (a file rewritten between two steps, say):
+interfere(); a point that is no step of a repair (the end of a read) is declared for that
+alone (step=False), and is no crash test's.
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ from collections.abc import Callable
 ENV = "CNI_REAPER_FAILPOINT"
 LOG_ENV = "CNI_REAPER_FAILPOINT_LOG"
 
-_registered: list[str] = []
+_registered: list[str] = []  # the steps of a repair
+_declared: set[str] = set()  # every point, steps or not
 _interference: dict[str, Callable[[], None]] = {}
 _target: tuple[str, int] | None = None
 _log: str | None = None
 _hits = 0
 
 
-def declare(name: str) -> str:
-    if name in _registered:
+def declare(name: str, *, step: bool = True) -> str:
+    if name in _declared:
         raise ValueError(f"failpoint {name!r} declared twice")
-    _registered.append(name)
+    _declared.add(name)
+    if step:
+        _registered.append(name)
     return name
 
 
@@ -46,7 +51,7 @@ def arm(spec: str | None, log: str | None = None) -> None:
 
 def interfere(name: str, action: Callable[[], None] | None) -> None:
     """Run action (in the thread that reaches it) every time name is reached; None stops it."""
-    if name not in _registered:
+    if name not in _declared:
         raise ValueError(f"no failpoint {name!r}")
     if action is None:
         _interference.pop(name, None)

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from cni_reaper.record import Record
+from cni_reaper.runtime.liveness import stat_fields
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 # How long the strays are given to be stopped and to die: one stuck in the kernel is named as
@@ -268,12 +269,11 @@ def _table(pids: Iterable[int]) -> dict[int, _Process]:
                 line = f.read(2048)
         except OSError:
             continue
-        close_paren = line.rfind(b")")
-        fields = line[close_paren + 2 :].split()  # from the state on: field 3 is fields[0]
-        if len(fields) < 20:
+        parsed = stat_fields(line, 20)
+        if parsed is None or len(parsed[1]) < 20:
             continue
-        name = line[line.find(b"(") + 1 : close_paren].decode("utf-8", "replace")
+        name, fields = parsed  # fields from the state on: field 3 is fields[0]
         state = fields[0].decode("ascii", "replace")
         parent, group, session, start = (int(fields[i]) for i in (1, 2, 3, 19))
-        found[pid] = _Process(name, state, parent, group, session, start)
+        found[pid] = _Process(name.decode("utf-8", "replace"), state, parent, group, session, start)
     return found

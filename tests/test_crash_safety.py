@@ -195,8 +195,6 @@ def test_sigkill_at_every_step_then_a_rerun_ends_as_an_uninterrupted_run(tmp_pat
     same_device = set(failpoint.registered()) - {
         "quarantine.copy-written",
         "quarantine.copy-in-place",
-        # a read of containerd's records, which this node has none of (test_meta_db_commits)
-        "inventory.meta-db-read",
     }
     assert reached == same_device
     print(f"{len(tried)} crashes, each followed by a rerun: {', '.join(tried)}")

@@ -142,7 +142,7 @@ META_DB = "io.containerd.metadata.v1.bolt/meta.db"
 READS_WHILE_COMMITTED = 3
 # After a read of meta.db, before the look at whether a commit landed during it (the tests have a
 # commit land there, or a writer try to open it).
-META_DB_READ = failpoint.declare("inventory.meta-db-read")
+META_DB_READ = failpoint.declare("inventory.meta-db-read", step=False)
 CRI_NAMESPACE = "k8s.io"
 KIND_LABEL = b"io.cri-containerd.kind"
 SANDBOX_KIND = b"sandbox"

@@ -111,19 +111,28 @@ def _read_head(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
+def stat_fields(line: bytes, count: int) -> tuple[bytes, list[bytes]] | None:
+    """A /proc/PID/stat line's command name and at least count of the fields after it (the
+    state, field 3, first); None for a line without the name in parentheses. The name may
+    hold blanks and parentheses: it ends at the last ")"."""
+    open_paren, close_paren = line.find(b"("), line.rfind(b")")
+    if open_paren < 0 or close_paren < 0:
+        return None
+    return line[open_paren + 1 : close_paren], line[close_paren + 2 :].split(None, count)
+
+
 def _process_names(proc: str, pid: str) -> tuple[list[str], str] | None:
     """The names a process goes by (comm, its executable's, argv[0]'s) and its executable;
     None for a zombie or a kernel thread."""
-    stat_line = _read_head(f"{proc}/{pid}/stat", _STAT_BYTES)
-    open_paren, close_paren = stat_line.find(b"("), stat_line.rfind(b")")
-    if open_paren < 0 or close_paren < 0:
+    parsed = stat_fields(_read_head(f"{proc}/{pid}/stat", _STAT_BYTES), 7)
+    if parsed is None:
         return None
-    after_name = stat_line[close_paren + 2 :].split(None, 7)
+    comm, after_name = parsed
     if after_name and after_name[0][:1].decode("ascii", "replace") in _DEAD_STATES:
         return None
     if len(after_name) > 6 and after_name[6].isdigit() and int(after_name[6]) & _PF_KTHREAD:
         return None
-    names = [os.fsdecode(stat_line[open_paren + 1 : close_paren])]
+    names = [os.fsdecode(comm)]
     try:
         # After a package upgrade the running binary reads "/usr/bin/containerd (deleted)".
         exe = os.readlink(f"{proc}/{pid}/exe").removesuffix(" (deleted)")

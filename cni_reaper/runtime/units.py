@@ -487,6 +487,7 @@ class Reader:
         self._texts: dict[str, tuple[str | None, bool]] = {}
         self._data: dict[str, tuple[bytes | None, bool]] = {}
         self._links: dict[str, dict[str, str] | None] = {}
+        self._listings: dict[str, tuple[list[tuple[str, bool]], bool]] = {}
 
     def text(self, node_path: str, language: str) -> tuple[str | None, bool]:
         """The file's text (None where it is not there or not read), and whether it could not
@@ -502,6 +503,15 @@ class Reader:
             read_data = functools.partial(self.files.data, node_path)
             self._data[node_path] = self._counted(node_path, read_data)
         return self._data[node_path]
+
+    def listing(self, node_dir: str) -> tuple[list[tuple[str, bool]], bool]:
+        """A dir's entries (name, whether a dir), and whether it could not be listed (then its
+        warning is said, once)."""
+        if node_dir not in self._listings:
+            warned = len(self.files.warnings)
+            listed = self.files.listing(node_dir)
+            self._listings[node_dir] = (listed, len(self.files.warnings) > warned)
+        return self._listings[node_dir]
 
     def links(self, node_dir: str) -> dict[str, str] | None:
         if node_dir not in self._links:
@@ -761,7 +771,7 @@ def _default_environment(reader: Reader, variables: Sequence[str]) -> list[str]:
     on), which every service gets: one of variables there moves the runtime's records."""
     confs = [*SYSTEM_CONFS, "/proc/cmdline"]
     for conf_dir in SYSTEM_CONF_DIRS:
-        listed = reader.files.listing(conf_dir)
+        listed, _ = reader.listing(conf_dir)
         confs.extend(f"{conf_dir}/{n}" for n, _ in listed if n.endswith(".conf"))
     said = [said for conf in confs if (said := _sets(reader, conf, variables, words=True))]
     return said + _generators(reader, variables)
@@ -775,11 +785,10 @@ def _generators(reader: Reader, variables: Sequence[str]) -> list[str]:
     said = []
     names = [v.encode() for v in variables]
     for generator_dir in ENVIRONMENT_GENERATOR_DIRS:
-        warned = len(files.warnings)
-        listed = [n for n, is_dir in files.listing(generator_dir) if not is_dir]
-        if len(files.warnings) > warned:
+        listed, unread = reader.listing(generator_dir)
+        if unread:
             said.append(f"{files.path(generator_dir)}: not read")
-        for name in listed:
+        for name in (n for n, is_dir in listed if not is_dir):
             node_path = f"{generator_dir}/{name}"
             data, unread = reader.data(node_path)
             if unread:

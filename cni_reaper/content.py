@@ -114,7 +114,9 @@ def _scan_scalar(text: str, i: int) -> tuple[int, JsonState]:
     for literal in ("true", "false", "null"):
         if text.startswith(literal, i):
             return i + len(literal), JsonState.COMPLETE
-        if literal.startswith(text[i:]):
+        # Only a rest shorter than the literal may be its start: text[i:] is never copied
+        # whole, which made a cut-off file of many scalars quadratic.
+        if n - i < len(literal) and literal.startswith(text[i:]):
             return n, JsonState.PREFIX
     j = i
     while j < n and text[j] in _NUMBER_CHARS:
@@ -205,11 +207,31 @@ def _no_constants(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_no_constants)
 
 
+class _TooDeep(ValueError):
+    pass
+
+
+GO_MAX_DEPTH = 10_000  # encoding/json's maxNestingDepth (scanner.go)
+
+
+def _depth(text: str) -> int:
+    """How deep a whole JSON text nests its arrays and objects (rarely asked: the patterns
+    are compiled, by re's cache, only then)."""
+    depth = deepest = 0
+    for bracket in re.finditer(r"[\[\]{}]", re.sub(r'"(?:[^"\\]|\\.)*"', "", text)):
+        if bracket.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
 def _decode_json(text: str) -> Any:
     try:
         return _DECODER.decode(text)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise _TooDeep("nested too deeply") from None
 
 
 def _is_pair_list(value: Any) -> bool:
@@ -306,6 +328,17 @@ def judge(data: bytes) -> ContentVerdict | Identity:
             return ContentVerdict(Content.GARBAGE, f"{nul_tail} NUL bytes after the JSON")
         try:
             doc = _decode_json(text)
+        except _TooDeep:
+            # Whole JSON (the grammar said so) nested deeper than Python decodes. Go's decoder,
+            # libcni's and Multus's, takes up to 10,000 levels: within them it is no damage
+            # (no crash makes such a file), only what this reaper cannot read.
+            if _depth(text) > GO_MAX_DEPTH:
+                return ContentVerdict(
+                    Content.GARBAGE, f"nested deeper than Go's decoder reads ({GO_MAX_DEPTH})"
+                )
+            return ContentVerdict(
+                Content.UNREADABLE, "whole JSON, nested too deeply to be decoded here"
+            )
         except ValueError as e:
             return ContentVerdict(Content.GARBAGE, f"not JSON: {e}")
     if not isinstance(doc, dict):

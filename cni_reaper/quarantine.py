@@ -175,8 +175,11 @@ class Quarantine:
             self._fd = None
 
     def _names(self, name: str) -> Iterator[str]:
+        """The names a file may take here, in order. None ends like a sidecar: a file named
+        X.json would be written over by the sidecar of a file named X."""
         base = _short(name)
-        yield base
+        if not base.endswith(SIDECAR_SUFFIX):
+            yield base
         for n in itertools.count(1):
             yield f"{base}.{n}"
 

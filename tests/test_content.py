@@ -160,3 +160,19 @@ def test_a_config_is_judged_the_same_whatever_was_judged_before(configs: list[st
         assert (verdict.content is Content.VALID) is _go_reads_as_base64(config), config
         if verdict.content is not Content.VALID:
             assert verdict.detail == "'config' is not valid base64"
+
+
+@pytest.mark.parametrize(
+    ("depth", "content"),
+    # The levels inside the entry's object, which is one more.
+    [(3_000, Content.UNREADABLE), (9_999, Content.UNREADABLE), (10_000, Content.GARBAGE)],
+)
+def test_whole_json_deeper_than_python_decodes_is_damage_only_past_gos_limit(
+    depth: int, content: Content
+) -> None:
+    """Go's encoding/json (libcni's, Multus's) reads 10,000 levels; Python's decoder fewer.
+    Whole JSON between the two is no crash's damage, only what the reaper cannot read: never
+    acted on. Past Go's limit, libcni cannot read it either."""
+    doc = b'{"kind": "cniCacheV1", "result": ' + b"[" * depth + b"]" * depth + b"}"
+    assert classify(doc).content is content
+    assert classify(doc[:-1]).content is Content.TRUNCATED

@@ -11,7 +11,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from cni_reaper import content
 from cni_reaper.content import Content, ContentVerdict, Identity
@@ -44,6 +44,11 @@ class CacheEntry(Record):
     @property
     def content(self) -> Content:
         return self.verdict.content
+
+
+def is_container_id(name: str) -> bool:
+    """Whether name is a container ID as containerd and CRI-O make them: 64 hex digits."""
+    return _CONTAINER_ID.fullmatch(name) is not None
 
 
 def _split_rest(rest: str) -> list[tuple[str, str]]:
@@ -92,11 +97,14 @@ def split_name(name: str, networks: Collection[str]) -> tuple[Identity | None, s
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-def _inspect(
-    dir_fd: int, name: str, regular: bool
+def inspect(
+    dir_fd: int,
+    name: str,
+    regular: bool,
+    judge: Callable[[bytes], ContentVerdict | Identity] = content.judge,
 ) -> tuple[FileStat, ContentVerdict | Identity] | None:
-    """The file's stat and content.judge(), None if it was removed since the listing.
-    A non-file is only looked at, never opened."""
+    """The file's stat and what judge (a results entry's, unless said) makes of its bytes,
+    None if it was removed since the listing. A non-file is only looked at, never opened."""
     if not regular:
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -132,7 +140,7 @@ def _inspect(
         os.close(fd)
     if len(data) > content.MAX_ENTRY_BYTES:
         return file, ContentVerdict(Content.OVERSIZED, f"grew past {content.MAX_ENTRY_BYTES} bytes")
-    return file, content.judge(data)
+    return file, judge(data)
 
 
 def _looked_at(dir_fd: int, name: str) -> FileStat:
@@ -190,7 +198,7 @@ def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
                 irregular.add(dirent.name)
     names.sort()
     for name in names:
-        inspected = _inspect(dir_fd, name, name not in irregular)
+        inspected = inspect(dir_fd, name, name not in irregular)
         if inspected is not None:
             file, found = inspected
             yield _entry(name, file, found, networks)
@@ -200,7 +208,7 @@ def whole_entries(dir_fd: int, network: str, networks: Collection[str]) -> Itera
     """The whole entries of one network, in name order, read again: for the config one of them
     cached, when no conf dir names the network any more."""
     for name in sorted(n for n in os.listdir(dir_fd) if n.startswith(f"{network}-")):
-        inspected = _inspect(dir_fd, name, regular=True)  # opened without following links
+        inspected = inspect(dir_fd, name, regular=True)  # opened without following links
         if inspected is not None:
             entry = _entry(name, *inspected, networks)
             if entry.content is Content.VALID and entry.split and entry.split.network == network:

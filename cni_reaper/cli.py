@@ -40,10 +40,10 @@ from cni_reaper.journal import (
     WARNING,
     Event,
     EventLog,
-    delegate_fields,
     entry_fields,
     event_of,
     more_fields,
+    multus_fields,
     reservation_fields,
     say,
     summary_fields,
@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 
     from cni_reaper.apply import Executor
     from cni_reaper.budget import Budget
+    from cni_reaper.content import ContentVerdict
     from cni_reaper.evidence.fs_crash import FsCrashRecord
     from cni_reaper.plugin import PluginRunner
     from cni_reaper.quarantine import Quarantine
@@ -793,13 +794,13 @@ class _CachedConfigs:
 
 
 def _netns_mounted(
-    pins: frozenset[str] | str, dir_fd: int, names: Sequence[str], container_id: str
+    pins: frozenset[str] | str, dir_fd: int | None, names: Sequence[str], container_id: str
 ) -> str | None:
     """Why the container's attachments may be alive: a netns that a whole entry of it among
-    names (of the dir at dir_fd) caches is mounted now (pins), or that cannot be told."""
+    names (of the dir at dir_fd, if any) caches is mounted now (pins), or that cannot be told."""
     if isinstance(pins, str):
         return f"cannot tell which network namespaces are mounted: {pins}"
-    if not pins:
+    if not pins or dir_fd is None:
         return None
     for netns in cache.cached_netns(dir_fd, names, container_id):
         if node_path(netns) in pins:
@@ -808,9 +809,9 @@ def _netns_mounted(
 
 
 class _Delegates:
-    """Multus's delegate results through a run (multus.py): judged with the rest of the plan,
-    before the pre-runtime record is kept; the damaged ones moved once it is, before any DEL,
-    one of which may be Multus's own and need them gone too."""
+    """Multus's delegate results and scratch files through a run (multus.py): judged with the
+    rest of the plan, before the pre-runtime record is kept; the damaged ones moved once it
+    is, before any DEL, one of which may be Multus's own and need them gone too."""
 
     def __init__(
         self, run: _Run, boot_ctx: boot.BootContext, proof: pre_runtime.Proof, report: Report
@@ -818,6 +819,7 @@ class _Delegates:
         self._run, self._boot, self._proof, self._report = run, boot_ctx, proof, report
         self._found: multus.MultusCache | None = None
         self._plan: list[multus.PlannedDelegate] = []
+        self._scratch: list[multus.PlannedScratch] = []
 
     def open(self) -> None:
         """The dir as it is before anything moves; before the report is begun, which says
@@ -829,9 +831,11 @@ class _Delegates:
 
     @property
     def present(self) -> bool:
-        """Whether Multus keeps a delegate results dir on the node, usable or not."""
+        """Whether Multus keeps a cache dir on the node, usable or not."""
         found = self._found
-        return found is not None and (found.present or found.problem is not None)
+        return found is not None and (
+            found.present or found.scratch_fd is not None or found.problem is not None
+        )
 
     def cached_by(self) -> multus.DelegateResults | None:
         """Where Multus cached a delegate's result (reservations.py), as found before any
@@ -854,55 +858,83 @@ class _Delegates:
     def judge(self, alive: Callable[[str], str | None], pins: frozenset[str] | str) -> None:
         """alive: why a container's attachments may be alive, from the runtimes' live state
         and the results dir's entries; a whole delegate result of it may name a netns too."""
-        run, found = self._run, self._found
-        if found is None or found.fd is None:
+        run, found, proof, at = self._run, self._found, self._proof, self._boot
+        if found is None:
             return
         entries = found.entries(run.configs.networks.keys())
-        if not entries:
-            return
-        fd, where = found.fd, found.results_dir
-        self._proof.open_dir(where, os.fstat(fd))
-        names = [e.name for e in entries]
+        fd, names = found.fd, [e.name for e in entries]
 
         def alive_here(container_id: str) -> str | None:
             return alive(container_id) or _netns_mounted(pins, fd, names, container_id)
 
-        self._plan = [
-            multus.plan_delegate(
-                e, self._proof.written(where, e.name, e.file, self._boot), alive_here
-            )
-            for e in entries
-        ]
+        if entries and fd is not None:
+            where = found.results_dir
+            proof.open_dir(where, os.fstat(fd))
+            self._plan = [
+                multus.plan_delegate(e, proof.written(where, e.name, e.file, at), alive_here)
+                for e in entries
+            ]
+        scratch = found.scratch_files()
+        if scratch and found.scratch_fd is not None:
+            where = found.scratch_dir
+            proof.open_dir(where, os.fstat(found.scratch_fd))
+            self._scratch = [
+                multus.plan_scratch(e, proof.written(where, e.name, e.file, at), alive_here)
+                for e in scratch
+            ]
 
     def settle(self, veto: str | None) -> None:
         """The plan carried out (a real run) or said (a dry run); veto: why nothing may change
         after all (pre_runtime.confirm)."""
-        run, found, plan = self._run, self._found, self._plan
+        run, found, plan, scratch = self._run, self._found, self._plan, self._scratch
         if found is None:
             return
         try:
             if veto is not None:
                 plan = [multus.held_back(p, veto) for p in plan]
-            if run.args.dry_run or not plan:
-                docs = [
-                    multus.delegate_doc(
-                        p, found.results_dir, "planned" if p.action.changes_things else "skipped"
-                    )
-                    for p in plan
-                ]
-            else:
-                from cni_reaper import multus_repair  # noqa: PLC0415 (real runs with them only)
-
-                docs = multus_repair.carry_out(
-                    plan, found, run.paths.quarantine_dir, self._boot.boot_id, self._boot.now
-                )
+                scratch = [multus.held_back(p, veto) for p in scratch]
+            docs = self._carry_out(plan, found.fd, found.results_dir, multus.delegate_doc, None)
+            scratch_docs = self._carry_out(
+                scratch,
+                found.scratch_fd,
+                found.scratch_dir,
+                multus.scratch_doc,
+                multus.scratch_verdict,
+            )
         finally:
             found.close()
         verbose, dry_run = run.args.verbose, run.args.dry_run
         for doc in docs:
             self._report.add_delegate(doc)
             if doc["action"] != "keep" or verbose:
-                run.events.emit(delegate_fields(doc, dry_run))
+                run.events.emit(multus_fields(doc, dry_run, multus.DELEGATE_RESULT))
+        for doc in scratch_docs:
+            self._report.add_scratch(doc)
+            if doc["action"] != "keep" or verbose:
+                run.events.emit(multus_fields(doc, dry_run, multus.SCRATCH_FILE))
+
+    def _carry_out(
+        self,
+        plan: Sequence[multus.Planned],
+        fd: int | None,
+        where: str,
+        doc: Callable[[multus.Planned, str, str, str | None, str | None], dict[str, Any]],
+        verdict: Callable[[bytes], ContentVerdict] | None,
+    ) -> list[dict[str, Any]]:
+        """One dir's plan carried out (a real run) or said (a dry run)."""
+        run = self._run
+        if run.args.dry_run or not plan:
+            return [
+                doc(p, where, "planned" if p.action.changes_things else "skipped", None, None)
+                for p in plan
+            ]
+        from cni_reaper import multus_repair  # noqa: PLC0415 (real runs with them only)
+
+        boot_ctx = self._boot
+        quarantine_dir = run.paths.quarantine_dir
+        return multus_repair.carry_out(
+            plan, fd, where, doc, verdict, quarantine_dir, boot_ctx.boot_id, boot_ctx.now
+        )
 
 
 def _sandbox_records(run: _Run) -> SandboxInventory:

@@ -23,6 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
+    from cni_reaper.multus import MultusFile
     from cni_reaper.report import Report
 
 SYSLOG_IDENTIFIER = "cni-reaper"
@@ -187,23 +188,24 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     return _without_empty(fields)
 
 
-def delegate_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
-    """One of Multus's delegate results (multus.delegate_doc()) as one record."""
+def multus_fields(doc: Mapping[str, Any], dry_run: bool, kind: MultusFile) -> dict[str, str]:
+    """One of Multus's delegate results or scratch files (multus.delegate_doc(),
+    scratch_doc()) as one record."""
     outcome, action = str(doc["outcome"]), str(doc["action"])
     event = _doc_event(doc)
     fields = {
-        "MESSAGE": f"{doc['path']}: Multus delegate result {doc['content']}, {doc['written']} -> "
+        "MESSAGE": f"{doc['path']}: {kind.called} {doc['content']}, {doc['written']} -> "
         f"{action} [{outcome}]: {doc['reason']}",
         "MESSAGE_ID": event.message_id,
         "PRIORITY": str(event.priority),
         "SYSLOG_IDENTIFIER": SYSLOG_IDENTIFIER,
-        "CNI_NETWORK": str(doc["network"] or ""),
+        "CNI_NETWORK": str(doc.get("network") or ""),
         "CNI_CONTAINERID": str(doc["container_id"] or ""),
-        "CNI_IFNAME": str(doc["ifname"] or ""),
+        "CNI_IFNAME": str(doc.get("ifname") or ""),
         "CNI_REAPER_FILE": str(doc["path"]),
         "CNI_REAPER_CONTENT": str(doc["content"]),
         "CNI_REAPER_WRITTEN": str(doc["written"]),
-        "CNI_REAPER_ACTION": f"{action}-delegate-result",
+        "CNI_REAPER_ACTION": f"{action}-{kind.action_suffix}",
         "CNI_REAPER_OUTCOME": outcome,
         "CNI_REAPER_EVENT": event.value,
         "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",

@@ -15,6 +15,16 @@ that cache (shared/reference/node-state.md section 4). So:
   The reaper runs no DEL of its own for it: the delegate's config is Multus's (its scratch
   file, the NetworkAttachmentDefinition), and Multus's DEL, which the runtime runs, uses it.
 
+Multus also keeps, for each sandbox, a scratch file /var/lib/cni/multus/<container ID>: the
+JSON list of the delegates' configs its ADD ran, which its DEL reads to know what to DEL. It is
+written with no fsync, so the same crash damages it. A damaged one makes Multus 3.x fail the DEL
+at every try, as libcni does, and Multus 4.x end it with success and no delegate's DEL, leaving
+the file and leaking the delegates' addresses (multus-cni pkg/multus/multus.go, CmdDel, read in
+v3.9.3, v4.0.0 to v4.2.0 and the main branch of 2026-08). A missing one makes either read the
+delegates from the pod's networks through the API server, when it still has the pod, and DEL
+them; without the pod, end the DEL with success, as for a damaged one. So a damaged scratch
+file an earlier boot left is moved aside, as a damaged delegate result is.
+
 The same verdicts decide as for the results dir (plan.py), but the one change is a move.
 """
 
@@ -24,17 +34,20 @@ import errno
 import os
 from collections.abc import Callable, Collection
 
-from cni_reaper import cache
+from cni_reaper import cache, content
 from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
-from cni_reaper.content import Content
-from cni_reaper.plan import Action, not_to_change
+from cni_reaper.content import Content, ContentVerdict
+from cni_reaper.filestat import FileStat
+from cni_reaper.plan import Action, held, not_to_change
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
+
+    Planned = TypeVar("Planned", "PlannedDelegate", "PlannedScratch")
 
 SUBDIR = "multus"  # Multus's cacheDir, under libcni's cache dir
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -44,6 +57,12 @@ STALE_DAMAGE = (
     "moved aside, libcni runs that DEL with no cached result"
 )
 READABLE = "libcni can read it: Multus's own DEL will use it"
+STALE_SCRATCH = (
+    "left by an earlier boot; Multus's DEL cannot read the delegates from it (3.x fails that "
+    "DEL at every try, 4.x ends it with no delegate's DEL and their addresses leak): moved "
+    "aside, Multus's DEL reads them from the pod's networks, while the API server has the pod"
+)
+SCRATCH_READABLE = "whole JSON, no crash's damage: left for Multus's DEL"
 
 # (network, container ID, ifname) -> where Multus cached that delegate's result, if it did
 DelegateResults = Callable[[str, str, str], "str | None"]
@@ -56,63 +75,142 @@ class PlannedDelegate(Record):
     reason: str
 
 
+class MultusFile(Record):
+    """A kind of Multus's files: what the text says of one, and its journal action's suffix."""
+
+    called: str
+    action_suffix: str
+
+
+DELEGATE_RESULT = MultusFile("Multus delegate result", "delegate-result")
+SCRATCH_FILE = MultusFile("Multus scratch file", "multus-scratch")
+
+
+class ScratchFile(Record):
+    """One of Multus's scratch files: its name is the sandbox's container ID."""
+
+    name: str
+    file: FileStat
+    verdict: ContentVerdict
+
+    @property
+    def content(self) -> Content:
+        return self.verdict.content
+
+
+class PlannedScratch(Record):
+    entry: ScratchFile
+    written: WrittenVerdict
+    action: Action  # keep, quarantine, leave or report
+    reason: str
+
+
+def scratch_verdict(data: bytes) -> ContentVerdict:
+    """What a scratch file's bytes are to Multus's DEL, which decodes them with Go's
+    encoding/json into a list of delegates: whole JSON that is no list is no crash's damage
+    (a format this reaper does not know), never acted on."""
+    doc = content.document(data)
+    if type(doc) is ContentVerdict:
+        return doc
+    if type(doc) is list:
+        return ContentVerdict(Content.VALID, f"a JSON list of {len(doc)} items")
+    return ContentVerdict(
+        Content.MISMATCHED, f"JSON {type(doc).__name__}, not Multus's list of delegates"
+    )
+
+
+def _vet(step: str, fd: int) -> None:
+    problem = untrusted(os.fstat(fd))
+    if problem:
+        raise OSError(errno.EPERM, f"{step} {problem}")
+
+
 class MultusCache:
-    """Multus's delegate results dir as this run found it, before anything moved: its names
-    (for the reservations, judged after the moves) and its entries, judged as a results dir's.
-    """
+    """Multus's cache dir as this run found it, before anything moved: its delegate results
+    dir's names (for the reservations, judged after the moves) and entries, judged as a
+    results dir's, and its scratch files."""
 
     def __init__(
         self,
-        results_dir: str,
+        scratch_dir: str,
         fd: int | None,
         names: frozenset[str] = frozenset(),
         problem: str | None = None,
+        scratch_fd: int | None = None,
     ) -> None:
-        self.results_dir = results_dir
-        self.fd = fd  # None: no such dir, or one that cannot be looked at (problem); closed
+        self.scratch_dir = scratch_dir
+        self.results_dir = os.path.join(scratch_dir, "results")
+        self.fd = fd  # the results dir's; None: none, or one that cannot be looked at (problem)
         self.present = fd is not None  # as opened, whether closed since or not
         self._names = names  # the dir's, before this run moved any
         self.problem = problem
+        self.scratch_fd = scratch_fd  # None: no Multus dir, or one that cannot be looked at
 
     @classmethod
     def open(cls, cache_dir: str) -> MultusCache:
-        """<cache_dir>/multus/results, the cache dir as paths.py resolved it (inside --root),
-        then each of the two steps below it without following a symlink: one would lead to
-        another machine's files under --root, or back to the runtime's results dir. Neither
-        may be writable by others, whose files could steer a move (cache.py's rule)."""
-        results_dir = os.path.join(cache_dir, SUBDIR, "results")
-        fd = None
+        """<cache_dir>/multus and its results dir, the cache dir as paths.py resolved it
+        (inside --root), then each of the two steps below it without following a symlink: one
+        would lead to another machine's files under --root, or back to the runtime's results
+        dir. Neither may be writable by others, whose files could steer a move (cache.py's
+        rule); a problem with either leaves both alone."""
+        scratch_dir = os.path.join(cache_dir, SUBDIR)
+        opened: list[int] = []
+        step = SUBDIR
         try:
-            fd = os.open(cache_dir, _DIR_FLAGS & ~os.O_NOFOLLOW)
-            for step in (SUBDIR, "results"):
-                parent = fd
-                fd = None
-                try:
-                    fd = os.open(step, _DIR_FLAGS, dir_fd=parent)
-                finally:
-                    os.close(parent)
-                problem = untrusted(os.fstat(fd))
-                if problem:
-                    raise OSError(errno.EPERM, f"{step} {problem}")
-            names = frozenset(os.listdir(fd))
+            top = os.open(cache_dir, _DIR_FLAGS & ~os.O_NOFOLLOW)
+            try:
+                opened.append(os.open(SUBDIR, _DIR_FLAGS, dir_fd=top))
+            finally:
+                os.close(top)
+            _vet(SUBDIR, opened[0])
+            step = "results"
+            try:
+                opened.append(os.open(step, _DIR_FLAGS, dir_fd=opened[0]))
+            except FileNotFoundError:
+                return cls(scratch_dir, None, scratch_fd=opened[0])  # scratch files alone
+            _vet(step, opened[1])
+            names = frozenset(os.listdir(opened[1]))
         except FileNotFoundError:
-            if fd is not None:
+            for fd in opened:
                 os.close(fd)
-            return cls(results_dir, None)
+            return cls(scratch_dir, None)
         except OSError as e:
-            if fd is not None:
+            for fd in opened:
                 os.close(fd)
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 why = "a symlink or not a directory on the way; refusing to inspect it"
             else:
                 why = e.strerror or str(e)
-            return cls(results_dir, None, problem=f"Multus's delegate results {results_dir}: {why}")
-        return cls(results_dir, fd, names)
+            where = os.path.join(scratch_dir, "results") if step == "results" else scratch_dir
+            what = "delegate results" if step == "results" else "cache"
+            return cls(scratch_dir, None, problem=f"Multus's {what} {where}: {why}")
+        return cls(scratch_dir, opened[1], names, scratch_fd=opened[0])
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        for fd in (self.fd, self.scratch_fd):
+            if fd is not None:
+                os.close(fd)
+        self.fd = self.scratch_fd = None
+
+    def scratch_files(self) -> list[ScratchFile]:
+        """The scratch files, in name order: the files named by a container ID; nothing
+        else in the dir is Multus's scratch (its results dir is judged apart)."""
+        if self.scratch_fd is None:
+            return []
+        with os.scandir(self.scratch_fd) as listing:
+            named = sorted(
+                (d.name, d.is_file(follow_symlinks=False))
+                for d in listing
+                if cache.is_container_id(d.name)
+            )
+        found = []
+        for name, regular in named:
+            inspected = cache.inspect(self.scratch_fd, name, regular, scratch_verdict)
+            if inspected is not None:
+                file, verdict = inspected
+                assert isinstance(verdict, ContentVerdict)  # what scratch_verdict makes
+                found.append(ScratchFile(name, file, verdict))
+        return found
 
     def entries(self, networks: Collection[str]) -> list[CacheEntry]:
         if self.fd is None:
@@ -151,10 +249,22 @@ def plan_delegate(
     content = entry.verdict.content
     if content is Content.VALID or content is Content.LEGACY:
         return PlannedDelegate(entry, written, Action.KEEP, READABLE)
-    held = not_to_change(entry, written, alive)
-    if held is not None:
-        return PlannedDelegate(entry, written, *held)
+    holding = not_to_change(entry, written, alive)
+    if holding is not None:
+        return PlannedDelegate(entry, written, *holding)
     return PlannedDelegate(entry, written, Action.QUARANTINE, STALE_DAMAGE)
+
+
+def plan_scratch(
+    entry: ScratchFile, written: WrittenVerdict, alive: Callable[[str], str | None]
+) -> PlannedScratch:
+    """The policy for one of Multus's scratch files: a delegate result's."""
+    if entry.content is Content.VALID:
+        return PlannedScratch(entry, written, Action.KEEP, SCRATCH_READABLE)
+    holding = held(entry.content, entry.name, None, written, alive)
+    if holding is not None:
+        return PlannedScratch(entry, written, *holding)
+    return PlannedScratch(entry, written, Action.QUARANTINE, STALE_SCRATCH)
 
 
 def delegate_doc(
@@ -185,7 +295,32 @@ def delegate_doc(
     }
 
 
-def held_back(planned: PlannedDelegate, veto: str) -> PlannedDelegate:
+def scratch_doc(
+    planned: PlannedScratch,
+    scratch_dir: str,
+    outcome: str,  # planned, done, failed or skipped
+    quarantined_to: str | None = None,
+    problem: str | None = None,
+) -> dict[str, Any]:
+    """One scratch file in the report, the journal and its sidecar."""
+    entry = planned.entry
+    return {
+        "path": os.path.join(scratch_dir, entry.name),
+        "container_id": entry.name,
+        "file": {"kind": entry.file.kind, "size": entry.file.size},
+        "content": entry.content.value,
+        "content_detail": entry.verdict.detail,
+        "written": planned.written.written.value,
+        "evidence": planned.written.evidence,
+        "action": planned.action.value,
+        "reason": planned.reason,
+        "outcome": outcome,
+        "quarantined_to": quarantined_to,
+        "problem": problem,
+    }
+
+
+def held_back(planned: Planned, veto: str) -> Planned:
     """A move the whole plan's last look found against (pre_runtime.confirm): left instead."""
     if planned.action is not Action.QUARANTINE:
         return planned

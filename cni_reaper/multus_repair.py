@@ -1,6 +1,6 @@
-"""Moving Multus's damaged delegate results aside (multus.py says why): the repair stage's
-part for them, real runs only, once the whole plan is made and kept and before any DEL, so
-that the reaper's own DEL of a Multus entry, which runs Multus, finds them gone too.
+"""Moving Multus's damaged delegate results and scratch files aside (multus.py says why): the
+repair stage's part for them, real runs only, once the whole plan is made and kept and before
+any DEL, so that the reaper's own DEL of a Multus entry, which runs Multus, finds them gone too.
 
 Each goes to quarantine/<boot>/multus/ beside its sidecar, through a results entry's checks
 (quarantine.py): still the file the plan judged (inode, size, mtime, ctime), still the same
@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from cni_reaper.content import same_damage
-from cni_reaper.multus import MultusCache, PlannedDelegate, delegate_doc
+from cni_reaper.content import ContentVerdict, same_damage
 from cni_reaper.plan import Action
 from cni_reaper.quarantine import SIDECAR_SUFFIX, FileChanged, Move, Quarantine, sidecar
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from cni_reaper.multus import Planned
 
 QUARANTINE_SUBDIR = "multus"
 # Sidecars read for moved_earlier(), at most: past them, every delegate counts as moved.
@@ -91,28 +92,35 @@ def _original(dir_fd: int, name: str) -> str | None:
 
 
 def carry_out(
-    plan: Sequence[PlannedDelegate],
-    found: MultusCache,
+    plan: Sequence[Planned],
+    dir_fd: int | None,
+    where: str,
+    doc: Callable[[Planned, str, str, str | None, str | None], dict[str, Any]],
+    verdict: Callable[[bytes], ContentVerdict] | None,
     quarantine_dir: str,
     boot_id: str,
     now: float,
 ) -> list[dict[str, Any]]:
-    """The plan's moves made; every delegate result's record, in the plan's order."""
-    results_dir = found.results_dir
-    docs = [delegate_doc(p, results_dir, "skipped") for p in plan]
+    """The plan's moves made, of the files of one dir (where, open at dir_fd): every file's
+    record (doc: multus.delegate_doc or scratch_doc), in the plan's order. verdict: what the
+    files' bytes are judged by (a results entry's classify() unless said)."""
+    docs = [doc(p, where, "skipped", None, None) for p in plan]
     moving = [i for i, p in enumerate(plan) if p.action is Action.QUARANTINE]
     if not moving:
         return docs
-    assert found.fd is not None  # a plan is made only of a dir that is open
+    assert dir_fd is not None  # a plan is made only of a dir that is open
+
+    def record_of(planned: Planned) -> Callable[[str, str], dict[str, Any]]:
+        def record(dest: str, sha256: str) -> dict[str, Any]:
+            return sidecar(doc(planned, where, "done", dest, None), sha256, now)
+
+        return record
+
     moves = []
     for i in moving:
-        planned = plan[i]
-
-        def record(dest: str, sha256: str, planned: PlannedDelegate = planned) -> dict[str, Any]:
-            return sidecar(delegate_doc(planned, results_dir, "done", dest), sha256, now)
-
-        entry = planned.entry
-        moves.append(Move(found.fd, entry.name, entry.file, record, same_damage(entry.content)))
+        planned, entry = plan[i], plan[i].entry
+        vet = same_damage(entry.content, verdict)
+        moves.append(Move(dir_fd, entry.name, entry.file, record_of(planned), vet))
     place = Quarantine(os.path.join(quarantine_dir, boot_id or "unknown-boot"), QUARANTINE_SUBDIR)
     unsynced = None
     try:
@@ -126,13 +134,10 @@ def carry_out(
     for i, dest in zip(moving, moved):
         planned = plan[i]
         if isinstance(dest, FileChanged):
-            docs[i] = delegate_doc(
-                planned, results_dir, "skipped", problem=f"changed: {dest}; left for the next run"
-            )
+            changed = f"changed: {dest}; left for the next run"
+            docs[i] = doc(planned, where, "skipped", None, changed)
         elif isinstance(dest, OSError):
-            why = f"quarantine: {dest.strerror or dest}"
-            docs[i] = delegate_doc(planned, results_dir, "failed", problem=why)
+            docs[i] = doc(planned, where, "failed", None, f"quarantine: {dest.strerror or dest}")
         else:
-            moved_to = os.path.join(place.dir, dest)
-            docs[i] = delegate_doc(planned, results_dir, "done", moved_to, unsynced)
+            docs[i] = doc(planned, where, "done", os.path.join(place.dir, dest), unsynced)
     return docs

@@ -249,14 +249,27 @@ def not_to_change(
     """Of a file libcni cannot read: the action and reason that hold it back (report, leave),
     or None when it is damage an earlier boot left, whose name says whose it is, of an
     attachment not alive: the only damage anything is done to, wherever it lies."""
-    content = entry.verdict.content
+    split = entry.split
+    owner = split.container_id if split is not None else None
+    return held(entry.verdict.content, owner, entry.name_problem, written, alive)
+
+
+def held(
+    content: Content,
+    container_id: str | None,
+    why_unowned: str | None,
+    written: WrittenVerdict,
+    alive: Callable[[str], str | None],
+) -> tuple[Action, str] | None:
+    """not_to_change() for any file a container owns by its name (container_id; None, and
+    why_unowned, when the name does not tell)."""
     if not content.is_corrupt:
         return Action.REPORT, f"{content.value}: never touched"
-    if entry.split is None:
-        return Action.REPORT, f"cannot tell whose it is: {entry.name_problem}"
+    if container_id is None:
+        return Action.REPORT, f"cannot tell whose it is: {why_unowned}"
     if written.written is not Written.PREVIOUS_BOOT:
         return Action.LEAVE, f"written {written.written.value}: may be a write still in flight"
-    living = alive(entry.split.container_id)
+    living = alive(container_id)
     if living is not None:
         return Action.LEAVE, f"may be alive: {living}"
     return None

@@ -12,6 +12,7 @@ from cni_reaper.boot import Boot, BootContext, BootEnd, WrittenVerdict, boot_beg
 from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable_lines
+from cni_reaper.multus import DELEGATE_RESULT, SCRATCH_FILE
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import SourcedDir
 from cni_reaper.plan import Action
@@ -79,9 +80,10 @@ class Report:
         # orphans' docs were some 15 MB held to the end.
         self.reservations: Counter[tuple[str, str]] = Counter()
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
-        # Multus's delegate results (multus.py): a few a pod on the nodes that have them,
-        # kept whole and written out with the summary.
+        # Multus's delegate results and scratch files (multus.py): a few a pod on the nodes
+        # that have them, kept whole and written out with the summary.
         self.delegates: list[dict[str, Any]] = []
+        self.scratch: list[dict[str, Any]] = []
         # what the runtimes' own records say of the sandboxes they will know
         self.runtime_records = runtime_records if runtime_records is not None else []
         # Seconds from the run's start (time.monotonic() as it began, after the interpreter's
@@ -157,6 +159,14 @@ class Report:
     def add_delegate(self, doc: dict[str, Any]) -> None:
         """One of Multus's delegate results, as multus.delegate_doc() has it."""
         self.delegates.append(doc)
+        self._count_multus(doc)
+
+    def add_scratch(self, doc: dict[str, Any]) -> None:
+        """One of Multus's scratch files, as multus.scratch_doc() has it."""
+        self.scratch.append(doc)
+        self._count_multus(doc)
+
+    def _count_multus(self, doc: dict[str, Any]) -> None:
         if doc["outcome"] == "failed":
             self._failed = True
         elif doc["outcome"] == "skipped" and doc["action"] != "keep":
@@ -189,12 +199,15 @@ class Report:
             "plugin_errors": self.plugin_errors,
             "warnings": len(self.warnings),
             "host_local": dict(sorted((f"{a}/{o}", n) for (a, o), n in self.reservations.items())),
-            "multus_results": dict(
-                sorted(Counter(f"{d['action']}/{d['outcome']}" for d in self.delegates).items())
-            ),
+            "multus_results": self._tally_docs(self.delegates),
+            "multus_scratch": self._tally_docs(self.scratch),
             "exit_code": int(self.exit_code),
             "seconds": {"to_plan": self.to_plan, "in_all": self.in_all},
         }
+
+    @staticmethod
+    def _tally_docs(docs: list[dict[str, Any]]) -> dict[str, int]:
+        return dict(sorted(Counter(f"{d['action']}/{d['outcome']}" for d in docs).items()))
 
     def repairs(self) -> str:
         """What became of the repairs, in a few words for the summary line and the journal's
@@ -220,9 +233,10 @@ class Report:
                 acted[result] += n
         if acted:
             said += f"; host-local reservations: {self._outcomes(acted)}"
-        moved = Counter(d["outcome"] for d in self.delegates if d["action"] != "keep")
-        if moved:
-            said += f"; Multus delegate results: {self._outcomes(moved)}"
+        for what, docs in (("delegate results", self.delegates), ("scratch files", self.scratch)):
+            moved = Counter(d["outcome"] for d in docs if d["action"] != "keep")
+            if moved:
+                said += f"; Multus {what}: {self._outcomes(moved)}"
         return said
 
     def _outcomes(self, outcomes: Counter[str]) -> str:
@@ -371,12 +385,14 @@ class JsonWriter:
     ) -> None:
         failed = f'  "error": {json.dumps(error)},\n' if error is not None else ""
         delegates = report.delegates if report is not None else []
+        scratch = report.scratch if report is not None else []
         pools = report.pools if report is not None else []
         later = report.warnings[self._warned :] if report is not None else []
         pending = self._pending
         self._begin_reservations()  # the reservations themselves written as each was decided
         pending.append(
             f'],\n  "multus_results": {json.dumps(delegates)},'
+            f'\n  "multus_scratch": {json.dumps(scratch)},'
             f'\n  "pools": {json.dumps([p.to_json() for p in pools])},'
             f'\n  "later_warnings": {json.dumps(later)},\n{failed}'
             f'  "summary": {json.dumps(summary)}\n}}\n'
@@ -458,11 +474,13 @@ class TextWriter:
     def finish(self, report: Report) -> None:
         self._start(report)
         lines = []
-        for d in report.delegates:
+        multus = [(DELEGATE_RESULT, d) for d in report.delegates]
+        multus.extend((SCRATCH_FILE, d) for d in report.scratch)
+        for kind, d in multus:
             if d["action"] == "keep" and not self._verbose:
                 continue
             lines.append(
-                f"{d['path']}: Multus delegate result {d['content']}, {d['written']} -> "
+                f"{d['path']}: {kind.called} {d['content']}, {d['written']} -> "
                 f"{d['action']} [{d['outcome']}]"
             )
             lines.append(f"    why: {d['reason']}")

@@ -38,7 +38,8 @@ SIDECAR_VOLATILE = ("quarantined_at", "file", "evidence", "writing_boot", "sha25
 
 class Instance:
     """One crashed node under dir: host-local attachments, three damaged and one valid, plus a
-    damaged file of a network below cniVersion 0.4.0 (quarantine without DEL)."""
+    damaged file of a network below cniVersion 0.4.0 (quarantine without DEL), and Multus's
+    scratch files, one damaged and one whole (moved without DEL)."""
 
     def __init__(self, base: Path, state_dir: Path | None = None) -> None:
         self.base = base
@@ -63,6 +64,13 @@ class Instance:
                 self.damaged[path.name] = path.read_bytes()
         old_file = self.node.write_result(f"old-{CONTAINER_IDS[9]}-lo", b"")
         self.damaged[old_file.name] = b""
+        # Multus's scratch files (multus.py), moved through the same steps: one whole, one cut.
+        self.multus = self.node.root / "var/lib/cni/multus"
+        self.multus.mkdir(mode=0o700)
+        for cid, data in ((CONTAINER_IDS[4], b'[{"Name":"hl"}]'), (CONTAINER_IDS[5], b'[{"Na')):
+            (self.multus / cid).write_bytes(data)
+            self.damaged[cid] = data
+        self.valid[CONTAINER_IDS[4]] = self.damaged.pop(CONTAINER_IDS[4])
         self.node.boot(t0 + 10)
         self.node.write_boot_world(btime=t0 + 5)
         self.clock = t0 + 60
@@ -113,7 +121,9 @@ class Instance:
         return found
 
     def results(self) -> dict[str, bytes]:
-        return {p.name: p.read_bytes() for p in self.node.results.iterdir()}
+        """The files in place: the results dir's and Multus's scratch files."""
+        here = [*self.node.results.iterdir(), *self.multus.iterdir()]
+        return {p.name: p.read_bytes() for p in here if p.is_file()}
 
     def final_state(self) -> dict[str, Any]:
         """What two instances share once done: which file is where, intact or not."""

@@ -276,23 +276,13 @@ def delegate_doc(
 ) -> dict[str, Any]:
     """One delegate result in the report, the journal and its sidecar."""
     entry, split = planned.entry, planned.entry.split
-    return {
-        "path": os.path.join(results_dir, entry.name),
+    names = {
         "network": split.network if split else None,
         "container_id": split.container_id if split else None,
         "ifname": split.ifname if split else None,
         "name_problem": entry.name_problem,
-        "file": {"kind": entry.file.kind, "size": entry.file.size},
-        "content": entry.content.value,
-        "content_detail": entry.verdict.detail,
-        "written": planned.written.written.value,
-        "evidence": planned.written.evidence,
-        "action": planned.action.value,
-        "reason": planned.reason,
-        "outcome": outcome,
-        "quarantined_to": quarantined_to,
-        "problem": problem,
     }
+    return _doc(planned, results_dir, names, outcome, quarantined_to, problem)
 
 
 def scratch_doc(
@@ -303,10 +293,22 @@ def scratch_doc(
     problem: str | None = None,
 ) -> dict[str, Any]:
     """One scratch file in the report, the journal and its sidecar."""
+    names = {"container_id": planned.entry.name}
+    return _doc(planned, scratch_dir, names, outcome, quarantined_to, problem)
+
+
+def _doc(
+    planned: Planned,
+    where: str,
+    names: dict[str, Any],  # whose the file is, as its name says
+    outcome: str,
+    quarantined_to: str | None,
+    problem: str | None,
+) -> dict[str, Any]:
     entry = planned.entry
     return {
-        "path": os.path.join(scratch_dir, entry.name),
-        "container_id": entry.name,
+        "path": os.path.join(where, entry.name),
+        **names,
         "file": {"kind": entry.file.kind, "size": entry.file.size},
         "content": entry.content.value,
         "content_detail": entry.verdict.detail,

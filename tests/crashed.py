@@ -18,6 +18,7 @@ import pytest
 
 from cni_reaper import cli
 from cni_reaper.journal import EventLog
+from cni_reaper.runtime import liveness
 from tests.libcni import add_network_list, reserved_ips
 from tests.nodetree import PLUGIN_DIR, NodeTree, host_local_conflist
 
@@ -96,3 +97,23 @@ class Crashed:
 
 def by_path(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["path"]: e for e in report["entries"]}
+
+
+def pin_netns(crashed: Crashed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pin: str) -> None:
+    """A netns mounted now at ROOT/run/netns/<pin>. No failpoint reaches the kernel's mount
+    table: liveness.netns_pins is monkeypatched to read a mountinfo the test writes, with the
+    pin there as nsfs, and is otherwise the real one."""
+    netns_dir = crashed.node.root / "run/netns"
+    netns_dir.mkdir(parents=True, exist_ok=True)
+    (netns_dir / pin).touch()
+    real = os.path.realpath(crashed.node.root)
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(f"4242 1 0:4 net:[4026532000] {real}/run/netns/{pin} rw - nsfs nsfs rw\n")
+    real_pins = liveness.netns_pins
+
+    def pins(
+        root: str, _mountinfo: str = "", netns_dirs: Any = liveness.DEFAULT_NETNS_DIRS
+    ) -> frozenset[str]:
+        return real_pins(root, str(mountinfo), netns_dirs)
+
+    monkeypatch.setattr(liveness, "netns_pins", pins)

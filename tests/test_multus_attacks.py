@@ -13,8 +13,7 @@ import pytest
 
 from cni_reaper import cli, pre_runtime
 from cni_reaper.errors import ExitCode
-from cni_reaper.runtime import liveness
-from tests.crashed import Crashed
+from tests.crashed import Crashed, pin_netns
 from tests.nodetree import CONTAINER_IDS, cache_entry_bytes, snapshot
 from tests.private_node import damage
 from tests.real_libcni import LibcniClient
@@ -140,21 +139,7 @@ def test_a_delegate_result_of_a_sandbox_whose_netns_is_still_mounted_is_left(
     crashed.reboot()
     crashed.node.record_before_runtime(crashed.t0 + 20, result.parent)
     crashed.node.runtime_starts()
-    netns_dir = crashed.node.root / "run/netns"
-    netns_dir.mkdir(parents=True)
-    (netns_dir / pin).touch()
-    # The kernel's mount table, with the sandbox's netns pinned there (nsfs).
-    real = os.path.realpath(crashed.node.root)
-    mountinfo = tmp_path / "mountinfo"
-    mountinfo.write_text(f"4242 1 0:4 net:[4026532000] {real}/run/netns/{pin} rw - nsfs nsfs rw\n")
-    real_pins = liveness.netns_pins
-
-    def pins(
-        root: str, _mountinfo: str = "", netns_dirs: Any = liveness.DEFAULT_NETNS_DIRS
-    ) -> frozenset[str]:
-        return real_pins(root, str(mountinfo), netns_dirs)
-
-    monkeypatch.setattr(liveness, "netns_pins", pins)
+    pin_netns(crashed, monkeypatch, tmp_path, pin)
 
     code, report = crashed.run(capsys, "--force")
 

@@ -25,8 +25,7 @@ import pytest
 from cni_reaper import cli, content, failpoint, pre_runtime, quarantine
 from cni_reaper.errors import ExitCode
 from cni_reaper.journal import EventLog
-from cni_reaper.runtime import liveness
-from tests.crashed import Crashed
+from tests.crashed import Crashed, pin_netns
 from tests.nodetree import CONTAINER_IDS, cache_entry_bytes, snapshot
 from tests.test_multus_scratch import BOOT_ID, ScratchNode, scratch_bytes, scratch_docs
 
@@ -78,26 +77,6 @@ def runtime_started_with_a_record(scratch: ScratchNode) -> None:
     crashed.reboot()
     crashed.node.record_before_runtime(crashed.t0 + 20, scratch.dir)
     crashed.node.runtime_starts()
-
-
-def pin_netns(crashed: Crashed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pin: str) -> None:
-    """A netns mounted now at ROOT/run/netns/<pin>. No failpoint reaches the kernel's mount
-    table: liveness.netns_pins is monkeypatched to read a mountinfo the test writes, with the
-    pin there as nsfs, and is otherwise the real one."""
-    netns_dir = crashed.node.root / "run/netns"
-    netns_dir.mkdir(parents=True, exist_ok=True)
-    (netns_dir / pin).touch()
-    real = os.path.realpath(crashed.node.root)
-    mountinfo = tmp_path / "mountinfo"
-    mountinfo.write_text(f"4242 1 0:4 net:[4026532000] {real}/run/netns/{pin} rw - nsfs nsfs rw\n")
-    real_pins = liveness.netns_pins
-
-    def pins(
-        root: str, _mountinfo: str = "", netns_dirs: Any = liveness.DEFAULT_NETNS_DIRS
-    ) -> frozenset[str]:
-        return real_pins(root, str(mountinfo), netns_dirs)
-
-    monkeypatch.setattr(liveness, "netns_pins", pins)
 
 
 # 1. Names: only a whole 64-hex name is a sandbox's scratch file.

@@ -291,8 +291,12 @@ def test_a_deeply_nested_whole_json_object_is_never_touched(
 
     assert path.exists(), "whole JSON that is no list was moved as crash damage"
     found = scratch_docs(report)[KNOWN]
-    # Whole, but deeper than Python decodes: it cannot be read here, and is no damage.
-    assert (found["content"], found["action"]) == ("unreadable", "report"), found
+    # Whole: unreadable where the interpreter cannot decode it (3.9 to 3.11), a format this
+    # reaper does not know where it can (3.12 on); never damage.
+    assert (found["content"], found["action"]) in (
+        ("unreadable", "report"),
+        ("mismatched", "report"),
+    ), found
     assert code == ExitCode.DATA
 
 
@@ -309,12 +313,12 @@ def test_a_deeply_nested_whole_list_is_never_touched(
     assert path.exists(), "a whole list Multus can read was moved"
     assert path.read_bytes() == delegate
     found = scratch_docs(report)[KNOWN]
-    assert (found["content"], found["action"], found["outcome"]) == (
-        "unreadable",
-        "report",
-        "skipped",
+    # Unreadable where the interpreter cannot decode it (3.9 to 3.11), kept where it can.
+    fate = (found["content"], found["action"], found["outcome"], code)
+    assert fate in (
+        ("unreadable", "report", "skipped", ExitCode.DATA),
+        ("valid", "keep", "skipped", ExitCode.OK),
     ), found
-    assert code == ExitCode.DATA
 
 
 @pytest.mark.parametrize("how", ["whole-list", "zeroed-sparse"])

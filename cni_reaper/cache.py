@@ -97,7 +97,7 @@ def split_name(name: str, networks: Collection[str]) -> tuple[Identity | None, s
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-def inspect(
+def _inspect(
     dir_fd: int,
     name: str,
     regular: bool,
@@ -187,28 +187,40 @@ def open_results_dir(path: str) -> int | None:
 
 def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
     """Every entry of the results dir in name order, classified; reads one file at a time."""
+    for name, file, found in inspect_all(dir_fd):
+        yield _entry(name, file, found, networks)
+
+
+def inspect_all(
+    dir_fd: int,
+    judge: Callable[[bytes], ContentVerdict | Identity] = content.judge,
+    wanted: Callable[[str], bool] | None = None,
+) -> Iterator[tuple[str, FileStat, ContentVerdict | Identity]]:
+    """_inspect() of every file of the dir (those whose names wanted takes), in name order:
+    the name, its stat and what judge makes of it. One file read at a time."""
     # The listing's file type spares a regular file its lstat: it is opened without following
     # links and fstat-ed instead; anything else is lstat-ed and never opened.
     names = []
     irregular = set()
     with os.scandir(dir_fd) as listing:
         for dirent in listing:
+            if wanted is not None and not wanted(dirent.name):
+                continue
             names.append(dirent.name)
             if not dirent.is_file(follow_symlinks=False):
                 irregular.add(dirent.name)
     names.sort()
     for name in names:
-        inspected = inspect(dir_fd, name, name not in irregular)
+        inspected = _inspect(dir_fd, name, name not in irregular, judge)
         if inspected is not None:
-            file, found = inspected
-            yield _entry(name, file, found, networks)
+            yield (name, *inspected)
 
 
 def whole_entries(dir_fd: int, network: str, networks: Collection[str]) -> Iterator[CacheEntry]:
     """The whole entries of one network, in name order, read again: for the config one of them
     cached, when no conf dir names the network any more."""
     for name in sorted(n for n in os.listdir(dir_fd) if n.startswith(f"{network}-")):
-        inspected = inspect(dir_fd, name, regular=True)  # opened without following links
+        inspected = _inspect(dir_fd, name, regular=True)  # opened without following links
         if inspected is not None:
             entry = _entry(name, *inspected, networks)
             if entry.content is Content.VALID and entry.split and entry.split.network == network:

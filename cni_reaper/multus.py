@@ -197,19 +197,12 @@ class MultusCache:
         else in the dir is Multus's scratch (its results dir is judged apart)."""
         if self.scratch_fd is None:
             return []
-        with os.scandir(self.scratch_fd) as listing:
-            named = sorted(
-                (d.name, d.is_file(follow_symlinks=False))
-                for d in listing
-                if cache.is_container_id(d.name)
-            )
         found = []
-        for name, regular in named:
-            inspected = cache.inspect(self.scratch_fd, name, regular, scratch_verdict)
-            if inspected is not None:
-                file, verdict = inspected
-                assert isinstance(verdict, ContentVerdict)  # what scratch_verdict makes
-                found.append(ScratchFile(name, file, verdict))
+        for name, file, verdict in cache.inspect_all(
+            self.scratch_fd, scratch_verdict, cache.is_container_id
+        ):
+            assert isinstance(verdict, ContentVerdict)  # what scratch_verdict makes
+            found.append(ScratchFile(name, file, verdict))
         return found
 
     def entries(self, networks: Collection[str]) -> list[CacheEntry]:

@@ -66,6 +66,13 @@ class ScratchNode:
         damage(path, how)
         return path
 
+    def runtime_started_with_a_record(self) -> None:
+        """The reboot; this boot's first run recorded the Multus dir; then containerd started."""
+        crashed = self.crashed
+        crashed.reboot()
+        crashed.node.record_before_runtime(crashed.t0 + 20, self.dir)
+        crashed.node.runtime_starts()
+
 
 @pytest.fixture
 def node(crashed: Crashed) -> ScratchNode:
@@ -163,9 +170,7 @@ def test_one_written_in_this_boot_is_left(
 ) -> None:
     crashed = node.crashed
     before = node.damaged(KNOWN)
-    crashed.reboot()
-    crashed.node.record_before_runtime(crashed.t0 + 20, node.dir)
-    crashed.node.runtime_starts()
+    node.runtime_started_with_a_record()
     fresh = node.damaged(OTHER, "truncated")  # after the record: may be in flight
 
     code, report = crashed.run(capsys, "--force")
@@ -185,9 +190,7 @@ def test_one_rewritten_after_the_record_is_left(
 ) -> None:
     crashed = node.crashed
     path = node.damaged(KNOWN)
-    crashed.reboot()
-    crashed.node.record_before_runtime(crashed.t0 + 20, node.dir)
-    crashed.node.runtime_starts()
+    node.runtime_started_with_a_record()
     os.utime(path, ns=(1, 1))  # rewritten in place, the same bytes: another write
 
     code, report = crashed.run(capsys, "--force")
@@ -203,9 +206,7 @@ def test_one_of_a_container_with_live_task_state_is_left(
 ) -> None:
     crashed = node.crashed
     path = node.damaged(KNOWN)
-    crashed.reboot()
-    crashed.node.record_before_runtime(crashed.t0 + 20, node.dir)
-    crashed.node.runtime_starts()
+    node.runtime_started_with_a_record()
     task = crashed.node.root / "run/containerd/io.containerd.runtime.v2.task/k8s.io" / KNOWN
     task.mkdir(parents=True)
 

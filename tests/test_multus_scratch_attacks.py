@@ -71,14 +71,6 @@ def quarantined(scratch: ScratchNode) -> list[str]:
     return sorted(p.name for p in scratch.quarantine.iterdir() if p.suffix != ".json")
 
 
-def runtime_started_with_a_record(scratch: ScratchNode) -> None:
-    """The reboot; this boot's first run recorded the Multus dir; then containerd started."""
-    crashed = scratch.crashed
-    crashed.reboot()
-    crashed.node.record_before_runtime(crashed.t0 + 20, scratch.dir)
-    crashed.node.runtime_starts()
-
-
 # 1. Names: only a whole 64-hex name is a sandbox's scratch file.
 
 
@@ -532,7 +524,7 @@ def test_a_scratch_file_of_a_sandbox_whose_netns_is_still_mounted_is_left(
         results = scratch.dir / "results"
         results.mkdir(mode=0o700)
         (results / f"hl-{KNOWN}-net1").write_bytes(whole)
-    runtime_started_with_a_record(scratch)
+    scratch.runtime_started_with_a_record()
     pin_netns(crashed, monkeypatch, tmp_path, pin)  # a netns dir in /run: a runtime is up
 
     code, report = crashed.run(capsys, "--force")
@@ -798,7 +790,7 @@ def test_a_multus_dir_recreated_after_the_record_proves_nothing(
     the same inode, size and mtime): the record's identities of the old dir's files must not
     carry over."""
     path = scratch.damaged(KNOWN)
-    runtime_started_with_a_record(scratch)
+    scratch.runtime_started_with_a_record()
     old = scratch.dir.with_name("multus.old")
     scratch.dir.rename(old)
     scratch.dir.mkdir(mode=0o700)
@@ -857,7 +849,7 @@ def test_force_with_a_runtime_up_moves_only_the_dead_sandboxs_recorded_scratch_f
     crashed = scratch.crashed
     live = scratch.damaged(KNOWN)
     dead = scratch.damaged(OTHER, "zeroed")
-    runtime_started_with_a_record(scratch)
+    scratch.runtime_started_with_a_record()
     task = crashed.node.root / "run/containerd/io.containerd.runtime.v2.task/k8s.io" / KNOWN
     task.mkdir(parents=True)
     fresh = scratch.damaged(THIRD, "truncated")

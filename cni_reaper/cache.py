@@ -7,7 +7,6 @@ that descriptor, so nothing outside it is ever read and no FIFO is ever opened.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import stat
@@ -275,7 +274,7 @@ def cached_netns(dir_fd: int, names: Iterable[str], container_id: str) -> set[st
             continue
         with os.fdopen(fd, "rb") as f:
             try:
-                doc = json.loads(f.read(content.MAX_ENTRY_BYTES))
+                doc = content.decode(f.read(content.MAX_ENTRY_BYTES).decode("utf-8", "replace"))
             except (ValueError, RecursionError, OSError):
                 continue
         netns = doc.get("netns") if isinstance(doc, dict) else None
@@ -314,7 +313,7 @@ def read_cached(dir_fd: int, entry: CacheEntry) -> CachedAttachment | str:
     finally:
         os.close(fd)
     try:
-        doc = json.loads(data.rstrip(b"\0 \t\r\n"))
+        doc = content.decode(data.rstrip(b"\0 \t\r\n").decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return "no longer JSON"
     if not isinstance(doc, dict):

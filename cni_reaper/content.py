@@ -13,7 +13,10 @@ from cni_reaper.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, TypeVar
+
+    T = TypeVar("T")
+    R = TypeVar("R")
 
 CACHE_KIND = "cniCacheV1"
 _IDENTITY_KEYS = ("networkName", "containerId", "ifName")  # in the order of Identity's fields
@@ -227,9 +230,60 @@ def _depth(text: str) -> int:
     return deepest
 
 
+# CPython 3.12 on decodes about 10,000 levels, with some 200 bytes of C stack each; a thread's
+# default stack can be as small as the platform's (a 512 KiB one overflows at 5,000 levels).
+_FRESH_STACK_BYTES = 16 << 20
+
+
+def at_fixed_depth(code: Callable[[T], R], data: T) -> R:
+    """code(data), a JSON decoding or encoding, taking the same nesting wherever it is called.
+
+    CPython's C codec counts each level of nesting against the recursion limit, after the
+    frames its caller already stands on (3.9 to 3.11), so a deep file could decode in the
+    inventory and fail in the check before its move, or in the confined thread. What fails
+    here with RecursionError is done again in a thread of its own, the shallowest place there
+    is: whether data decodes is what that thread says. RecursionError if it does not.
+    """
+    try:
+        return code(data)
+    except RecursionError:
+        pass
+    import threading  # noqa: PLC0415 (only deeply nested JSON comes here)
+
+    done: list[R] = []
+    raised: list[BaseException] = []
+
+    def fresh() -> None:
+        try:
+            done.append(code(data))
+        except BaseException as e:  # handed to the caller, who raises it again
+            raised.append(e)
+
+    previous = threading.stack_size(_FRESH_STACK_BYTES)
+    try:
+        # A daemon: it touches nothing outside, and an interrupted join must not keep the
+        # run alive.
+        thread = threading.Thread(target=fresh, name="cni-reaper-json", daemon=True)
+        thread.start()
+    finally:
+        threading.stack_size(previous)
+    thread.join()
+    if raised:
+        raise raised[0]
+    return done[0]
+
+
+def decode(text: str) -> Any:
+    """The JSON document text holds, as every reading of a cache file decodes it: at a fixed
+    depth, and without Python's NaN and Infinity. ValueError if it is not JSON, RecursionError
+    if it nests too deeply. One function for every reading of the same file, since even one
+    frame more in the decoding function moves the depth at which a fresh thread gives up."""
+    return at_fixed_depth(_DECODER.decode, text)
+
+
 def _decode_json(text: str) -> Any:
     try:
-        return _DECODER.decode(text)
+        return decode(text)
     except RecursionError:
         raise _TooDeep("nested too deeply") from None
 
@@ -281,11 +335,7 @@ def same_damage(
     (by verdict, a results entry's judge() unless said), or None when they still are."""
 
     def vet(data: bytes) -> str | None:
-        # judge() called here, not through classify(): the C decoder's nesting counts against
-        # the recursion limit with the caller's frames, and a deeply nested whole entry must
-        # decode here as it did in the inventory (tests/test_del_attacks.py).
-        found = verdict(data) if verdict is not None else judge(data)
-        now = Content.VALID if isinstance(found, Identity) else found.content
+        now = (verdict or classify)(data).content
         return None if now is judged else f"now {now.value}, was {judged.value}"
 
     return vet

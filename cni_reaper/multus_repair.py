@@ -86,7 +86,7 @@ def _original(dir_fd: int, name: str) -> str | None:
         os.close(fd)
     try:
         path = json.loads(data).get("path")
-    except (ValueError, AttributeError):
+    except (ValueError, RecursionError, AttributeError):
         return None
     return path if isinstance(path, str) else None
 

@@ -549,7 +549,7 @@ def _read_sidecar(dir_fd: int, name: str) -> dict[str, Any]:
     with os.fdopen(fd, "rb") as f:
         try:
             doc = json.loads(f.read(1 << 20))
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}
     return doc if isinstance(doc, dict) else {}
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from cni_reaper import failpoint
 from cni_reaper.budget import Budget
+from cni_reaper.content import at_fixed_depth
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import (
     ChainResolution,
@@ -82,6 +83,11 @@ def plugin_stdin(
         }
         if runtime:
             conf["runtimeConfig"] = runtime
+    # At a fixed depth, as the cached result was decoded: RecursionError only past it.
+    return at_fixed_depth(_as_go_marshals, conf)
+
+
+def _as_go_marshals(conf: Mapping[str, Any]) -> bytes:
     return json.dumps(conf, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -158,26 +164,33 @@ def delete(
         refusal = budget.refusal(str(link.path) for link in chain.plugins)
         if refusal is not None:
             return DelOutcome((), (PluginError(chain.plugins[0].kind, refusal),), attempted=False)
-    env = plugin_env(attachment, vetted, inherited)
-    ran: list[str] = []
+    # Every plugin's stdin before the first runs: one that cannot be encoded stops the DEL
+    # before any plugin ran, not midway (an IPAM plugin execs its own, it gets none).
+    stdins: list[tuple[str, str, bytes]] = []
     for link in chain.plugins:
         if link.ipam_of is not None:
-            continue  # its plugin execs it
+            continue
         assert link.path is not None
-        kind = link.kind
-        stdin = plugin_stdin(
-            netlist, netlist.plugins[link.conf_index], attachment.capability_args, prev_result
-        )
+        conf = netlist.plugins[link.conf_index]
+        try:
+            stdin = plugin_stdin(netlist, conf, attachment.capability_args, prev_result)
+        except RecursionError:
+            problem = "its config with the cached result nests deeper than this reaper encodes"
+            return DelOutcome((), (PluginError(link.kind, problem),))
+        stdins.append((link.kind, link.path, stdin))
+    env = plugin_env(attachment, vetted, inherited)
+    ran: list[str] = []
+    for kind, path, stdin in stdins:
         allowed = budget.plugin_time(timeout) if budget is not None else timeout
         failpoint.hit(BEFORE_PLUGIN)
         try:
-            run = runner.run(link.path, env, stdin, allowed)
+            run = runner.run(path, env, stdin, allowed)
         except OSError as e:
-            return DelOutcome(tuple(ran), (PluginError(kind, f"cannot run {link.path}: {e}"),))
+            return DelOutcome(tuple(ran), (PluginError(kind, f"cannot run {path}: {e}"),))
         failpoint.hit(AFTER_PLUGIN)
         ran.append(kind)
         if run.timed_out and budget is not None:
-            budget.timed_out(link.path)
+            budget.timed_out(path)
         error = error_from_run(kind, run, allowed)
         if error is not None:
             return DelOutcome(tuple(ran), (error,))

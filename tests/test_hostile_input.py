@@ -132,6 +132,31 @@ def test_a_name_that_is_another_files_quarantine_name(
     assert {k: after[k] for k in before} == before
 
 
+def test_sidecars_nested_past_the_decoders_depth_are_no_record(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sidecars in the quarantine, of a results entry and of a Multus file, that nest deeper
+    than 3.9 to 3.11 decode: each is a sidecar that says nothing, never the end of the run."""
+    qdir = crashed.node.quarantine / "11111111-2222-3333-4444-555555555555"
+    (qdir / "multus").mkdir(parents=True)
+    nested = "[" * 2000 + "]" * 2000
+    (qdir / f"hl-{CID}-eth0").write_bytes(b"")
+    (qdir / f"hl-{CID}-eth0.json").write_text(nested)
+    (qdir / "multus" / f"{CID}.json").write_text(nested)
+    crashed.node.write_result(f"hl-{CID}-eth0", b"")
+    # Multus's sidecars are read where Multus keeps a cache and host-local a store.
+    (crashed.node.root / "var/lib/cni/multus/results").mkdir(parents=True)
+    (crashed.node.root / "var/lib/cni/networks/hl").mkdir(parents=True)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.OK
+    (entry,) = report["entries"]
+    assert entry["quarantined_to"].endswith(f"hl-{CID}-eth0.1")
+    assert (qdir / f"hl-{CID}-eth0.json").read_text() == nested
+
+
 def run_text(crashed: Crashed, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     code = cli.run(crashed.argv("--dry-run"), clock=lambda: crashed.t0 + 60, environ={})
     return int(code), capsys.readouterr().out

@@ -202,3 +202,25 @@ def test_a_symlinked_marker_is_not_followed(boots: Node, tmp_path: Path) -> None
     _, report = node.run()
 
     assert report["boot"]["shutdown_marker"]["state"] == "unclean"
+
+
+@pytest.mark.parametrize(
+    ("marker", "then"),
+    [("clean-shutdown", "unclean"), ("last-run", "clean")],
+)
+def test_a_marker_nested_past_the_decoders_depth_reads_as_no_marker(
+    boots: Node, marker: str, then: str
+) -> None:
+    """4,096 bytes of brackets (the most a marker is read) nest deeper than 3.9 to 3.11 decode:
+    that marker says nothing, the other speaks, and the run goes on (it was an internal error).
+    """
+    node = boots
+    t0 = node.crashed.t0
+    node.ran_and_shut_down(BOOT_A, t0)
+    (node.state / marker).write_text("[" * 2000 + "]" * 2000)
+    node.boot(BOOT_B, t0 + 1000)
+
+    code, report = node.run()
+
+    assert code == ExitCode.OK
+    assert report["boot"]["shutdown_marker"]["state"] == then

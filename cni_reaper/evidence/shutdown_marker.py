@@ -83,7 +83,7 @@ def _read_json(path: str) -> object:
         return None
     try:
         return json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

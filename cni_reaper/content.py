@@ -288,6 +288,18 @@ def _decode_json(text: str) -> Any:
         raise _TooDeep("nested too deeply") from None
 
 
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+
+
+def json_kind(value: object) -> str:
+    """What a decoded JSON value is, in JSON's words, for a message that must not hold its
+    repr: a list's or an object's nests as deep as the decoder allowed, and the repr of one
+    that deep raises RecursionError where the decoding did not."""
+    if value is None:
+        return "null"
+    return _JSON_KINDS.get(type(value), "a number")
+
+
 def _is_pair_list(value: Any) -> bool:
     # Exact types: the value comes from the JSON decoder, which makes no subclasses.
     if type(value) is not list:
@@ -398,7 +410,10 @@ def document(data: bytes) -> Any:
                 Content.UNREADABLE, "whole JSON, nested too deeply to be decoded here"
             )
         except ValueError as e:
-            return ContentVerdict(Content.GARBAGE, f"not JSON: {e}")
+            # The grammar said whole JSON: what Python refuses is a limit of its own (an
+            # integer of more than 4,300 digits), which Go's decoder may not have. No crash
+            # writes that: never acted on.
+            return ContentVerdict(Content.UNREADABLE, f"whole JSON, not decoded here: {e}")
     return doc
 
 
@@ -428,7 +443,8 @@ def judge(data: bytes) -> ContentVerdict | Identity:
         return identity
     if kind is not None:
         # A format newer than this reaper knows is not damage: never act on it.
-        return ContentVerdict(Content.MISMATCHED, f"unknown kind {kind!r}")
+        shown = repr(kind[:64]) if isinstance(kind, str) else json_kind(kind)
+        return ContentVerdict(Content.MISMATCHED, f"unknown kind {shown}")
     version = doc.get("cniVersion", "")
     if isinstance(version, str) and LEGACY_RESULT_KEYS & doc.keys():
         return ContentVerdict(Content.LEGACY, f"bare result, cniVersion {version!r}")

@@ -210,6 +210,17 @@ def test_whether_deep_json_decodes_does_not_depend_on_where_it_is_judged(depth: 
     assert here in (Content.VALID, Content.UNREADABLE)
 
 
+def test_whole_json_with_an_integer_past_pythons_digit_limit_is_never_damage() -> None:
+    """CPython refuses to decode an integer of more than 4,300 digits (since 3.9.14); Go
+    skips one in a field it does not keep. Whole JSON it is, no crash's damage: it was garbage,
+    and a results entry of it was DEL'd and moved."""
+    doc = _nested_entry(0)[:-2] + b"9" * 5_000 + b"}}"
+    assert json_state(doc.decode()) is JsonState.COMPLETE
+    assert classify(doc).content is Content.UNREADABLE
+    assert classify(b" " + doc).content is Content.UNREADABLE
+    assert classify(doc[:-1]).content is Content.TRUNCATED
+
+
 def test_whole_json_past_gos_nesting_limit_is_garbage() -> None:
     """Nested deeper than Go's decoder reads, and than any CPython decodes: libcni cannot
     read it either."""

@@ -113,6 +113,7 @@ from types import MappingProxyType
 
 from cni_reaper import failpoint
 from cni_reaper.choice import Choice
+from cni_reaper.content import Content, ContentVerdict, document
 from cni_reaper.node_root import (
     LeavesRoot,
     canonical,
@@ -660,9 +661,13 @@ def _crio_sandbox_ids(data: bytes) -> tuple[list[str], int]:
     for container in containers:
         if not isinstance(container, dict) or not isinstance(container.get("id"), str):
             raise _Unreadable("a container without an id")
-        try:
-            metadata = json.loads(container.get("metadata") or "{}")
-        except (TypeError, ValueError, RecursionError):
+        text = container.get("metadata") or "{}"
+        metadata = document(text.encode("utf-8", "replace")) if type(text) is str else None
+        if type(metadata) is ContentVerdict:
+            if metadata.content is Content.UNREADABLE:
+                # Whole JSON that Go decodes: CRI-O knows this container, the reaper cannot
+                # tell whose sandbox it is.
+                raise _Unreadable(f"container {container['id']}'s metadata: {metadata.detail}")
             continue  # CRI-O ignores a container whose metadata it cannot parse
         if isinstance(metadata, dict) and metadata.get("pod-name") and metadata.get("pod-id"):
             of_crio += 1
@@ -679,10 +684,10 @@ def _crio_sandbox_fate(root: str, userdata: str, start: _CrioStart) -> tuple[Fat
         config = _read_file(root, config_path, MAX_SANDBOX_CONFIG_BYTES)
     except _Unreadable as e:
         return Fate.UNDECIDED, f"cri-o: {host_path(root, config_path)}: {e}"
-    try:
-        spec = json.loads(config) if config is not None else None
-    except (ValueError, RecursionError):
-        spec = None
+    spec = document(config) if config is not None else None
+    if type(spec) is ContentVerdict and spec.content is Content.UNREADABLE:
+        # Whole JSON that Go decodes: CRI-O may well load this sandbox.
+        return Fate.UNDECIDED, f"cri-o: {host_path(root, config_path)}: {spec.detail}"
     if not isinstance(spec, dict):
         how = "missing" if config is None else "not a JSON object"
         return Fate.DROPPED, (

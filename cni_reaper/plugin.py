@@ -9,6 +9,7 @@ import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from cni_reaper.content import json_kind
 from cni_reaper.netconf import NetworkList
 from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, trusted_uids, untrusted
@@ -281,8 +282,9 @@ def resolve_chain(netlist: NetworkList, plugin_dirs: PluginDirs) -> ChainResolut
             continue
         ipam_kind = ipam.get("type", "")
         if not isinstance(ipam_kind, str):
-            problem = f"invalid plugin name: {ipam_kind!r}"
-            plugins.append(ChainPlugin(repr(ipam_kind), index, None, problem, ipam_of=str(kind)))
+            shown = json_kind(ipam_kind) if isinstance(ipam_kind, (list, dict)) else repr(ipam_kind)
+            problem = f"invalid plugin name: {shown}"
+            plugins.append(ChainPlugin(shown, index, None, problem, ipam_of=str(kind)))
         elif ipam_kind:  # an empty type: no IPAM (bridge's isLayer3 is false)
             plugins.append(_resolve(ipam_kind, index, plugin_dirs)._replace(ipam_of=str(kind)))
     return ChainResolution(tuple(plugins))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from cni_reaper.content import json_kind
 from cni_reaper.netconf import parse_version
 
 TYPE_CHECKING = False
@@ -42,8 +43,10 @@ def _family(version: str) -> str:
 
 
 def _ip_version(address: Any) -> str:
+    if not isinstance(address, str):
+        raise Unconvertible(f"ips: an address that is {json_kind(address)}")
     try:
-        return str(ipaddress.ip_interface(str(address)).version)
+        return str(ipaddress.ip_interface(address).version)
     except ValueError:
         raise Unconvertible(f"ips: {address!r} is not an address with a prefix") from None
 

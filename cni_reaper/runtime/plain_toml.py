@@ -31,6 +31,7 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _NUMBER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 _WHITESPACE = " \t"
 _MAX_ARRAY_DEPTH = 8
+_MAX_INTEGER_CHARS = len(str(-(2**63)))
 
 
 class _NotPlain(Exception):
@@ -55,7 +56,9 @@ class _Reader:
     def document(self) -> dict[str, Any]:
         root: dict[str, Any] = {}
         table = root
-        headers: set[tuple[str, ...]] = set()  # every table a header made, or went through
+        # Every table a header made, or went through, by identity: a set of the paths to them
+        # held every prefix of a header's path, n * n / 2 slots for a header of n parts.
+        headers: set[int] = set()
         text = self.text
         while True:
             self.skip_whitespace()
@@ -82,7 +85,7 @@ class _Reader:
                 table[key] = value
                 self.end_of_line()
 
-    def header(self, root: dict[str, Any], headers: set[tuple[str, ...]]) -> dict[str, Any]:
+    def header(self, root: dict[str, Any], headers: set[int]) -> dict[str, Any]:
         self.at += 1
         if self.text.startswith("[", self.at):
             raise _NotPlain  # an array of tables
@@ -100,16 +103,15 @@ class _Reader:
                 raise _NotPlain
         table = root
         for depth, key in enumerate(path):
-            made = tuple(path[: depth + 1])
             last = depth == len(path) - 1
             if key not in table:
                 table[key] = {}
-            elif last or type(table[key]) is not dict or made not in headers:
+            elif last or type(table[key]) is not dict or id(table[key]) not in headers:
                 # Defined again, or a key-value pair's name: TOML's rules on which of those
                 # are allowed are left to tomllib.
                 raise _NotPlain
-            headers.add(made)
             table = table[key]
+            headers.add(id(table))  # every table stays in the document: its id stays its own
         return table
 
     def key(self) -> str:
@@ -141,6 +143,8 @@ class _Reader:
         self.at = found.end()
         fraction, exponent = found.groups()
         if fraction is None and exponent is None:
+            if len(found.group()) > _MAX_INTEGER_CHARS:
+                raise _NotPlain  # past TOML's 64 bits (and, at 4,300 digits, Python's int())
             return int(found.group())
         return float(found.group())
 

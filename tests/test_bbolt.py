@@ -296,8 +296,9 @@ def test_a_value_where_a_bucket_header_is_needed(tmp_path: Path) -> None:
 
 
 def test_an_inline_bucket_nested_in_itself_ends(tmp_path: Path) -> None:
-    """An inline bucket's value is a page that may claim to hold a bucket again: the nesting
-    bound ends it."""
+    """An inline bucket's value is a page that may claim to hold a bucket again: bbolt's own
+    rules (an inline bucket holds no bucket, in a quarter page at most) end it, as the nesting
+    bound did before them."""
     inline = b""
     for _ in range(70):
         page = struct.pack("<QHHI", 0, LEAF_PAGE, 1, 0)
@@ -307,5 +308,5 @@ def test_an_inline_bucket_nested_in_itself_ends(tmp_path: Path) -> None:
     data = bytearray(synthetic_db("<", [(b"n", struct.pack("<QQ", 0, 0) + inline)]))
     struct.pack_into("<I", data, 2 * 4096 + PAGE_HEADER_SIZE, 0x01)
     path.write_bytes(bytes(data))
-    with pytest.raises(BoltError, match="nested more than"):
+    with pytest.raises(BoltError, match="over a quarter page|inline bucket holds bucket"):
         read_tree(path)

@@ -76,6 +76,12 @@ MAX_NESTING = 64
 # the pages say: shared or cyclic pages in a damaged file end as an error, not a hang.
 READ_BUDGET_FACTOR = 4
 READ_BUDGET_SLACK = 1 << 20
+# Elements walked, at most, by the walks of one Database: the file holds at most one per
+# ELEMENT_SIZE bytes, and the walks' lookups go over a few again. Elements of an inline bucket
+# are cut from bytes already read, which READ_BUDGET_FACTOR does not see: many elements
+# naming one inline bucket would be walked once each.
+ELEMENT_BUDGET_FACTOR = 16
+ELEMENT_BUDGET_SLACK = 1 << 20
 
 FNV64_OFFSET = 0xCBF29CE484222325
 FNV64_PRIME = 0x100000001B3
@@ -123,6 +129,8 @@ class Database:
         self.name = name
         self.size = os.fstat(fd).st_size
         self._budget = READ_BUDGET_FACTOR * self.size + READ_BUDGET_SLACK
+        self._elements_left = ELEMENT_BUDGET_FACTOR * self.size // ELEMENT_SIZE
+        self._elements_left += ELEMENT_BUDGET_SLACK
         self._metas_read: dict[int, bytes] = {}  # offset: the meta page's bytes read there
         self.meta = self._choose_meta()
         self.page_size = self.meta.page_size
@@ -163,6 +171,15 @@ class Database:
 
     def error(self, message: str) -> BoltError:
         return BoltError(f"{self.name}: {message}")
+
+    def walked(self, elements: int) -> None:
+        """Count elements a walk is about to go over against the element budget."""
+        self._elements_left -= elements
+        if self._elements_left < 0:
+            raise self.error(
+                f"walking more than {ELEMENT_BUDGET_FACTOR} times the elements the file can "
+                "hold: elements are shared"
+            )
 
     def _read(self, offset: int, length: int) -> bytes:
         self._budget -= length
@@ -323,6 +340,10 @@ class Bucket:
         _, flags, count, _ = struct.unpack(self._db.byte_order + "QHHI", data[:PAGE_HEADER_SIZE])
         if flags & LEAF_PAGE == 0:
             raise self._db.error(f"an inline bucket whose page is not a leaf (flags {flags:#x})")
+        # bbolt inlines a bucket of at most a quarter page, and never one that holds a bucket
+        # (Bucket.inlineable): inline buckets nested in one another would multiply a walk.
+        if len(data) > self._db.page_size // 4:
+            raise self._db.error(f"an inline bucket of {len(data)} bytes, over a quarter page")
         return _Page(0, flags, count, data)
 
     def _tree_page(self, page_id: int, depth: int, seen: set[int]) -> _Page:
@@ -387,6 +408,7 @@ class Bucket:
         return page.data[start:end]
 
     def _branch_elements(self, page: _Page) -> list[tuple[bytes, int]]:
+        self._db.walked(page.elements)
         found = []
         for index in range(page.elements):
             at, raw = self._element(page, index)
@@ -398,6 +420,7 @@ class Bucket:
         if page.flags & LEAF_PAGE == 0:  # pragma: no cover - _leaves yields leaves only
             raise self._db.error(f"page {page.page_id} is not a leaf")
         order = self._db.byte_order
+        self._db.walked(page.elements)
         for index in range(page.elements):
             at, raw = self._element(page, index)
             flags, pos, key_size, value_size = struct.unpack(order + "IIII", raw)
@@ -406,6 +429,8 @@ class Bucket:
             if flags & BUCKET_LEAF == 0:
                 yield key, value
                 continue
+            if self._inline is not None:
+                raise self._db.error(f"inline bucket holds bucket {key!r}: bbolt never writes one")
             if len(value) < BUCKET_HEADER_SIZE:
                 raise self._db.error(f"page {page.page_id}: bucket {key!r} has no header")
             root, _sequence = struct.unpack(order + "QQ", value[:BUCKET_HEADER_SIZE])

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from cni_reaper import failpoint
 from cni_reaper.boot import BootContext, FirstReading, Written, WrittenVerdict, iso
+from cni_reaper.evidence import time_read
 from cni_reaper.filestat import FileStat
 from cni_reaper.pool import dotted_quad_number
 from cni_reaper.record import Record
@@ -461,9 +462,12 @@ def _decode(data: bytes, boot_id: str) -> PreRuntimeRecord | None:
     header = tokens[0].rsplit(b" ", 4)
     if len(header) != 5 or header[0] != _MAGIC or header[1] != boot_id.encode():
         return None
+    taken_at = time_read(header[2])
+    readings = [None if n == b"-" else time_read(n) for n in header[3:]]
+    if taken_at is None or any(t is None and n != b"-" for t, n in zip(readings, header[3:])):
+        return None  # NaN, inf or a number past the years a report shows: no time it wrote
+    first = FirstReading(*readings)
     try:
-        taken_at = float(header[2])
-        first = FirstReading(*(None if n == b"-" else float(n) for n in header[3:]))
         dirs: dict[str, DirRecord] = {}
         files: FileIdentities | None = None
         for token in tokens[1:]:

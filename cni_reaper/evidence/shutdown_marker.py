@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from cni_reaper import failpoint
 from cni_reaper.choice import Choice
+from cni_reaper.evidence import time_read
 from cni_reaper.paths import NodePaths
 from cni_reaper.record import Record
 
@@ -66,7 +67,7 @@ class ShutdownEvidence(Record):
         return cls(
             state,
             boot_id if isinstance(boot_id, str) else None,
-            float(when) if isinstance(when, (int, float)) else None,
+            time_read(when),
             detail if isinstance(detail, str) else "",
         )
 
@@ -89,9 +90,9 @@ def _read_json(path: str) -> object:
 
 def _stamp(doc: object) -> tuple[str, float] | None:
     if isinstance(doc, dict):
-        boot_id, when = doc.get("boot_id"), doc.get("time")
-        if isinstance(boot_id, str) and boot_id and isinstance(when, (int, float)):
-            return boot_id, float(when)
+        boot_id, when = doc.get("boot_id"), time_read(doc.get("time"))
+        if isinstance(boot_id, str) and boot_id and when is not None:
+            return boot_id, when
     return None
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,14 @@ def _machine_cni_state() -> dict[str, list[str] | None]:
         except OSError:
             state[path] = None
     return state
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A suite started with SIGINT ignored (nohup, `pytest &` from a script) hands that on to
+    # every process it starts, through exec: Python then never raises KeyboardInterrupt, and
+    # the interrupt tests' Ctrl-C is lost. A handler is reset to the default at exec instead.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -165,7 +165,7 @@ def delete(
         if refusal is not None:
             return DelOutcome((), (PluginError(chain.plugins[0].kind, refusal),), attempted=False)
     # Every plugin's stdin before the first runs: one that cannot be encoded stops the DEL
-    # before any plugin ran, not midway (an IPAM plugin execs its own, it gets none).
+    # before any plugin ran, not midway. An IPAM plugin is run by its plugin, not from here.
     stdins: list[tuple[str, str, bytes]] = []
     for link in chain.plugins:
         if link.ipam_of is not None:

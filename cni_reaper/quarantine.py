@@ -260,6 +260,8 @@ class Quarantine:
             while temps:
                 os.close(temps.pop())
             for (index, dest, file), error in zip(staged, synced):
+                if error is not None:
+                    _drop_temp(fd, dest + SIDECAR_SUFFIX)
                 moved[index] = error or self._put_in_place(fd, moves[index], dest, file)
         finally:
             for temp in temps:
@@ -275,7 +277,11 @@ class Quarantine:
         failpoint.hit(SIDECAR_WRITTEN)
         sidecar = dest + SIDECAR_SUFFIX
         try:
-            os.rename(_temp_name(sidecar), sidecar, src_dir_fd=fd, dst_dir_fd=fd)
+            try:
+                os.rename(_temp_name(sidecar), sidecar, src_dir_fd=fd, dst_dir_fd=fd)
+            except OSError:
+                _drop_temp(fd, sidecar)
+                raise
             failpoint.hit(SIDECAR_IN_PLACE)
             change = _still_held(move, file)
             if change is not None:
@@ -323,12 +329,19 @@ class Quarantine:
         if sha256(data).hexdigest() != file.sha256:
             _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
             return FileChanged("its bytes changed as it was copied; left in place")
-        copy = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=fd)
         try:
-            _write_all(copy, data)
-            os.fsync(copy)
-        finally:
-            os.close(copy)
+            copy = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=fd)
+            try:
+                _write_all(copy, data)
+                os.fsync(copy)
+            finally:
+                os.close(copy)
+        except OSError:
+            # Nothing of this move is left here: the original stays where it was.
+            _drop_temp(fd, dest)
+            with contextlib.suppress(OSError):
+                os.unlink(dest + SIDECAR_SUFFIX, dir_fd=fd)
+            raise
         failpoint.hit(COPY_WRITTEN)
         os.rename(tmp, dest, src_dir_fd=fd, dst_dir_fd=fd)
         os.fsync(fd)
@@ -453,6 +466,13 @@ def _temp_name(name: str) -> str:
     return f".{name}.tmp"
 
 
+def _drop_temp(dir_fd: int, name: str) -> None:
+    """name's temp file gone after a write, fsync or rename of it failed: the error said is
+    that one, not the unlink's, on a file system that may refuse this too."""
+    with contextlib.suppress(OSError):
+        os.unlink(_temp_name(name), dir_fd=dir_fd)
+
+
 def _text(record: Sidecar) -> str:
     """A sidecar's file content: its record as compact JSON, as the report's, on one line."""
     if isinstance(record, str):
@@ -482,6 +502,7 @@ def _write_temp(dir_fd: int, name: str, text: str) -> int:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     except OSError:
         os.close(fd)
+        _drop_temp(dir_fd, name)
         raise
     return fd
 

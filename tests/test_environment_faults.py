@@ -196,3 +196,35 @@ def test_a_filter_refusing_the_subreaper_is_warned_of_and_the_dels_go_on(
         "(prctl(PR_SET_CHILD_SUBREAPER): Operation not permitted): they may run on beside "
         "the runtime"
     ) in report["warnings"] + report["later_warnings"]  # noted once the report had begun
+
+
+@pytest.mark.parametrize(
+    ("size", "fill", "damage"),
+    [("64k", True, b""), ("8k", False, b'{"kind":"cniCacheV1","config":"' + b"A" * 12_000)],
+    ids=["no-room-for-the-sidecar", "room-for-the-sidecar-not-the-copy"],
+)
+def test_a_move_that_fails_for_room_leaves_nothing_of_itself_in_the_quarantine(
+    crashed: Crashed, tmp_path: Path, size: str, fill: bool, damage: bytes
+) -> None:
+    """The quarantine on a small tmpfs, so on another file system than the results dir: the
+    sidecar's write, or the copy's, runs out of room. No temp file stays behind, and no
+    sidecar without its file (a '.X.json.tmp' stayed, and the copy's '.X.tmp' beside X.json)."""
+    valid, damaged = damaged_node(crashed)
+    damaged.write_bytes(damage)
+    state = tmp_path / "state"
+    state.mkdir()
+    listing = tmp_path / "listing"
+    setup = f"mount -t tmpfs -o size={size} tmpfs {state}\n"
+    if fill:
+        setup += f"dd if=/dev/zero of={state}/fill bs=4k 2>/dev/null || true\n"
+    # The run, then what its quarantine holds, before the tmpfs goes with the namespace.
+    # (run_in_mount_namespace's own exec after it is never reached.)
+    setup += f'set +e\n"$@"\nstatus=$?\nfind {state}/quarantine -type f > {listing}\n'
+    setup += "exit $status"
+
+    code, report, stderr = run_in_mount_namespace(crashed, setup, "--state-dir", str(state))
+
+    assert code == ExitCode.ACTION_FAILED, stderr
+    assert "No space left on device" in " ".join(by_path(report)[damaged.name]["problems"])
+    assert listing.read_text() == ""
+    assert damaged.read_bytes() == damage and valid.exists()

@@ -5,6 +5,7 @@ The format and how libcni reads it: shared/reference/libcni-cache.md sections 2 
 
 from __future__ import annotations
 
+import _thread
 import json
 import re
 
@@ -233,6 +234,7 @@ def _depth(text: str) -> int:
 # CPython 3.12 on decodes about 10,000 levels, with some 200 bytes of C stack each; a thread's
 # default stack can be as small as the platform's (a 512 KiB one overflows at 5,000 levels).
 _FRESH_STACK_BYTES = 16 << 20
+_STACK_SIZE_SET = _thread.allocate_lock()
 
 
 def at_fixed_depth(code: Callable[[T], R], data: T) -> R:
@@ -259,14 +261,18 @@ def at_fixed_depth(code: Callable[[T], R], data: T) -> R:
         except BaseException as e:  # handed to the caller, who raises it again
             raised.append(e)
 
-    previous = threading.stack_size(_FRESH_STACK_BYTES)
-    try:
-        # A daemon: it touches nothing outside, and an interrupted join must not keep the
-        # run alive.
-        thread = threading.Thread(target=fresh, name="cni-reaper-json", daemon=True)
-        thread.start()
-    finally:
-        threading.stack_size(previous)
+    # A daemon: it touches nothing outside, and an interrupted join must not keep the run
+    # alive. The stack size is the process's, for every thread started while it is set: the
+    # DEL workers may come here at once.
+    thread = threading.Thread(target=fresh, name="cni-reaper-json", daemon=True)
+    with _STACK_SIZE_SET:
+        previous = threading.stack_size(_FRESH_STACK_BYTES)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had (TasksMax, a pids cgroup): not decoded here
+            raise RecursionError("nested too deeply, and no thread to decode it in") from None
+        finally:
+            threading.stack_size(previous)
     thread.join()
     if raised:
         raise raised[0]
@@ -411,9 +417,12 @@ def document(data: bytes) -> Any:
             )
         except ValueError as e:
             # The grammar said whole JSON: what Python refuses is a limit of its own (an
-            # integer of more than 4,300 digits), which Go's decoder may not have. No crash
-            # writes that: never acted on.
-            return ContentVerdict(Content.UNREADABLE, f"whole JSON, not decoded here: {e}")
+            # integer of more than 4,300 digits), which Go's decoder may not have. Inside an
+            # object or a list no crash writes that: never acted on. A bare number is no
+            # document any reader of these files takes, Go's included.
+            if text.lstrip(_WS)[:1] in ("{", "["):
+                return ContentVerdict(Content.UNREADABLE, f"whole JSON, not decoded here: {e}")
+            return ContentVerdict(Content.GARBAGE, f"not a JSON object or list: {e}")
     return doc
 
 

@@ -83,12 +83,15 @@ def plugin_stdin(
         }
         if runtime:
             conf["runtimeConfig"] = runtime
-    # At a fixed depth, as the cached result was decoded: RecursionError only past it.
-    return at_fixed_depth(_as_go_marshals, conf)
+    # At a fixed depth, as the cached result was decoded, and through the encoder's own
+    # method, as the decoder's is (json.dumps would stand on two frames more): RecursionError
+    # only past what the reaper decodes.
+    text: str = at_fixed_depth(_AS_GO_MARSHALS.encode, conf)
+    return text.encode()
 
 
-def _as_go_marshals(conf: Mapping[str, Any]) -> bytes:
-    return json.dumps(conf, sort_keys=True, separators=(",", ":")).encode()
+# Keys sorted, as Go marshals a map.
+_AS_GO_MARSHALS = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 # systemd's default PATH for services: what a runtime started by systemd hands its plugins.

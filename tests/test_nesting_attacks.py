@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import resource
 import struct
 import subprocess
@@ -217,12 +218,25 @@ def test_a_containerd_config_with_a_huge_integer_is_a_warning(
     assert any("config.toml" in w for w in report_of(out)["warnings"])
 
 
-def limited_run(crashed: Crashed, timeout: float, *extra: str) -> subprocess.CompletedProcess[str]:
+def unit_stack_limit() -> int:
+    """The shipped unit's LimitSTACK=, in bytes."""
+    unit = (REPO / "systemd/cni-reaper.service").read_text()
+    found = re.search(r"^LimitSTACK=(\d+)M$", unit, re.MULTILINE)
+    assert found, "the unit sets no LimitSTACK= (in MiB)"
+    return int(found.group(1)) << 20
+
+
+def limited_run(
+    crashed: Crashed, timeout: float, *extra: str, stack: int | None = None
+) -> subprocess.CompletedProcess[str]:
     """The reaper as the unit runs it, in a process of its own with 2 GiB of address space:
-    MemoryError there, not the machine's OOM killer. TimeoutExpired is the hang guard."""
+    MemoryError there, not the machine's OOM killer; with stack, that stack limit. Timeout-
+    Expired is the hang guard."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        if stack is not None:
+            resource.setrlimit(resource.RLIMIT_STACK, (stack, stack))
 
     return subprocess.run(
         [sys.executable, "-m", "cni_reaper", *crashed.argv("--json", *extra)],
@@ -233,6 +247,25 @@ def limited_run(crashed: Crashed, timeout: float, *extra: str) -> subprocess.Com
         preexec_fn=limit,
         check=False,
     )
+
+
+@pytest.mark.parametrize("depth", [3_000, 9_990])
+def test_an_entry_nested_to_gos_limit_gets_a_verdict_on_the_units_stack(
+    crashed: Crashed, depth: int
+) -> None:
+    """CPython 3.12 and later decode some 10,000 levels on about 2 MiB of C stack, unchecked:
+    on a 1 MiB stack a whole entry 9,990 deep killed the reaper (SIGSEGV) before any
+    RecursionError could make it unreadable. On the stack the unit gives it, it gets a verdict
+    (valid where this Python decodes it, unreadable where not), and the run its report."""
+    entry = {"kind": "cniCacheV1", "networkName": "hl", "containerId": CID, "ifName": "eth0"}
+    data = with_raw({**entry, "result": {"x": "RAW"}}, nested(depth)).encode()
+    crashed.node.write_result(ENTRY, data)
+    crashed.reboot_now()
+
+    run = limited_run(crashed, 600, "--dry-run", stack=unit_stack_limit())
+
+    assert run.returncode >= 0, f"killed by signal {-run.returncode}"
+    assert by_path(report_of(run.stdout))[ENTRY]["content"] in ("valid", "unreadable")
 
 
 def test_a_table_header_of_a_hundred_thousand_parts_is_read_in_linear_memory(

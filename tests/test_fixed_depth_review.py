@@ -1,7 +1,8 @@
 """Review of the fixed-depth JSON change (content.at_fixed_depth and its callers, the CRI-O
 verdicts, bbolt's inline-bucket rules and element budget, evidence.time_read): what an attacker
-or an unlucky operator could make of it. A test marked xfail states what should hold and does
-not."""
+or an unlucky operator could make of it. The review found five defects (two DEL workers'
+fresh threads and the process's stack size, no thread to be had, the encoder deeper than the
+decoder, a bare number called unreadable, twice); their tests were strict xfails until mended."""
 
 from __future__ import annotations
 

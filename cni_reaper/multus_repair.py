@@ -31,14 +31,15 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _TooMany(Exception):
-    pass
+    """More sidecars than are read, or one that cannot be: which names were moved is unknown."""
 
 
 def moved_earlier(quarantine_dir: str, results_dir: str) -> frozenset[str] | None:
     """The names of the files of results_dir that runs before this one moved aside, in this
     boot or an earlier one (their sidecars in <quarantine>/<boot>/multus/ say where each came
     from): Multus's DEL still comes for them, with no cached result. None when that cannot be
-    told (too many, or a quarantine that cannot be read): every one then counts as moved."""
+    told (too many, a sidecar or a quarantine that cannot be read): every one then counts as
+    moved."""
     names: set[str] = set()
     read = 0
     try:
@@ -61,7 +62,10 @@ def moved_earlier(quarantine_dir: str, results_dir: str) -> frozenset[str] | Non
                     if read > MAX_SIDECARS:
                         raise _TooMany
                     path = _original(sub, name)
-                    if path is not None and os.path.dirname(path) == results_dir:
+                    if path is None:
+                        # Whose file it describes cannot be told: it may be any delegate's.
+                        raise _TooMany
+                    if os.path.dirname(path) == results_dir:
                         names.add(os.path.basename(path))
             finally:
                 os.close(sub)

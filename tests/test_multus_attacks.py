@@ -455,6 +455,30 @@ def test_a_second_run_in_the_same_boot_keeps_the_delegates_reservation_for_multu
     assert code2 == ExitCode.OK
 
 
+@pytest.mark.parametrize("sidecar", ["{", "[" * 2000 + "]" * 2000, '{"path": 5}'])
+def test_a_sidecar_that_cannot_be_read_keeps_the_delegates_reservation_for_multus(
+    multus_node: MultusNode, capsys: pytest.CaptureFixture[str], sidecar: str
+) -> None:
+    """As above, but the sidecar of the file run 1 moved no longer says where that file was:
+    which delegate results runs moved aside cannot be told, and every one counts as moved (a
+    sidecar that could not be read was skipped, its delegate's address called an orphan's)."""
+    crashed = multus_node.crashed
+    result = damaged_delegate(multus_node)
+    multus_node.containerd_knows(KNOWN)
+    held = crashed.ips()
+    crashed.reboot()
+    _, report1 = crashed.run(capsys, "-v")
+    moved_to = delegates(report1)[result.name]["quarantined_to"]
+    Path(moved_to + ".json").write_text(sidecar)
+
+    code2, report2 = crashed.run(capsys, "-v")
+
+    (second,) = report2["host_local"]
+    assert second["action"] == "keep", second["reason"]
+    assert crashed.ips() == held
+    assert code2 == ExitCode.OK
+
+
 def test_a_dry_run_changes_nothing_anywhere(
     multus_node: MultusNode, capsys: pytest.CaptureFixture[str]
 ) -> None:

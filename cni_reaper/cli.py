@@ -540,7 +540,7 @@ def _pipeline(run: _Run) -> Report:
         raise UnsafeInputError(str(e.strerror)) from None
     if results_fd is None:
         warnings.append(f"no results dir at {paths.results_dir}")
-        delegates.open()
+        delegates.open(None)
         # What is alive is asked only of a node with something it could stop a change to.
         needed = bool(stores) or delegates.present
         live = _live_containers(run) if needed else frozenset()
@@ -566,7 +566,7 @@ def _pipeline(run: _Run) -> Report:
     quarantines: list[Quarantine] = []  # the one a real run opens, if it changes anything
     cached_configs.results_fd = results_fd
     try:
-        delegates.open()
+        delegates.open(results_fd)
         proof.open_dir(paths.results_dir, os.fstat(results_fd))
         fates.present = lambda name: _regular_in(results_fd, name)
         fates.names = lambda: os.listdir(results_fd)
@@ -811,37 +811,61 @@ def _netns_mounted(
 class _Delegates:
     """Multus's delegate results and scratch files through a run (multus.py): judged with the
     rest of the plan, before the pre-runtime record is kept; the damaged ones moved once it
-    is, before any DEL, one of which may be Multus's own and need them gone too."""
+    is, before any DEL, one of which may be Multus's own and need them gone too. In the
+    default cache dir and in every other one the conf dirs' Multus configs name."""
 
     def __init__(
         self, run: _Run, boot_ctx: boot.BootContext, proof: pre_runtime.Proof, report: Report
     ) -> None:
         self._run, self._boot, self._proof, self._report = run, boot_ctx, proof, report
-        self._found: multus.MultusCache | None = None
-        self._plan: list[multus.PlannedDelegate] = []
-        self._scratch: list[multus.PlannedScratch] = []
+        self._found: list[multus.MultusCache] = []
+        # each cache's plan: its delegate results', its scratch files'
+        self._plans: list[tuple[list[multus.PlannedDelegate], list[multus.PlannedScratch]]] = []
 
-    def open(self) -> None:
-        """The dir as it is before anything moves; before the report is begun, which says
-        the run's warnings first."""
+    def open(self, results_fd: int | None) -> None:
+        """The dirs as they are before anything moves; before the report is begun, which says
+        the run's warnings first. A dir named twice (a symlink, another spelling) is inspected
+        once; one that is, or holds, the runtime's results dir or another cache's is not
+        inspected at all: its files are judged as the runtime's or that cache's."""
         run = self._run
-        found = self._found = multus.MultusCache.open(run.paths.cache_dir)
-        if found.problem:
-            run.warnings.append(found.problem)
+        found = [multus.MultusCache.open(run.paths.cache_dir)]
+        runtime_results = os.fstat(results_fd) if results_fd is not None else None
+        for named in multus.named_dirs(run.configs.networks.values()):
+            if named.problem is not None:
+                found.append(multus.MultusCache.unknown(named.node_path, named.problem))
+                continue
+            cache_here = multus.MultusCache.named(run.paths.root, named.node_path)
+            if any(cache_here.same_dir(earlier) for earlier in found):
+                cache_here.close()
+                continue
+            taken = [runtime_results] if runtime_results is not None else []
+            taken += (os.fstat(fd) for e in found for fd in (e.scratch_fd, e.fd) if fd is not None)
+            if any(cache_here.holds(st) for st in taken):
+                where = cache_here.scratch_dir
+                cache_here.close()
+                problem = (
+                    f"Multus's cache {where}, which a Multus config names, is or holds a dir "
+                    "this run inspects as another's; not inspected"
+                )
+                found.append(multus.MultusCache.unknown(where, problem))
+                continue
+            found.append(cache_here)
+        self._found = found
+        for cache_here in found:
+            if cache_here.problem:
+                run.warnings.append(cache_here.problem)
 
     @property
     def present(self) -> bool:
         """Whether Multus keeps a cache dir on the node, usable or not."""
-        found = self._found
-        return found is not None and (
+        return any(
             found.present or found.scratch_fd is not None or found.problem is not None
+            for found in self._found
         )
 
     def cached_by(self) -> multus.DelegateResults | None:
         """Where Multus cached a delegate's result (reservations.py), as found before any
         move, with what runs moved since; asked only by a run with host-local stores."""
-        if self._found is None:
-            return None
         quarantine_dir = self._run.paths.quarantine_dir
 
         def moved(results_dir: str) -> frozenset[str] | None:
@@ -849,60 +873,86 @@ class _Delegates:
 
             return multus_repair.moved_earlier(quarantine_dir, results_dir)
 
-        return self._found.delegate_results(moved)
+        lookups = [
+            lookup
+            for lookup in (found.delegate_results(moved) for found in self._found)
+            if lookup is not None
+        ]
+        if len(lookups) < 2:
+            return lookups[0] if lookups else None
+
+        def in_any(network: str, container_id: str, ifname: str) -> str | None:
+            for lookup in lookups:
+                cached = lookup(network, container_id, ifname)
+                if cached is not None:
+                    return cached
+            return None
+
+        return in_any
 
     def close(self) -> None:
-        if self._found is not None:
-            self._found.close()
+        for found in self._found:
+            found.close()
 
     def judge(self, alive: Callable[[str], str | None], pins: frozenset[str] | str) -> None:
         """alive: why a container's attachments may be alive, from the runtimes' live state
-        and the results dir's entries; a whole delegate result of it may name a netns too."""
-        run, found, proof, at = self._run, self._found, self._proof, self._boot
-        if found is None:
-            return
-        entries = found.entries(run.configs.networks.keys())
-        fd, names = found.fd, [e.name for e in entries]
+        and the results dir's entries; a whole delegate result of it, in any of the caches,
+        may name a netns too."""
+        run, proof, at = self._run, self._proof, self._boot
+        entries = [found.entries(run.configs.networks.keys()) for found in self._found]
+        named = [(f.fd, [e.name for e in listed]) for f, listed in zip(self._found, entries)]
 
         def alive_here(container_id: str) -> str | None:
-            return alive(container_id) or _netns_mounted(pins, fd, names, container_id)
+            why = alive(container_id)
+            for fd, names in named:
+                why = why or _netns_mounted(pins, fd, names, container_id)
+            return why
 
-        if entries and fd is not None:
-            where = found.results_dir
-            proof.open_dir(where, os.fstat(fd))
-            self._plan = [
-                multus.plan_delegate(e, proof.written(where, e.name, e.file, at), alive_here)
-                for e in entries
-            ]
-        scratch = found.scratch_files()
-        if scratch and found.scratch_fd is not None:
-            where = found.scratch_dir
-            proof.open_dir(where, os.fstat(found.scratch_fd))
-            self._scratch = [
-                multus.plan_scratch(e, proof.written(where, e.name, e.file, at), alive_here)
-                for e in scratch
-            ]
+        self._plans = []
+        for found, listed in zip(self._found, entries):
+            plan: list[multus.PlannedDelegate] = []
+            if listed and found.fd is not None:
+                where = found.results_dir
+                proof.open_dir(where, os.fstat(found.fd))
+                plan = [
+                    multus.plan_delegate(e, proof.written(where, e.name, e.file, at), alive_here)
+                    for e in listed
+                ]
+            scratch_plan: list[multus.PlannedScratch] = []
+            scratch = found.scratch_files()
+            if scratch and found.scratch_fd is not None:
+                where = found.scratch_dir
+                proof.open_dir(where, os.fstat(found.scratch_fd))
+                scratch_plan = [
+                    multus.plan_scratch(e, proof.written(where, e.name, e.file, at), alive_here)
+                    for e in scratch
+                ]
+            self._plans.append((plan, scratch_plan))
 
     def settle(self, veto: str | None) -> None:
         """The plan carried out (a real run) or said (a dry run); veto: why nothing may change
         after all (pre_runtime.confirm)."""
-        run, found, plan, scratch = self._run, self._found, self._plan, self._scratch
-        if found is None:
-            return
+        run = self._run
+        docs: list[dict[str, Any]] = []
+        scratch_docs: list[dict[str, Any]] = []
         try:
-            if veto is not None:
-                plan = [multus.held_back(p, veto) for p in plan]
-                scratch = [multus.held_back(p, veto) for p in scratch]
-            docs = self._carry_out(plan, found.fd, found.results_dir, multus.delegate_doc, None)
-            scratch_docs = self._carry_out(
-                scratch,
-                found.scratch_fd,
-                found.scratch_dir,
-                multus.scratch_doc,
-                multus.scratch_verdict,
-            )
+            for found, (planned, scratch_planned) in zip(self._found, self._plans):
+                plan, scratch = planned, scratch_planned
+                if veto is not None:
+                    plan = [multus.held_back(p, veto) for p in plan]
+                    scratch = [multus.held_back(p, veto) for p in scratch]
+                docs += self._carry_out(
+                    plan, found.fd, found.results_dir, multus.delegate_doc, None
+                )
+                scratch_docs += self._carry_out(
+                    scratch,
+                    found.scratch_fd,
+                    found.scratch_dir,
+                    multus.scratch_doc,
+                    multus.scratch_verdict,
+                )
         finally:
-            found.close()
+            self.close()
         verbose, dry_run = run.args.verbose, run.args.dry_run
         for doc in docs:
             self._report.add_delegate(doc)

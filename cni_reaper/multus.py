@@ -26,19 +26,27 @@ them; without the pod, end the DEL with success, as for a damaged one. So a dama
 file an earlier boot left is moved aside, as a damaged delegate result is.
 
 The same verdicts decide as for the results dir (plan.py), but the one change is a move.
+
+Where: Multus keeps all of it in its config's `cniDir`, /var/lib/cni/multus when it names none
+(pkg/types/conf.go, defaultCNIDir). The thin plugin runs on the node, so a `cniDir` its config in
+the conf dirs names is a node path, and is inspected as the default one is. The thick plugin's
+shim hands its config to Multus's daemon, whose own config may override `cniDir` and which sees
+the node's files through its pod's mounts: a `cniDir` other than the default there names no
+place this reaper can find, and leaves the delegates' addresses in doubt.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 
-from cni_reaper import cache, content
+from cni_reaper import cache, content, node_root
 from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
 from cni_reaper.content import Content, ContentVerdict
 from cni_reaper.filestat import FileStat
+from cni_reaper.netconf import NetworkList
 from cni_reaper.plan import Action, held, not_to_change
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
@@ -50,6 +58,9 @@ if TYPE_CHECKING:
     Planned = TypeVar("Planned", "PlannedDelegate", "PlannedScratch")
 
 SUBDIR = "multus"  # Multus's cacheDir, under libcni's cache dir
+DEFAULT_CNI_DIR = "/var/lib/cni/multus"  # the same, as Multus's own default names it
+THIN_PLUGIN = "multus"  # the plugin type that runs Multus on the node itself
+THICK_SHIM = "multus-shim"  # the one that hands the call to Multus's daemon
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 STALE_DAMAGE = (
@@ -125,6 +136,57 @@ def _vet(step: str, fd: int) -> None:
         raise OSError(errno.EPERM, f"{step} {problem}")
 
 
+def _cannot(what: str, where: str, e: OSError) -> str:
+    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+        why = "a symlink or not a directory on the way; refusing to inspect it"
+    else:
+        why = e.strerror or str(e)
+    return f"Multus's {what} {where}: {why}"
+
+
+class NamedDir(Record):
+    """A cache dir other than the default that a Multus config in the conf dirs names."""
+
+    node_path: str  # canonical where it could be told; else as the config has it
+    problem: str | None  # why where it is on this node cannot be told
+
+
+def named_dirs(networks: Iterable[NetworkList]) -> list[NamedDir]:
+    """The `cniDir`s the conf dirs' Multus configs name other than the default, in load
+    order, each once. The runtime's DEL hands Multus the config from the conf dirs, so these
+    are where Multus's DEL will look. A value Multus could not load (no string), or one that
+    names no absolute path (Go joins a relative one to the plugin's working dir), cannot be
+    placed; nor can the thick plugin's, which Multus's daemon reads through its pod's mounts
+    and may override."""
+    found: list[NamedDir] = []
+    for netlist in networks:
+        for plugin in netlist.plugins:
+            kind = plugin.get("type")
+            if kind not in (THIN_PLUGIN, THICK_SHIM) or "cniDir" not in plugin:
+                continue
+            value = plugin["cniDir"]
+            named_by = f"the Multus config of network {netlist.name!r} ({netlist.source})"
+            if type(value) is not str:
+                problem = f"{named_by} has a cniDir that is no string"
+                named = NamedDir(f"{netlist.source}: cniDir", problem)
+            elif not value.startswith("/"):
+                problem = f"{named_by} names cniDir {value!r}, no absolute path"
+                named = NamedDir(value, problem)
+            elif node_root.canonical(value) == DEFAULT_CNI_DIR:
+                continue
+            elif kind == THICK_SHIM:
+                problem = (
+                    f"{named_by} names cniDir {value!r} for Multus's daemon, which sees the "
+                    "node through its pod's mounts: where that is on this node cannot be told"
+                )
+                named = NamedDir(value, problem)
+            else:
+                named = NamedDir(node_root.canonical(value), None)
+            if named not in found:
+                found.append(named)
+    return found
+
+
 class MultusCache:
     """Multus's cache dir as this run found it, before anything moved: its delegate results
     dir's names (for the reservations, judged after the moves) and entries, judged as a
@@ -145,46 +207,88 @@ class MultusCache:
         self._names = names  # the dir's, before this run moved any
         self.problem = problem
         self.scratch_fd = scratch_fd  # None: no Multus dir, or one that cannot be looked at
+        self.said = self.results_dir  # where a delegate's result counts as cached, in a reason
 
     @classmethod
     def open(cls, cache_dir: str) -> MultusCache:
-        """<cache_dir>/multus and its results dir, the cache dir as paths.py resolved it
-        (inside --root), then each of the two steps below it without following a symlink: one
-        would lead to another machine's files under --root, or back to the runtime's results
-        dir. Neither may be writable by others, whose files could steer a move (cache.py's
-        rule); a problem with either leaves both alone."""
+        """<cache_dir>/multus, the default place, and its results dir, the cache dir as
+        paths.py resolved it (inside --root), then each of the two steps below it without
+        following a symlink: one would lead to another machine's files under --root, or back
+        to the runtime's results dir."""
         scratch_dir = os.path.join(cache_dir, SUBDIR)
-        opened: list[int] = []
-        step = SUBDIR
         try:
             top = os.open(cache_dir, _DIR_FLAGS & ~os.O_NOFOLLOW)
             try:
-                opened.append(os.open(SUBDIR, _DIR_FLAGS, dir_fd=top))
+                fd = os.open(SUBDIR, _DIR_FLAGS, dir_fd=top)
             finally:
                 os.close(top)
-            _vet(SUBDIR, opened[0])
-            step = "results"
-            try:
-                opened.append(os.open(step, _DIR_FLAGS, dir_fd=opened[0]))
-            except FileNotFoundError:
-                return cls(scratch_dir, None, scratch_fd=opened[0])  # scratch files alone
-            _vet(step, opened[1])
-            names = frozenset(os.listdir(opened[1]))
         except FileNotFoundError:
-            for fd in opened:
-                os.close(fd)
             return cls(scratch_dir, None)
+        except OSError as e:
+            return cls(scratch_dir, None, problem=_cannot("cache", scratch_dir, e))
+        return cls._below(scratch_dir, fd)
+
+    @classmethod
+    def named(cls, root: str, node_path: str) -> MultusCache:
+        """The dir a Multus config names, as the node resolves it inside root (node_root.py:
+        a symlink on the way is followed as the node would, never out of root), and its
+        results dir below it without following a symlink."""
+        where = node_root.host_path(root, node_path)
+        try:
+            fd, resolved = node_root.open_inside(root, node_path, directory=True)
+        except FileNotFoundError:
+            return cls(where, None)
+        except node_root.LeavesRoot as e:
+            return cls(where, None, problem=f"Multus's cache {where}: {e}")
+        except OSError as e:
+            return cls(where, None, problem=_cannot("cache", where, e))
+        return cls._below(node_root.host_path(root, resolved), fd)
+
+    @classmethod
+    def _below(cls, scratch_dir: str, scratch_fd: int) -> MultusCache:
+        """The cache whose dir is open at scratch_fd (now this cache's), and the results dir
+        below it. Neither may be writable by others, whose files could steer a move (cache.py's
+        rule); a problem with either leaves both alone."""
+        results_dir = os.path.join(scratch_dir, "results")
+        opened = [scratch_fd]
+        where = scratch_dir
+        try:
+            _vet(os.path.basename(scratch_dir), scratch_fd)
+            where = results_dir
+            try:
+                opened.append(os.open("results", _DIR_FLAGS, dir_fd=scratch_fd))
+            except FileNotFoundError:
+                return cls(scratch_dir, None, scratch_fd=scratch_fd)  # scratch files alone
+            _vet("results", opened[1])
+            names = frozenset(os.listdir(opened[1]))
         except OSError as e:
             for fd in opened:
                 os.close(fd)
-            if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                why = "a symlink or not a directory on the way; refusing to inspect it"
-            else:
-                why = e.strerror or str(e)
-            where = os.path.join(scratch_dir, "results") if step == "results" else scratch_dir
-            what = "delegate results" if step == "results" else "cache"
-            return cls(scratch_dir, None, problem=f"Multus's {what} {where}: {why}")
-        return cls(scratch_dir, opened[1], names, scratch_fd=opened[0])
+            what = "delegate results" if where == results_dir else "cache"
+            return cls(scratch_dir, None, problem=_cannot(what, where, e))
+        return cls(scratch_dir, opened[1], names, scratch_fd=scratch_fd)
+
+    @classmethod
+    def unknown(cls, named: str, problem: str) -> MultusCache:
+        """A cache whose place on this node cannot be told (named: as its config names it):
+        nothing in it is looked at, and every delegate's address counts as cached there
+        (delegate_results)."""
+        unplaced = cls(named, None, problem=problem)
+        unplaced.said = f"{unplaced.results_dir}, as a Multus config names it; not looked at"
+        return unplaced
+
+    def same_dir(self, other: MultusCache) -> bool:
+        """Whether both are the one dir, reached by two names."""
+        if self.scratch_fd is None or other.scratch_fd is None:
+            return False
+        return os.path.samestat(os.fstat(self.scratch_fd), os.fstat(other.scratch_fd))
+
+    def holds(self, st: os.stat_result) -> bool:
+        """Whether the dir st is is this cache's dir or its results dir."""
+        return any(
+            fd is not None and os.path.samestat(os.fstat(fd), st)
+            for fd in (self.scratch_fd, self.fd)
+        )
 
     def close(self) -> None:
         for fd in (self.fd, self.scratch_fd):
@@ -223,7 +327,7 @@ class MultusCache:
             return None
         earlier = moved(self.results_dir) if self.problem is None else None
         if earlier is None:
-            return lambda network, container_id, ifname: self.results_dir
+            return lambda network, container_id, ifname: self.said
         names, where = self._names | earlier, self.results_dir
 
         def cached(network: str, container_id: str, ifname: str) -> str | None:

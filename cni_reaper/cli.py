@@ -825,31 +825,53 @@ class _Delegates:
     def open(self, results_fd: int | None) -> None:
         """The dirs as they are before anything moves; before the report is begun, which says
         the run's warnings first. A dir named twice (a symlink, another spelling) is inspected
-        once; one that is, or holds, the runtime's results dir or another cache's is not
-        inspected at all: its files are judged as the runtime's or that cache's."""
+        once; one that is, or holds, the runtime's results dir or another cache's dir is not
+        inspected again: its files are judged as the runtime's or that cache's. One inside the
+        reaper's own state dir (its quarantine) is never inspected, nor those past the first
+        MAX_NAMED_DIRS: the delegates' addresses are then left to Multus."""
         run = self._run
         found = [multus.MultusCache.open(run.paths.cache_dir)]
-        runtime_results = os.fstat(results_fd) if results_fd is not None else None
-        for named in multus.named_dirs(run.configs.networks.values()):
-            if named.problem is not None:
-                found.append(multus.MultusCache.unknown(named.node_path, named.problem))
+        runtime_results = [os.fstat(results_fd)] if results_fd is not None else []
+        try:
+            own: os.stat_result | None = os.stat(run.paths.state_dir)
+        except OSError:
+            own = None  # nothing of the reaper's there to spare
+        named_dirs = multus.named_dirs(run.configs.networks.values())
+        for named in named_dirs[: multus.MAX_NAMED_DIRS]:
+            if named.problem is not None or named.node_path is None:
+                found.append(multus.MultusCache.unknown(named.node_path, str(named.problem)))
                 continue
             cache_here = multus.MultusCache.named(run.paths.root, named.node_path)
             if any(cache_here.same_dir(earlier) for earlier in found):
                 cache_here.close()
                 continue
-            taken = [runtime_results] if runtime_results is not None else []
-            taken += (os.fstat(fd) for e in found for fd in (e.scratch_fd, e.fd) if fd is not None)
+            taken = runtime_results + [
+                os.fstat(fd) for e in found for fd in (e.scratch_fd, e.fd) if fd is not None
+            ]
+            where = cache_here.scratch_dir
             if any(cache_here.holds(st) for st in taken):
-                where = cache_here.scratch_dir
+                cache_here.close()
+                run.warnings.append(
+                    f"Multus's cache {where}, which a Multus config names, is or holds a dir "
+                    "this run inspects as the runtime's or another cache's; not inspected again"
+                )
+                continue
+            if own is not None and cache_here.inside(own):
                 cache_here.close()
                 problem = (
-                    f"Multus's cache {where}, which a Multus config names, is or holds a dir "
-                    "this run inspects as another's; not inspected"
+                    f"Multus's cache {where}, which a Multus config names, is in the reaper's "
+                    f"own state dir {run.paths.state_dir}; not inspected"
                 )
-                found.append(multus.MultusCache.unknown(where, problem))
+                found.append(multus.MultusCache.unknown(named.node_path, problem))
                 continue
             found.append(cache_here)
+        if len(named_dirs) > multus.MAX_NAMED_DIRS:
+            more = len(named_dirs) - multus.MAX_NAMED_DIRS
+            problem = (
+                f"Multus configs name {len(named_dirs)} cache dirs; the {more} past the first "
+                f"{multus.MAX_NAMED_DIRS} are not inspected"
+            )
+            found.append(multus.MultusCache.unknown(None, problem))
         self._found = found
         for cache_here in found:
             if cache_here.problem:
@@ -867,11 +889,15 @@ class _Delegates:
         """Where Multus cached a delegate's result (reservations.py), as found before any
         move, with what runs moved since; asked only by a run with host-local stores."""
         quarantine_dir = self._run.paths.quarantine_dir
+        read: list[Mapping[str, frozenset[str]] | None] = []  # the quarantine's, read once
 
         def moved(results_dir: str) -> frozenset[str] | None:
             from cni_reaper import multus_repair  # noqa: PLC0415 (Multus's nodes only)
 
-            return multus_repair.moved_earlier(quarantine_dir, results_dir)
+            if not read:
+                read.append(multus_repair.moved_earlier(quarantine_dir))
+            by_dir = read[0]
+            return None if by_dir is None else by_dir.get(results_dir, frozenset())
 
         lookups = [
             lookup

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from cni_reaper import __version__
 from cni_reaper.content import Content
 from cni_reaper.escape import printable
+from cni_reaper.multus import DELEGATE_RESULT, SCRATCH_FILE
 from cni_reaper.outcome import Outcome
 from cni_reaper.plan import Action
 from cni_reaper.report import Report
@@ -38,6 +39,12 @@ ENTRY_ACTION_OUTCOMES: tuple[tuple[str, str], ...] = tuple(
         else (Outcome.SKIPPED,)
     )
 )
+# What a run can say of one of Multus's files (multus.py): the results entries' pairs but the
+# DEL, which the reaper never runs for them.
+MULTUS_ACTION_OUTCOMES: tuple[tuple[str, str], ...] = tuple(
+    pair for pair in ENTRY_ACTION_OUTCOMES if pair[0] != Action.DEL_AND_QUARANTINE.value
+)
+MULTUS_FILES = (DELEGATE_RESULT.action_suffix, SCRATCH_FILE.action_suffix)
 # The reservations a run acts on or leaves alone (reservations.py, release.py); those it keeps
 # are listed only with -v, so they are not counted here.
 RESERVATION_ACTION_OUTCOMES: tuple[tuple[str, str], ...] = (
@@ -81,6 +88,14 @@ def _every(
 ) -> list[tuple[tuple[str, str], int]]:
     """Each known pair, zero or not, and any other the run found (none should be)."""
     return [(pair, found.get(pair, 0)) for pair in sorted(set(known) | set(found))]
+
+
+def _pairs(docs: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], int]:
+    counted: dict[tuple[str, str], int] = {}
+    for doc in docs:
+        pair = (str(doc["action"]), str(doc["outcome"]))
+        counted[pair] = counted.get(pair, 0) + 1
+    return counted
 
 
 def _run_series(exit_code: int, dry_run: bool, started: float, finished: float) -> list[str]:
@@ -141,6 +156,16 @@ def render(report: Report, started: float, finished: float) -> str:
         [
             (_label(action=a, outcome=o), n)
             for (a, o), n in _every(RESERVATION_ACTION_OUTCOMES, reservations)
+        ],
+    )
+    lines += _series(
+        "cni_reaper_multus_files",
+        "Multus's delegate results and scratch files found by the last run, by kind, planned "
+        "action and outcome.",
+        [
+            (_label(kind=kind, action=a, outcome=o), n)
+            for kind, docs in zip(MULTUS_FILES, (report.delegates, report.scratch))
+            for (a, o), n in _every(MULTUS_ACTION_OUTCOMES, _pairs(docs))
         ],
     )
     lines += _series(

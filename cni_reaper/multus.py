@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 from collections.abc import Callable, Collection, Iterable
 
 from cni_reaper import cache, content, node_root
@@ -62,6 +63,11 @@ DEFAULT_CNI_DIR = "/var/lib/cni/multus"  # the same, as Multus's own default nam
 THIN_PLUGIN = "multus"  # the plugin type that runs Multus on the node itself
 THICK_SHIM = "multus-shim"  # the one that hands the call to Multus's daemon
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Dirs walked up from a cache dir, at most: a path of PATH_MAX (4096) has fewer.
+_MAX_DEPTH = 2048
+# Cache dirs other than the default that are inspected, at most (each holds two descriptors
+# through the run); past them, every delegate's address counts as cached.
+MAX_NAMED_DIRS = 16
 
 STALE_DAMAGE = (
     "left by an earlier boot; Multus's DEL of this delegate would abort on it (libcni 1.1.x): "
@@ -147,41 +153,54 @@ def _cannot(what: str, where: str, e: OSError) -> str:
 class NamedDir(Record):
     """A cache dir other than the default that a Multus config in the conf dirs names."""
 
-    node_path: str  # canonical where it could be told; else as the config has it
+    node_path: str | None  # as named, cleaned; None: it names none
     problem: str | None  # why where it is on this node cannot be told
+
+
+def _cni_dir(plugin: dict[str, Any]) -> tuple[bool, object]:
+    """Whether the plugin's config sets cniDir, and to what, as Go's encoding/json reads it
+    into Multus's NetConf: a key matched in any case, the last one in the document winning;
+    a null leaves the default."""
+    found: tuple[bool, object] = (False, None)
+    for key, value in plugin.items():
+        if key.lower() == "cnidir":  # Go folds no non-ASCII letter onto these six
+            found = (value is not None, value)
+    return found
 
 
 def named_dirs(networks: Iterable[NetworkList]) -> list[NamedDir]:
     """The `cniDir`s the conf dirs' Multus configs name other than the default, in load
     order, each once. The runtime's DEL hands Multus the config from the conf dirs, so these
     are where Multus's DEL will look. A value Multus could not load (no string), or one that
-    names no absolute path (Go joins a relative one to the plugin's working dir), cannot be
-    placed; nor can the thick plugin's, which Multus's daemon reads through its pod's mounts
-    and may override."""
+    names no absolute path (Go joins a relative one to the plugin's working dir; Multus
+    releases differ on an empty one), cannot be placed; nor can the thick plugin's, which
+    Multus's daemon reads through its pod's mounts and may override. A placed one is cleaned
+    as Go's filepath.Join cleans it, `..` taken lexically, and walked as named from the root:
+    a /var/run that is a symlink to /run is followed as the node has it."""
     found: list[NamedDir] = []
     for netlist in networks:
         for plugin in netlist.plugins:
             kind = plugin.get("type")
-            if kind not in (THIN_PLUGIN, THICK_SHIM) or "cniDir" not in plugin:
+            if kind not in (THIN_PLUGIN, THICK_SHIM):
                 continue
-            value = plugin["cniDir"]
+            given, value = _cni_dir(plugin)
+            if not given:
+                continue
             named_by = f"the Multus config of network {netlist.name!r} ({netlist.source})"
             if type(value) is not str:
-                problem = f"{named_by} has a cniDir that is no string"
-                named = NamedDir(f"{netlist.source}: cniDir", problem)
+                named = NamedDir(None, f"{named_by} has a cniDir that is no string")
             elif not value.startswith("/"):
-                problem = f"{named_by} names cniDir {value!r}, no absolute path"
-                named = NamedDir(value, problem)
-            elif node_root.canonical(value) == DEFAULT_CNI_DIR:
+                named = NamedDir(None, f"{named_by} names cniDir {value!r}, no absolute path")
+            elif (cleaned := "/" + posixpath.normpath(value).lstrip("/")) == DEFAULT_CNI_DIR:
                 continue
             elif kind == THICK_SHIM:
                 problem = (
                     f"{named_by} names cniDir {value!r} for Multus's daemon, which sees the "
                     "node through its pod's mounts: where that is on this node cannot be told"
                 )
-                named = NamedDir(value, problem)
+                named = NamedDir(cleaned, problem)
             else:
-                named = NamedDir(node_root.canonical(value), None)
+                named = NamedDir(cleaned, None)
             if named not in found:
                 found.append(named)
     return found
@@ -269,13 +288,36 @@ class MultusCache:
         return cls(scratch_dir, opened[1], names, scratch_fd=scratch_fd)
 
     @classmethod
-    def unknown(cls, named: str, problem: str) -> MultusCache:
-        """A cache whose place on this node cannot be told (named: as its config names it):
-        nothing in it is looked at, and every delegate's address counts as cached there
-        (delegate_results)."""
-        unplaced = cls(named, None, problem=problem)
-        unplaced.said = f"{unplaced.results_dir}, as a Multus config names it; not looked at"
+    def unknown(cls, named: str | None, problem: str) -> MultusCache:
+        """A cache not looked at (named: its dir as its config names it, if it names one):
+        every delegate's address counts as cached there (delegate_results)."""
+        unplaced = cls(named or "", None, problem=problem)
+        unplaced.said = (
+            f"{unplaced.results_dir}, as a Multus config names it; not looked at"
+            if named
+            else "in a cache dir a Multus config names, which cannot be placed; not looked at"
+        )
         return unplaced
+
+    def inside(self, st: os.stat_result) -> bool:
+        """Whether this cache's dir is the dir st is, or lies below it, by identity: walked
+        up from the open dir, not by its name."""
+        if self.scratch_fd is None:
+            return False
+        fd = os.dup(self.scratch_fd)
+        try:
+            for _ in range(_MAX_DEPTH):
+                here = os.fstat(fd)
+                if os.path.samestat(here, st):
+                    return True
+                up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = up
+                if os.path.samestat(os.fstat(fd), here):
+                    return False  # the top: its ".." is itself
+        finally:
+            os.close(fd)
+        return False
 
     def same_dir(self, other: MultusCache) -> bool:
         """Whether both are the one dir, reached by two names."""

@@ -34,18 +34,18 @@ class _TooMany(Exception):
     """More sidecars than are read, or one that cannot be: which names were moved is unknown."""
 
 
-def moved_earlier(quarantine_dir: str, results_dir: str) -> frozenset[str] | None:
-    """The names of the files of results_dir that runs before this one moved aside, in this
-    boot or an earlier one (their sidecars in <quarantine>/<boot>/multus/ say where each came
-    from): Multus's DEL still comes for them, with no cached result. None when that cannot be
-    told (too many, a sidecar or a quarantine that cannot be read): every one then counts as
-    moved."""
-    names: set[str] = set()
+def moved_earlier(quarantine_dir: str) -> dict[str, frozenset[str]] | None:
+    """The names of the files that runs before this one moved aside, in this boot or an
+    earlier one, by the dir they were in (their sidecars in <quarantine>/<boot>/multus/ say
+    where each came from): Multus's DEL still comes for them, with no cached result. None when
+    that cannot be told (too many, a sidecar or a quarantine that cannot be read): every one
+    then counts as moved."""
+    names: dict[str, set[str]] = {}
     read = 0
     try:
         top = os.open(quarantine_dir, _DIR_FLAGS)
     except FileNotFoundError:
-        return frozenset()
+        return {}
     except OSError:
         return None
     try:
@@ -65,15 +65,14 @@ def moved_earlier(quarantine_dir: str, results_dir: str) -> frozenset[str] | Non
                     if path is None:
                         # Whose file it describes cannot be told: it may be any delegate's.
                         raise _TooMany
-                    if os.path.dirname(path) == results_dir:
-                        names.add(os.path.basename(path))
+                    names.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
             finally:
                 os.close(sub)
     except (OSError, _TooMany):
         return None
     finally:
         os.close(top)
-    return frozenset(names)
+    return {where: frozenset(found) for where, found in names.items()}
 
 
 def _original(dir_fd: int, name: str) -> str | None:

@@ -72,6 +72,14 @@ def left(crashed: Crashed) -> None:
     crashed.reboot()
 
 
+def multus_left(crashed: Crashed) -> None:
+    """One of Multus's delegate results that is a symlink: reported, never touched (exit 65)."""
+    results = crashed.node.root / "var/lib/cni/multus/results"
+    results.mkdir(parents=True)
+    os.symlink("/etc/hostname", results / f"hl-{CONTAINER_IDS[8]}-eth0")
+    crashed.reboot()
+
+
 def full(crashed: Crashed) -> None:
     """A /29 pool (5 addresses: the gateway is not handed out) whose every address belongs to
     a whole entry the runtime will DEL: nothing to repair, no address free."""
@@ -92,6 +100,7 @@ NODES: dict[str, Callable[[Crashed], None]] = {
     "repaired": repaired,
     "failed": failed,
     "left": left,
+    "multus_left": multus_left,
     "full": full,
     "refused": refused,
 }
@@ -130,7 +139,14 @@ def written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[dict
         codes[name], files[name] = run_node(tmp_path, name, setup)
     capsys.readouterr()
     # The states the alerts are about, as the exit codes say them.
-    assert codes == {"repaired": 0, "failed": 73, "left": 65, "full": 0, "refused": 75}
+    assert codes == {
+        "repaired": 0,
+        "failed": 73,
+        "left": 65,
+        "multus_left": 65,
+        "full": 0,
+        "refused": 75,
+    }
     yield files
 
 
@@ -218,7 +234,9 @@ def test_each_alert_fires_on_the_node_it_is_about_and_no_other(
 
     expected: dict[str, list[dict[str, Any]]] = {
         "CniReaperRepairFailed": [alert("CniReaperRepairFailed", 73, instance="failed")],
-        "CniReaperDamageLeftAlone": [alert("CniReaperDamageLeftAlone", 1, instance="left")],
+        "CniReaperDamageLeftAlone": [
+            alert("CniReaperDamageLeftAlone", 1, instance=name) for name in ("left", "multus_left")
+        ],
         "CniReaperRunFailed": [alert("CniReaperRunFailed", 75, instance="refused")],
         "CniReaperPoolNearlyExhausted": [
             alert(

@@ -186,6 +186,14 @@ def test_every_known_label_set_is_written_zero_or_not(
     left = {labels[1]: n for labels, n in by_labels(found, "cni_reaper_pool_left").items()}
     assert set(left) == OWNERS
     assert {owner: n for owner, n in left.items() if n} == {"runtime": 1}
+    multus = by_labels(found, "cni_reaper_multus_files")  # labels: action, kind, outcome
+    assert set(multus) == {
+        (action, kind, outcome)
+        for action, outcome in ENTRY_PAIRS
+        if action != "del-and-quarantine"
+        for kind in ("delegate-result", "multus-scratch")
+    }
+    assert set(multus.values()) == {0}
     assert by_labels(found, "cni_reaper_del_failures") == {}
     assert found[("cni_reaper_del_failures_all_plugins", ())] == 0
     assert found[("cni_reaper_previous_boot_known", ())] == 1
@@ -366,3 +374,27 @@ def test_a_metrics_file_not_written_is_a_warning_on_the_journal_stream_the_run_w
     st = os.fstat(2)
     cli._write_metrics(str(prom), "x 1\n", {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"})
     assert capfd.readouterr().err.startswith(f"<4>cni-reaper: metrics not written to {prom}: ")
+
+
+def test_multus_files_are_counted_by_kind_action_and_outcome(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A delegate result and a scratch file the crash left empty, moved; a delegate result
+    that is a symlink, reported: the alert on damage left alone sees it."""
+    multus = crashed.node.root / "var/lib/cni/multus"
+    (multus / "results").mkdir(parents=True)
+    (multus / "results" / f"hl-{CONTAINER_IDS[0]}-eth0").write_bytes(b"")
+    (multus / CONTAINER_IDS[0]).write_bytes(b"")
+    os.symlink("/etc/hostname", multus / "results" / f"hl-{CONTAINER_IDS[1]}-eth0")
+    crashed.reboot()
+    prom = tmp_path / "cni-reaper.prom"
+
+    code, _ = crashed.run(capsys, "--metrics-file", str(prom))
+
+    assert code == ExitCode.DATA
+    counted = {k: n for k, n in by_labels(samples(prom), "cni_reaper_multus_files").items() if n}
+    assert counted == {
+        ("quarantine", "delegate-result", "done"): 1,
+        ("report", "delegate-result", "skipped"): 1,
+        ("quarantine", "multus-scratch", "done"): 1,
+    }

@@ -113,7 +113,7 @@ from types import MappingProxyType
 
 from cni_reaper import failpoint
 from cni_reaper.choice import Choice
-from cni_reaper.content import Content, ContentVerdict, document
+from cni_reaper.content import Content, ContentVerdict, document, json_kind
 from cni_reaper.node_root import (
     LeavesRoot,
     canonical,
@@ -661,8 +661,15 @@ def _crio_sandbox_ids(data: bytes) -> tuple[list[str], int]:
     for container in containers:
         if not isinstance(container, dict) or not isinstance(container.get("id"), str):
             raise _Unreadable("a container without an id")
-        text = container.get("metadata") or "{}"
-        metadata = document(text.encode("utf-8", "replace")) if type(text) is str else None
+        text = container.get("metadata")
+        if text is not None and type(text) is not str:
+            # containers/storage decodes the field into a string: the whole file fails to
+            # load, and what CRI-O then knows cannot be told.
+            raise _Unreadable(
+                f"container {container['id']}'s metadata is JSON {json_kind(text)}, no string: "
+                "containers/storage cannot load this file"
+            )
+        metadata = document((text or "{}").encode("utf-8", "replace"))
         if type(metadata) is ContentVerdict:
             if metadata.content is Content.UNREADABLE:
                 # Whole JSON that Go decodes: CRI-O knows this container, the reaper cannot

@@ -825,51 +825,50 @@ class _Delegates:
     def open(self, results_fd: int | None) -> None:
         """The dirs as they are before anything moves; before the report is begun, which says
         the run's warnings first. A dir named twice (a symlink, another spelling) is inspected
-        once; one that is, or holds, the runtime's results dir or another cache's dir is not
-        inspected again: its files are judged as the runtime's or that cache's. One inside the
-        reaper's own state dir (its quarantine) is never inspected, nor those past the first
-        MAX_NAMED_DIRS: the delegates' addresses are then left to Multus."""
+        once. One that is, or holds, the runtime's results dir or another cache's dir, or is
+        one of the reaper's own (its quarantine), is not inspected as Multus's, nor are those
+        past the first MAX_NAMED_DIRS: the delegates' addresses are then left to Multus."""
         run = self._run
         found = [multus.MultusCache.open(run.paths.cache_dir)]
         runtime_results = [os.fstat(results_fd)] if results_fd is not None else []
-        try:
-            own: os.stat_result | None = os.stat(run.paths.state_dir)
-        except OSError:
-            own = None  # nothing of the reaper's there to spare
-        named_dirs = multus.named_dirs(run.configs.networks.values())
-        for named in named_dirs[: multus.MAX_NAMED_DIRS]:
+        own: frozenset[tuple[int, int]] | None = frozenset()
+        looked_at_own = False
+        placed = past = 0
+        for named in multus.named_dirs(run.configs.networks.values()):
             if named.problem is not None or named.node_path is None:
                 found.append(multus.MultusCache.unknown(named.node_path, str(named.problem)))
+                continue
+            if placed == multus.MAX_NAMED_DIRS:
+                past += 1
                 continue
             cache_here = multus.MultusCache.named(run.paths.root, named.node_path)
             if any(cache_here.same_dir(earlier) for earlier in found):
                 cache_here.close()
                 continue
+            if not looked_at_own:
+                own, looked_at_own = multus.dirs_of(run.paths.state_dir), True
             taken = runtime_results + [
                 os.fstat(fd) for e in found for fd in (e.scratch_fd, e.fd) if fd is not None
             ]
-            where = cache_here.scratch_dir
-            if any(cache_here.holds(st) for st in taken):
+            state_dir, why = run.paths.state_dir, None
+            if own is None:
+                why = f"whether it is in the reaper's own state dir {state_dir} cannot be told"
+            elif cache_here.among(own):
+                why = f"it is in the reaper's own state dir {state_dir}"
+            elif any(cache_here.holds(st) for st in taken):
+                why = "it is or holds a dir this run inspects as the runtime's or another cache's"
+            if why is not None:
+                where = cache_here.scratch_dir
                 cache_here.close()
-                run.warnings.append(
-                    f"Multus's cache {where}, which a Multus config names, is or holds a dir "
-                    "this run inspects as the runtime's or another cache's; not inspected again"
-                )
-                continue
-            if own is not None and cache_here.inside(own):
-                cache_here.close()
-                problem = (
-                    f"Multus's cache {where}, which a Multus config names, is in the reaper's "
-                    f"own state dir {run.paths.state_dir}; not inspected"
-                )
-                found.append(multus.MultusCache.unknown(named.node_path, problem))
+                problem = f"Multus's cache {where}, which a Multus config names: {why}"
+                found.append(multus.MultusCache.unknown(named.node_path, problem, why))
                 continue
             found.append(cache_here)
-        if len(named_dirs) > multus.MAX_NAMED_DIRS:
-            more = len(named_dirs) - multus.MAX_NAMED_DIRS
+            placed += 1
+        if past:
             problem = (
-                f"Multus configs name {len(named_dirs)} cache dirs; the {more} past the first "
-                f"{multus.MAX_NAMED_DIRS} are not inspected"
+                f"Multus configs name {placed + past} cache dirs that can be placed; the {past} "
+                f"past the first {multus.MAX_NAMED_DIRS} are not inspected"
             )
             found.append(multus.MultusCache.unknown(None, problem))
         self._found = found

@@ -63,8 +63,9 @@ DEFAULT_CNI_DIR = "/var/lib/cni/multus"  # the same, as Multus's own default nam
 THIN_PLUGIN = "multus"  # the plugin type that runs Multus on the node itself
 THICK_SHIM = "multus-shim"  # the one that hands the call to Multus's daemon
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# Dirs walked up from a cache dir, at most: a path of PATH_MAX (4096) has fewer.
-_MAX_DEPTH = 2048
+# The reaper's own dirs looked at, at most, to tell a cache dir from them: its state dir holds
+# a quarantine dir per boot, each with a subdir or two, pruned by count.
+MAX_OWN_DIRS = 10_000
 # Cache dirs other than the default that are inspected, at most (each holds two descriptors
 # through the run); past them, every delegate's address counts as cached.
 MAX_NAMED_DIRS = 16
@@ -142,6 +143,39 @@ def _vet(step: str, fd: int) -> None:
         raise OSError(errno.EPERM, f"{step} {problem}")
 
 
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def dirs_of(top: str, limit: int = MAX_OWN_DIRS) -> frozenset[tuple[int, int]] | None:
+    """The identities of top and of every dir below it (no symlink followed): the reaper's
+    own state dir, which no cache dir a config names may be. Empty when top does not exist;
+    None when that cannot be told (a dir that cannot be read, more than limit dirs)."""
+    found: set[tuple[int, int]] = set()
+    pending = [top]
+    try:
+        while pending:
+            where = pending.pop()
+            fd = os.open(where, _DIR_FLAGS)
+            try:
+                found.add(_identity(os.fstat(fd)))
+                with os.scandir(fd) as listing:
+                    for entry in listing:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(os.path.join(where, entry.name))
+            finally:
+                os.close(fd)
+            if len(found) + len(pending) > limit:
+                return None
+    except FileNotFoundError:
+        if not found:
+            return frozenset()  # no state dir yet: nothing of the reaper's to spare
+        return None  # a dir gone while walked: the walk is not whole
+    except OSError:
+        return None
+    return frozenset(found)
+
+
 def _cannot(what: str, where: str, e: OSError) -> str:
     if e.errno in (errno.ELOOP, errno.ENOTDIR):
         why = "a symlink or not a directory on the way; refusing to inspect it"
@@ -163,8 +197,9 @@ def _cni_dir(plugin: dict[str, Any]) -> tuple[bool, object]:
     a null leaves the default."""
     found: tuple[bool, object] = (False, None)
     for key, value in plugin.items():
-        if key.lower() == "cnidir":  # Go folds no non-ASCII letter onto these six
-            found = (value is not None, value)
+        # Go folds no non-ASCII letter onto these six; a null leaves what came before.
+        if value is not None and key.lower() == "cnidir":
+            found = (True, value)
     return found
 
 
@@ -288,36 +323,25 @@ class MultusCache:
         return cls(scratch_dir, opened[1], names, scratch_fd=scratch_fd)
 
     @classmethod
-    def unknown(cls, named: str | None, problem: str) -> MultusCache:
-        """A cache not looked at (named: its dir as its config names it, if it names one):
-        every delegate's address counts as cached there (delegate_results)."""
+    def unknown(cls, named: str | None, problem: str, why: str = "not looked at") -> MultusCache:
+        """A cache not inspected as Multus's (named: its dir as its config names it, if it
+        names one; why: in a reservation's reason): every delegate's address counts as cached
+        there (delegate_results)."""
         unplaced = cls(named or "", None, problem=problem)
         unplaced.said = (
-            f"{unplaced.results_dir}, as a Multus config names it; not looked at"
+            f"{unplaced.results_dir}, as a Multus config names it; {why}"
             if named
-            else "in a cache dir a Multus config names, which cannot be placed; not looked at"
+            else f"in a cache dir a Multus config names that cannot be placed; {why}"
         )
         return unplaced
 
-    def inside(self, st: os.stat_result) -> bool:
-        """Whether this cache's dir is the dir st is, or lies below it, by identity: walked
-        up from the open dir, not by its name."""
-        if self.scratch_fd is None:
-            return False
-        fd = os.dup(self.scratch_fd)
-        try:
-            for _ in range(_MAX_DEPTH):
-                here = os.fstat(fd)
-                if os.path.samestat(here, st):
-                    return True
-                up = os.open("..", _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = up
-                if os.path.samestat(os.fstat(fd), here):
-                    return False  # the top: its ".." is itself
-        finally:
-            os.close(fd)
-        return False
+    def among(self, identities: Collection[tuple[int, int]]) -> bool:
+        """Whether this cache's dir or its results dir is one of these, by identity: a bind
+        mount shows the dir it mounts, whatever path it is reached by."""
+        return any(
+            fd is not None and _identity(os.fstat(fd)) in identities
+            for fd in (self.scratch_fd, self.fd)
+        )
 
     def same_dir(self, other: MultusCache) -> bool:
         """Whether both are the one dir, reached by two names."""

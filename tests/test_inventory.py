@@ -445,8 +445,8 @@ def test_crio_config_moves_its_files(tmp_path: Path) -> None:
             "a container ID that is no file name",
         ),
         # containers/storage decodes metadata into a string: the file fails to load whole
-        (b'[{"id": "a", "metadata": 7}]', "container a's metadata is JSON a number, no string"),
-        (b'[{"id": "a", "metadata": {"pod": true}}]', "container a's metadata is JSON an object"),
+        (b'[{"id": "a", "metadata": 7}]', "container a's metadata is no string"),
+        (b'[{"id": "a", "metadata": {"pod": true}}]', "container a's metadata is no string"),
     ],
 )
 def test_crio_storage_that_cannot_be_read(tmp_path: Path, content: bytes, problem: str) -> None:

@@ -113,7 +113,7 @@ from types import MappingProxyType
 
 from cni_reaper import failpoint
 from cni_reaper.choice import Choice
-from cni_reaper.content import Content, ContentVerdict, document, json_kind
+from cni_reaper.content import Content, ContentVerdict, document
 from cni_reaper.node_root import (
     LeavesRoot,
     canonical,
@@ -650,8 +650,18 @@ def _crio_sandbox_ids(data: bytes) -> tuple[list[str], int]:
     podman or buildah made has no pod metadata."""
     if not data.strip():
         return [], 0
+    # The objects with a metadata key Go fails to decode into a string, seen as decoded: a
+    # key given twice keeps only its last value in a dict.
+    mistyped: set[int] = set()
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        made = dict(items)
+        if any(_mistyped_metadata(key, value) for key, value in items):
+            mistyped.add(id(made))
+        return made
+
     try:
-        containers = json.loads(data)
+        containers = json.loads(data, object_pairs_hook=pairs)
     except (ValueError, RecursionError) as e:
         raise _Unreadable(f"not JSON ({e})") from None
     if not isinstance(containers, list):
@@ -661,14 +671,12 @@ def _crio_sandbox_ids(data: bytes) -> tuple[list[str], int]:
     for container in containers:
         if not isinstance(container, dict) or not isinstance(container.get("id"), str):
             raise _Unreadable("a container without an id")
-        text = container.get("metadata")
-        if text is not None and type(text) is not str:
-            # containers/storage decodes the field into a string: the whole file fails to
-            # load, and what CRI-O then knows cannot be told.
+        if id(container) in mistyped:
             raise _Unreadable(
-                f"container {container['id']}'s metadata is JSON {json_kind(text)}, no string: "
-                "containers/storage cannot load this file"
+                f"container {container['id']}'s metadata is no string: containers/storage "
+                "cannot load this file"
             )
+        text = _storage_metadata(container)
         metadata = document((text or "{}").encode("utf-8", "replace"))
         if type(metadata) is ContentVerdict:
             if metadata.content is Content.UNREADABLE:
@@ -681,6 +689,22 @@ def _crio_sandbox_ids(data: bytes) -> tuple[list[str], int]:
             if metadata.get("pod") is True:
                 ids.append(container["id"])
     return ids, of_crio
+
+
+def _mistyped_metadata(key: str, value: object) -> bool:
+    """A key Go decodes into containers/storage's metadata string (in any case) whose value
+    it cannot: the whole file's load then fails, and what CRI-O will know cannot be told."""
+    return value is not None and type(value) is not str and key.lower() == "metadata"
+
+
+def _storage_metadata(container: dict[str, Any]) -> str | None:
+    """A container's metadata as containers/storage decodes it into its string field: the key
+    in any case, the last one winning, a null leaving what came before."""
+    text = None
+    for key, value in container.items():
+        if type(value) is str and key.lower() == "metadata":
+            text = value
+    return text
 
 
 def _crio_sandbox_fate(root: str, userdata: str, start: _CrioStart) -> tuple[Fate, str]:

@@ -827,54 +827,79 @@ class _Delegates:
         the run's warnings first. A dir named twice (a symlink, another spelling) is inspected
         once. One that is, or holds, the runtime's results dir or another cache's dir, or is
         one of the reaper's own (its quarantine), is not inspected as Multus's, nor are those
-        past the first MAX_NAMED_DIRS: the delegates' addresses are then left to Multus."""
+        past the first MAX_NAMED_DIRS opened: the delegates' addresses are then left to
+        Multus."""
         run = self._run
         found = [multus.MultusCache.open(run.paths.cache_dir)]
         runtime_results = [os.fstat(results_fd)] if results_fd is not None else []
-        own: frozenset[tuple[int, int]] | None = frozenset()
-        looked_at_own = False
-        placed = past = 0
+        placed: list[tuple[multus.MultusCache, str]] = []  # opened, with the path as named
+        past = 0
         for named in multus.named_dirs(run.configs.networks.values()):
             if named.problem is not None or named.node_path is None:
-                found.append(multus.MultusCache.unknown(named.node_path, str(named.problem)))
-                continue
-            if placed == multus.MAX_NAMED_DIRS:
-                past += 1
-                continue
-            cache_here = multus.MultusCache.named(run.paths.root, named.node_path)
-            if any(cache_here.same_dir(earlier) for earlier in found):
-                cache_here.close()
-                continue
-            if not looked_at_own:
-                own, looked_at_own = multus.dirs_of(run.paths.state_dir), True
-            taken = runtime_results + [
-                os.fstat(fd) for e in found for fd in (e.scratch_fd, e.fd) if fd is not None
-            ]
-            state_dir, why = run.paths.state_dir, None
-            if own is None:
-                why = f"whether it is in the reaper's own state dir {state_dir} cannot be told"
-            elif cache_here.among(own):
-                why = f"it is in the reaper's own state dir {state_dir}"
-            elif any(cache_here.holds(st) for st in taken):
-                why = "it is or holds a dir this run inspects as the runtime's or another cache's"
-            if why is not None:
-                where = cache_here.scratch_dir
-                cache_here.close()
-                problem = f"Multus's cache {where}, which a Multus config names: {why}"
+                why = "not looked at" if named.node_path else "where it is cannot be told"
+                problem = named.problem or "a cniDir that cannot be placed"
                 found.append(multus.MultusCache.unknown(named.node_path, problem, why))
                 continue
-            found.append(cache_here)
-            placed += 1
+            cache_here = multus.MultusCache.named(run.paths.root, named.node_path)
+            earlier = [e for e, _ in placed] + found
+            if any(cache_here.same_dir(e) for e in earlier):
+                cache_here.close()
+                continue
+            if cache_here.scratch_fd is not None and len(placed) == multus.MAX_NAMED_DIRS:
+                cache_here.close()
+                past += 1
+                continue
+            taken = runtime_results + [
+                os.fstat(fd) for e in earlier for fd in (e.scratch_fd, e.fd) if fd is not None
+            ]
+            if any(cache_here.holds(st) for st in taken):
+                why = "it is or holds a dir this run inspects as the runtime's or another cache's"
+                found.append(self._not_inspected(cache_here, named.node_path, why))
+            elif cache_here.scratch_fd is None:
+                found.append(cache_here)  # none there, or one that cannot be looked at
+            else:
+                placed.append((cache_here, named.node_path))
+        found += self._outside_own_dirs(placed)
         if past:
             problem = (
-                f"Multus configs name {placed + past} cache dirs that can be placed; the {past} "
-                f"past the first {multus.MAX_NAMED_DIRS} are not inspected"
+                f"Multus configs name more than {multus.MAX_NAMED_DIRS} cache dirs that exist; "
+                f"the {past} past the first {multus.MAX_NAMED_DIRS} are not inspected"
             )
-            found.append(multus.MultusCache.unknown(None, problem))
+            why = f"past the first {multus.MAX_NAMED_DIRS} such dirs, not looked at"
+            found.append(multus.MultusCache.unknown(None, problem, why))
         self._found = found
         for cache_here in found:
             if cache_here.problem:
                 run.warnings.append(cache_here.problem)
+
+    def _outside_own_dirs(
+        self, placed: list[tuple[multus.MultusCache, str]]
+    ) -> list[multus.MultusCache]:
+        """The caches, but those of the reaper's own state dir (its quarantine), found by
+        identity in one walk of it, and all when that walk cannot be whole."""
+        state_dir = self._run.paths.state_dir
+        wanted = frozenset().union(*(c.identities() for c, _ in placed))
+        hits, problem = multus.found_in(state_dir, wanted) if placed else (frozenset(), None)
+        kept = []
+        for cache_here, as_named in placed:
+            if cache_here.identities() & hits:
+                why = f"it is in the reaper's own state dir {state_dir}"
+            elif problem is not None:
+                why = f"whether it is in the reaper's own state dir cannot be told ({problem})"
+            else:
+                kept.append(cache_here)
+                continue
+            kept.append(self._not_inspected(cache_here, as_named, why))
+        return kept
+
+    @staticmethod
+    def _not_inspected(
+        cache_here: multus.MultusCache, node_path: str, why: str
+    ) -> multus.MultusCache:
+        where = cache_here.scratch_dir
+        cache_here.close()
+        problem = f"Multus's cache {where}, which a Multus config names: {why}"
+        return multus.MultusCache.unknown(node_path, problem, why)
 
     @property
     def present(self) -> bool:

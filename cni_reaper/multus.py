@@ -64,8 +64,8 @@ THIN_PLUGIN = "multus"  # the plugin type that runs Multus on the node itself
 THICK_SHIM = "multus-shim"  # the one that hands the call to Multus's daemon
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # The reaper's own dirs looked at, at most, to tell a cache dir from them: its state dir holds
-# a quarantine dir per boot, each with a subdir or two, pruned by count.
-MAX_OWN_DIRS = 10_000
+# a quarantine dir per boot with a few subdirs, and nothing prunes it.
+MAX_OWN_DIRS = 1_000_000
 # Cache dirs other than the default that are inspected, at most (each holds two descriptors
 # through the run); past them, every delegate's address counts as cached.
 MAX_NAMED_DIRS = 16
@@ -147,33 +147,39 @@ def _identity(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def dirs_of(top: str, limit: int = MAX_OWN_DIRS) -> frozenset[tuple[int, int]] | None:
-    """The identities of top and of every dir below it (no symlink followed): the reaper's
-    own state dir, which no cache dir a config names may be. Empty when top does not exist;
-    None when that cannot be told (a dir that cannot be read, more than limit dirs)."""
-    found: set[tuple[int, int]] = set()
-    pending = [top]
+def found_in(
+    top: str, wanted: Collection[tuple[int, int]]
+) -> tuple[frozenset[tuple[int, int]], str | None]:
+    """Which of the wanted dir identities are top or a dir below it (no symlink followed,
+    one walk, ended early once all are found): the reaper's own state dir, which no cache dir
+    a config names may be. And why the walk was not whole (past MAX_OWN_DIRS dirs, one that
+    cannot be read), None when it was; nothing is found in a top that does not exist."""
+    limit = MAX_OWN_DIRS
+    hits: set[tuple[int, int]] = set()
+    pending, walked = [top], 0
     try:
-        while pending:
+        while pending and len(hits) < len(wanted):
             where = pending.pop()
             fd = os.open(where, _DIR_FLAGS)
             try:
-                found.add(_identity(os.fstat(fd)))
+                here = _identity(os.fstat(fd))
+                if here in wanted:
+                    hits.add(here)
                 with os.scandir(fd) as listing:
                     for entry in listing:
                         if entry.is_dir(follow_symlinks=False):
                             pending.append(os.path.join(where, entry.name))
             finally:
                 os.close(fd)
-            if len(found) + len(pending) > limit:
-                return None
-    except FileNotFoundError:
-        if not found:
-            return frozenset()  # no state dir yet: nothing of the reaper's to spare
-        return None  # a dir gone while walked: the walk is not whole
-    except OSError:
-        return None
-    return frozenset(found)
+            walked += 1
+            if walked > limit:
+                return frozenset(hits), f"{top} holds more than {limit} dirs"
+    except FileNotFoundError as e:
+        if walked:  # a dir gone while walked: the walk is not whole
+            return frozenset(hits), f"{e.filename}: {e.strerror}"
+    except OSError as e:
+        return frozenset(hits), f"{e.filename or top}: {e.strerror or e}"
+    return frozenset(hits), None
 
 
 def _cannot(what: str, where: str, e: OSError) -> str:
@@ -331,16 +337,15 @@ class MultusCache:
         unplaced.said = (
             f"{unplaced.results_dir}, as a Multus config names it; {why}"
             if named
-            else f"in a cache dir a Multus config names that cannot be placed; {why}"
+            else f"in a cache dir a Multus config names; {why}"
         )
         return unplaced
 
-    def among(self, identities: Collection[tuple[int, int]]) -> bool:
-        """Whether this cache's dir or its results dir is one of these, by identity: a bind
-        mount shows the dir it mounts, whatever path it is reached by."""
-        return any(
-            fd is not None and _identity(os.fstat(fd)) in identities
-            for fd in (self.scratch_fd, self.fd)
+    def identities(self) -> frozenset[tuple[int, int]]:
+        """Its dir's and its results dir's (device, inode): a bind mount shows the dir it
+        mounts, whatever path it is reached by."""
+        return frozenset(
+            _identity(os.fstat(fd)) for fd in (self.scratch_fd, self.fd) if fd is not None
         )
 
     def same_dir(self, other: MultusCache) -> bool:

@@ -650,18 +650,8 @@ def _crio_sandbox_ids(data: bytes) -> tuple[list[str], int]:
     podman or buildah made has no pod metadata."""
     if not data.strip():
         return [], 0
-    # The objects with a metadata key Go fails to decode into a string, seen as decoded: a
-    # key given twice keeps only its last value in a dict.
-    mistyped: set[int] = set()
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        made = dict(items)
-        if any(_mistyped_metadata(key, value) for key, value in items):
-            mistyped.add(id(made))
-        return made
-
     try:
-        containers = json.loads(data, object_pairs_hook=pairs)
+        containers = json.loads(data)
     except (ValueError, RecursionError) as e:
         raise _Unreadable(f"not JSON ({e})") from None
     if not isinstance(containers, list):
@@ -671,11 +661,6 @@ def _crio_sandbox_ids(data: bytes) -> tuple[list[str], int]:
     for container in containers:
         if not isinstance(container, dict) or not isinstance(container.get("id"), str):
             raise _Unreadable("a container without an id")
-        if id(container) in mistyped:
-            raise _Unreadable(
-                f"container {container['id']}'s metadata is no string: containers/storage "
-                "cannot load this file"
-            )
         text = _storage_metadata(container)
         metadata = document((text or "{}").encode("utf-8", "replace"))
         if type(metadata) is ContentVerdict:
@@ -691,19 +676,21 @@ def _crio_sandbox_ids(data: bytes) -> tuple[list[str], int]:
     return ids, of_crio
 
 
-def _mistyped_metadata(key: str, value: object) -> bool:
-    """A key Go decodes into containers/storage's metadata string (in any case) whose value
-    it cannot: the whole file's load then fails, and what CRI-O will know cannot be told."""
-    return value is not None and type(value) is not str and key.lower() == "metadata"
-
-
 def _storage_metadata(container: dict[str, Any]) -> str | None:
     """A container's metadata as containers/storage decodes it into its string field: the key
-    in any case, the last one winning, a null leaving what came before."""
+    in any case, the last one winning, a null leaving what came before. A value of another
+    type fails the whole file's load, and what CRI-O then knows cannot be told. (A key given
+    twice exactly keeps only its last value here; containers/storage never writes one.)"""
     text = None
     for key, value in container.items():
-        if type(value) is str and key.lower() == "metadata":
-            text = value
+        if value is None or key.lower() != "metadata":
+            continue
+        if type(value) is not str:
+            raise _Unreadable(
+                f"container {container['id']}'s metadata is no string: containers/storage "
+                "cannot load this file"
+            )
+        text = value
     return text
 
 

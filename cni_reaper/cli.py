@@ -1169,8 +1169,8 @@ def _pool_health(
         sets: tuple[pool.RangeSet, ...] = ()
         if netlist is not None:
             for plugin in netlist.plugins:
-                ipam = plugin.get("ipam")
-                if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+                ipam = netconf.go_object(plugin, "ipam")
+                if isinstance(ipam, tuple) and netconf.go_field(ipam, "type") == "host-local":
                     sets, problem = pool.range_sets(ipam)
                     if problem:
                         run.warnings.append(f"pool of {network}: {problem}")

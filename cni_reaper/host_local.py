@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 
 from cni_reaper.boot import BootContext, WrittenVerdict
 from cni_reaper.filestat import FileStat
-from cni_reaper.netconf import NetworkConfigs, NetworkList
+from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object
 from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
 from cni_reaper.pool import is_address, listed
 from cni_reaper.pre_runtime import Proof
@@ -60,9 +60,9 @@ def _data_dirs(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
     host-local: as the plugin, run from /, sees it, ".." never above "/"."""
     for name, netlist in sorted(configs.networks.items()):
         for plugin in netlist.plugins:
-            ipam = plugin.get("ipam")
-            if isinstance(ipam, dict) and ipam.get("type") == "host-local":
-                data_dir = ipam.get("dataDir")
+            ipam = go_object(plugin, "ipam")
+            if isinstance(ipam, tuple) and go_field(ipam, "type") == "host-local":
+                data_dir = go_field(ipam, "dataDir")
                 data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
                 yield name, os.path.normpath("/" + data_dir.lstrip("/"))
                 break

@@ -47,7 +47,7 @@ from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
 from cni_reaper.content import Content, ContentVerdict
 from cni_reaper.filestat import FileStat
-from cni_reaper.netconf import NetworkList
+from cni_reaper.netconf import NetworkList, go_field
 from cni_reaper.plan import Action, held, not_to_change
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
@@ -197,18 +197,6 @@ class NamedDir(Record):
     problem: str | None  # why where it is on this node cannot be told
 
 
-def _cni_dir(plugin: dict[str, Any]) -> tuple[bool, object]:
-    """Whether the plugin's config sets cniDir, and to what, as Go's encoding/json reads it
-    into Multus's NetConf: a key matched in any case, the last one in the document winning;
-    a null leaves the default."""
-    found: tuple[bool, object] = (False, None)
-    for key, value in plugin.items():
-        # Go folds no non-ASCII letter onto these six; a null leaves what came before.
-        if value is not None and key.lower() == "cnidir":
-            found = (True, value)
-    return found
-
-
 def named_dirs(networks: Iterable[NetworkList]) -> list[NamedDir]:
     """The `cniDir`s the conf dirs' Multus configs name other than the default, in load
     order, each once. The runtime's DEL hands Multus the config from the conf dirs, so these
@@ -221,11 +209,13 @@ def named_dirs(networks: Iterable[NetworkList]) -> list[NamedDir]:
     found: list[NamedDir] = []
     for netlist in networks:
         for plugin in netlist.plugins:
-            kind = plugin.get("type")
+            kind = go_field(plugin, "type")
             if kind not in (THIN_PLUGIN, THICK_SHIM):
                 continue
-            given, value = _cni_dir(plugin)
-            if not given:
+            # As Go reads it into Multus's NetConf: a key in any case, the last one winning,
+            # a null leaving what came before.
+            value = go_field(plugin, "cniDir")
+            if value is None:
                 continue
             named_by = f"the Multus config of network {netlist.name!r} ({netlist.source})"
             if type(value) is not str:

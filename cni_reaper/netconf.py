@@ -10,7 +10,7 @@ import functools
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, untrusted
@@ -40,7 +40,7 @@ class NetworkList(Record):
 
     @property
     def plugin_types(self) -> tuple[str, ...]:
-        return tuple(str(p.get("type", "")) for p in self.plugins)
+        return tuple(str(go_field(p, "type") or "") for p in self.plugins)
 
     @property
     def reads_cached_result(self) -> bool:
@@ -174,6 +174,53 @@ def go_quote(text: str) -> str:
     return "".join(out)
 
 
+def go_pairs(obj: Mapping[str, Any] | tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+    """An object's members in the order a plugin decodes them: libcni hands each plugin its
+    config re-marshalled from a map (ConfListFromBytes, InjectConf), and Go marshals a map's
+    keys sorted, at every level. Members already in order are taken as they are."""
+    return obj if isinstance(obj, tuple) else tuple(sorted(obj.items()))
+
+
+def _folded(key: str) -> str:
+    # Go's encoding/json matches a key to a field in any case; it folds the long s and the
+    # Kelvin sign onto s and k, which lower() does for the Kelvin sign only.
+    return key.replace("\u017f", "s").lower()
+
+
+def go_field(obj: Mapping[str, Any] | tuple[tuple[str, Any], ...], name: str) -> Any:
+    """What Go's encoding/json decodes into the string (or number) field tagged name: every
+    key equal to the name in any case, in decoding order (go_pairs), the last winning; a null
+    leaves the field as it was (None here: absent)."""
+    folded = name.lower()
+    value = None
+    for key, item in go_pairs(obj):
+        if item is not None and _folded(key) == folded:
+            value = item
+    return value
+
+
+def go_object(
+    obj: Mapping[str, Any] | tuple[tuple[str, Any], ...], name: str, *, null_resets: bool = False
+) -> Any:
+    """What Go decodes into the struct (or, null_resets, map) field tagged name: the members
+    of every object given for it in any case, merged in decoding order (a later one's fields
+    decoded after an earlier one's), as a tuple of pairs for go_field; a null leaves a struct
+    as it was and empties a map. None when there is none; the value itself when it is no
+    object (Go then fails the whole decoding)."""
+    folded = name.lower()
+    merged: tuple[tuple[str, Any], ...] | None = None
+    for key, item in go_pairs(obj):
+        if _folded(key) != folded:
+            continue
+        if item is None:
+            merged = None if null_resets else merged
+        elif not isinstance(item, dict):
+            return item
+        else:
+            merged = (*(merged or ()), *go_pairs(item))
+    return merged
+
+
 def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkList:
     try:
         doc = json.loads(data)
@@ -181,10 +228,17 @@ def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkLi
         raise ConfigError(f"not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise ConfigError("not a JSON object")
-    name = doc.get("name")
+    # A conflist's own keys are looked up in a map (ConfListFromBytes), a single conf is
+    # decoded into types.NetConf (ConfFromBytes), whose fields match any case.
+    if single_plugin:
+        # ConfFromBytes decodes the file's own bytes: its members in the file's order.
+        in_order = tuple(doc.items())
+        name, version = go_field(in_order, "name"), go_field(in_order, "cniVersion")
+        version = "" if version is None else version
+    else:
+        name, version = doc.get("name"), doc.get("cniVersion", "")
     if not isinstance(name, str) or not name:
         raise ConfigError("no network 'name'")
-    version = doc.get("cniVersion", "")
     if not isinstance(version, str):
         raise ConfigError("'cniVersion' is not a string")
     if single_plugin:
@@ -200,7 +254,7 @@ def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkLi
     for plugin in plugins:
         if not isinstance(plugin, dict):
             raise ConfigError("a plugin entry is not an object")
-        kind = plugin.get("type")
+        kind = go_field(plugin, "type")
         if not isinstance(kind, str) or not kind:
             raise ConfigError("a plugin has no 'type'")
     return NetworkList(name=name, cni_version=version, plugins=tuple(plugins), source=source)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from cni_reaper.content import json_kind
-from cni_reaper.netconf import NetworkList
+from cni_reaper.netconf import NetworkList, go_field, go_object
 from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, trusted_uids, untrusted
 
@@ -271,16 +271,17 @@ def resolve_chain(netlist: NetworkList, plugin_dirs: PluginDirs) -> ChainResolut
     plugins: list[ChainPlugin] = []
     for index in reversed(range(len(netlist.plugins))):
         conf = netlist.plugins[index]
-        kind = conf.get("type")
+        kind = go_field(conf, "type")
         plugins.append(_resolve(str(kind) if isinstance(kind, str) else "", index, plugin_dirs))
-        ipam = conf.get("ipam")
+        ipam = go_object(conf, "ipam")
         if ipam is None:
             continue
-        if not isinstance(ipam, Mapping):
+        if not isinstance(ipam, tuple):
             problem = "its 'ipam' is not an object"
             plugins.append(ChainPlugin(str(kind), index, None, problem))
             continue
-        ipam_kind = ipam.get("type", "")
+        ipam_kind = go_field(ipam, "type")
+        ipam_kind = "" if ipam_kind is None else ipam_kind
         if not isinstance(ipam_kind, str):
             shown = json_kind(ipam_kind) if isinstance(ipam_kind, (list, dict)) else repr(ipam_kind)
             problem = f"invalid plugin name: {shown}"

@@ -21,6 +21,7 @@ from _socket import inet_aton
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
 
+from cni_reaper.netconf import go_field, go_pairs
 from cni_reaper.record import Record
 
 TYPE_CHECKING = False
@@ -271,32 +272,40 @@ def _address(value: Any) -> Address | None:
     return address_of(value) if isinstance(value, str) else None
 
 
-def _range(spec: Mapping[str, Any]) -> AddressRange:
+def _range(spec: Mapping[str, Any] | tuple[tuple[str, Any], ...]) -> AddressRange:
     """One range as host-local canonicalizes it. Raises ValueError as host-local refuses it."""
-    subnet = ipaddress.ip_network(str(spec.get("subnet", "")), strict=True)
+    subnet = ipaddress.ip_network(str(go_field(spec, "subnet") or ""), strict=True)
     if subnet.prefixlen > subnet.max_prefixlen - 2:
         raise ValueError(f"network {subnet} too small to allocate from")
     first = subnet.network_address + 1
     last = subnet.broadcast_address - (1 if subnet.version == 4 else 0)
-    start = _address(spec.get("rangeStart")) or first
-    end = _address(spec.get("rangeEnd")) or last
-    gateway = _address(spec.get("gateway")) or first
+    start = _address(go_field(spec, "rangeStart")) or first
+    end = _address(go_field(spec, "rangeEnd")) or last
+    gateway = _address(go_field(spec, "gateway")) or first
     for name, address in (("rangeStart", start), ("rangeEnd", end)):
         if address.version != subnet.version or address not in subnet:
             raise ValueError(f"{name} {address} not in network {subnet}")
     return AddressRange(start, end, gateway)
 
 
-def range_sets(ipam: Mapping[str, Any]) -> tuple[tuple[RangeSet, ...], str | None]:
-    """The range sets of a host-local IPAM config, and why some could not be read."""
-    ranges = ipam.get("ranges")
-    if ranges is None and "subnet" in ipam:
-        ranges = [[ipam]]
-    if not isinstance(ranges, list):
+def range_sets(
+    ipam: Mapping[str, Any] | tuple[tuple[str, Any], ...],
+) -> tuple[tuple[RangeSet, ...], str | None]:
+    """The range sets of a host-local IPAM config (an object, or its members as go_object
+    merges them), and why some could not be read: its `ranges`, after the range its own
+    `subnet` makes, as host-local's LoadIPAMConfig puts it first."""
+    given = go_field(ipam, "ranges")
+    if given is not None and not isinstance(given, list):
+        return (), "its ranges are not a list"
+    specs: list[Any] = [[go_pairs(ipam)]] if go_field(ipam, "subnet") is not None else []
+    specs += given or ()
+    if not specs:
         return (), "no ranges"
     found: list[RangeSet] = []
-    for index, spec_set in enumerate(ranges):
-        if not isinstance(spec_set, list) or not all(isinstance(s, dict) for s in spec_set):
+    for index, spec_set in enumerate(specs):
+        if not isinstance(spec_set, list) or not all(
+            isinstance(s, (dict, tuple)) for s in spec_set
+        ):
             return tuple(found), f"range set {index} is not a list of ranges"
         try:
             found.append(RangeSet(index, tuple(_range(spec) for spec in spec_set)))

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from cni_reaper import failpoint
 from cni_reaper.budget import Budget
 from cni_reaper.content import at_fixed_depth
-from cni_reaper.netconf import NetworkList
+from cni_reaper.netconf import NetworkList, go_object
 from cni_reaper.plugin import (
     ChainResolution,
     PluginDirs,
@@ -74,7 +74,9 @@ def plugin_stdin(
     conf["cniVersion"] = netlist.cni_version
     if prev_result is not None:
         conf["prevResult"] = prev_result
-    capabilities = plugin.get("capabilities")
+    # types.NetConf's map, as libcni decodes it from the plugin's config
+    capabilities = go_object(plugin, "capabilities", null_resets=True)
+    capabilities = dict(capabilities) if isinstance(capabilities, tuple) else None
     if capability_args and isinstance(capabilities, dict):
         runtime = {
             cap: capability_args[cap]

@@ -211,7 +211,7 @@ class LibcniClient:
         capability_args: Mapping[str, Any] | None = None,
         timeout: float = 60.0,
     ) -> ClientRun:
-        """command is add, check, del or cached. The conflist is loaded from conf_dir by
+        """command is add, check, del, cached or parse. The conflist is loaded from conf_dir by
         network name (libcni.LoadConfList), or read from the file conflist."""
         argv = [str(self.path)]
         if conflist is not None:

@@ -7,7 +7,7 @@
 //
 // Usage:
 //
-//	libcni_client [flags] add|check|del|cached CONTAINER_ID IFNAME
+//	libcni_client [flags] add|check|del|cached|parse CONTAINER_ID IFNAME
 //
 // It prints one JSON object on a line: {"ok":true,...} with the result of an add, or
 // {"ok":false,"error":"<libcni's error string>"} with exit status 1. Usage errors exit 2.
@@ -50,7 +50,7 @@ type output struct {
 }
 
 func usage(flags *flag.FlagSet) {
-	fmt.Fprintf(flags.Output(), "usage: %s [flags] add|check|del|cached CONTAINER_ID IFNAME\n", flags.Name())
+	fmt.Fprintf(flags.Output(), "usage: %s [flags] add|check|del|cached|parse CONTAINER_ID IFNAME\n", flags.Name())
 	flags.PrintDefaults()
 }
 
@@ -98,6 +98,22 @@ func run(command string, list *libcni.NetworkConfigList, cni *libcni.CNIConfig, 
 		err = cni.CheckNetworkList(ctx, list, rt)
 	case "del":
 		err = cni.DelNetworkList(ctx, list, rt)
+	case "parse":
+		// What libcni made of the config itself: the list's name and version, and each
+		// plugin's fields as its types.NetConf decoded them.
+		plugins := []map[string]interface{}{}
+		for _, plugin := range list.Plugins {
+			plugins = append(plugins, map[string]interface{}{
+				"type":         plugin.Network.Type,
+				"ipamType":     plugin.Network.IPAM.Type,
+				"capabilities": plugin.Network.Capabilities,
+			})
+		}
+		out.Result, err = json.Marshal(map[string]interface{}{
+			"name":       list.Name,
+			"cniVersion": list.CNIVersion,
+			"plugins":    plugins,
+		})
 	case "cached":
 		// What libcni reads back from its cache for this attachment: the cached result as a
 		// DEL would get it, then the cached config and runtime arguments.
@@ -144,7 +160,7 @@ func main() {
 	}
 	command, containerID, ifname := flags.Arg(0), flags.Arg(1), flags.Arg(2)
 	switch command {
-	case "add", "check", "del", "cached":
+	case "add", "check", "del", "cached", "parse":
 	default:
 		fmt.Fprintf(os.Stderr, "unknown command %q\n", command)
 		usage(flags)

@@ -1169,7 +1169,7 @@ def _pool_health(
         sets: tuple[pool.RangeSet, ...] = ()
         if netlist is not None:
             for plugin in netlist.plugins:
-                ipam = netconf.go_object(plugin, "ipam")
+                ipam = netconf.go_object(plugin, "ipam", null_resets=True)  # as host-local's
                 if isinstance(ipam, tuple) and netconf.go_field(ipam, "type") == "host-local":
                     sets, problem = pool.range_sets(ipam)
                     if problem:

@@ -60,10 +60,13 @@ def _data_dirs(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
     host-local: as the plugin, run from /, sees it, ".." never above "/"."""
     for name, netlist in sorted(configs.networks.items()):
         for plugin in netlist.plugins:
-            ipam = go_object(plugin, "ipam")
+            # host-local's own Net holds its IPAM config by pointer: a null empties it.
+            ipam = go_object(plugin, "ipam", null_resets=True)
             if isinstance(ipam, tuple) and go_field(ipam, "type") == "host-local":
                 data_dir = go_field(ipam, "dataDir")
                 data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
+                if "\0" in data_dir:
+                    break  # no store host-local could ever make
                 yield name, os.path.normpath("/" + data_dir.lstrip("/"))
                 break
 

@@ -10,7 +10,7 @@ import functools
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, untrusted
@@ -187,14 +187,17 @@ def _folded(key: str) -> str:
     return key.replace("\u017f", "s").lower()
 
 
-def go_field(obj: Mapping[str, Any] | tuple[tuple[str, Any], ...], name: str) -> Any:
+def go_field(
+    obj: Mapping[str, Any] | tuple[tuple[str, Any], ...], name: str, *, null_resets: bool = False
+) -> Any:
     """What Go's encoding/json decodes into the string (or number) field tagged name: every
     key equal to the name in any case, in decoding order (go_pairs), the last winning; a null
-    leaves the field as it was (None here: absent)."""
+    leaves the field as it was (None here: absent), or, null_resets, empties it (a slice's, a
+    pointer's)."""
     folded = name.lower()
     value = None
     for key, item in go_pairs(obj):
-        if item is not None and _folded(key) == folded:
+        if (item is not None or null_resets) and _folded(key) == folded:
             value = item
     return value
 
@@ -221,20 +224,124 @@ def go_object(
     return merged
 
 
+def as_go_decodes(value: Any) -> Any:
+    """A decoded document as libcni holds it after its own decoding into map[string]any: a
+    lone surrogate escape is U+FFFD (Python keeps it, and no file name can hold it), two keys
+    made one by that keep the later value, and a number past float64's range fails the
+    decoding (Python makes it an int, or inf). Changed in place, walked without recursion: the
+    document may nest as deep as the decoder allowed."""
+    top = [value]
+    pending: list[tuple[Any, Any]] = [(top, 0)]  # (container, slot) of a value to look at
+    while pending:
+        into, slot = pending.pop()
+        item = into[slot]
+        if isinstance(item, dict):
+            if not all(map(_well_formed, item)):
+                item = into[slot] = {_as_go_string(k): v for k, v in item.items()}
+            pending.extend((item, key) for key in item)
+        elif isinstance(item, list):
+            pending.extend((item, index) for index in range(len(item)))
+        elif isinstance(item, str):
+            if not _well_formed(item):
+                into[slot] = _as_go_string(item)
+        elif (type(item) is float and item in (_INF, -_INF)) or (
+            type(item) is int and abs(item) > _FLOAT64_MAX
+        ):
+            raise ConfigError("a number out of float64's range, which Go cannot decode")
+    return top[0]
+
+
+_INF = float("inf")
+_FLOAT64_MAX = int(1.7976931348623157e308)
+
+
+def _well_formed(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _as_go_string(text: str) -> str:
+    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
+def _netconf_problem(members: tuple[tuple[str, Any], ...]) -> None:
+    """ConfigError where Go could not decode a plugin's config into libcni's types.NetConf
+    (ConfFromBytes), which fails the whole config: a member of one of its fields, in any
+    spelling, of another type than the field's (a null is of every type)."""
+    for key, value in members:
+        field = _folded(key)
+        if value is None or field not in _NETCONF_FIELDS:
+            continue
+        if not _NETCONF_FIELDS[field](value):
+            raise ConfigError(f"a plugin's {key!r} is not what libcni decodes it into")
+
+
+def _is_ipam(value: Any) -> bool:
+    if isinstance(value, tuple):  # members in order, as a single conf's are read
+        value = dict(value)
+    return isinstance(value, dict) and all(
+        v is None or isinstance(v, str) for k, v in value.items() if _folded(k) == "type"
+    )
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(v is None or isinstance(v, str) for v in value)
+
+
+def _is_dns(value: Any) -> bool:
+    if isinstance(value, tuple):
+        value = dict(value)
+    checks: dict[str, Callable[[Any], bool]] = {
+        "nameservers": _is_str_list,
+        "search": _is_str_list,
+        "options": _is_str_list,
+        "domain": lambda v: isinstance(v, str),
+    }
+    return isinstance(value, dict) and all(
+        v is None or checks.get(_folded(k), lambda _: True)(v) for k, v in value.items()
+    )
+
+
+def _is_bool_map(value: Any) -> bool:
+    if isinstance(value, tuple):
+        value = dict(value)
+    return isinstance(value, dict) and all(v is None or type(v) is bool for v in value.values())
+
+
+# types.NetConf's fields, by folded key: what Go decodes each from.
+_NETCONF_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "cniversion": lambda v: isinstance(v, str),
+    "name": lambda v: isinstance(v, str),
+    "type": lambda v: isinstance(v, str),
+    "capabilities": _is_bool_map,
+    "ipam": _is_ipam,
+    "dns": _is_dns,
+    "prevresult": lambda v: isinstance(v, (dict, tuple)),
+}
+
+
 def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkList:
     try:
-        doc = json.loads(data)
+        doc = as_go_decodes(json.loads(data))
+        # ConfFromBytes decodes a single conf's own bytes: its members in the file's order,
+        # a key given twice included.
+        in_order = json.loads(data, object_pairs_hook=tuple) if single_plugin else None
     except (ValueError, RecursionError) as e:
         raise ConfigError(f"not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise ConfigError("not a JSON object")
     # A conflist's own keys are looked up in a map (ConfListFromBytes), a single conf is
     # decoded into types.NetConf (ConfFromBytes), whose fields match any case.
-    if single_plugin:
-        # ConfFromBytes decodes the file's own bytes: its members in the file's order.
-        in_order = tuple(doc.items())
+    if in_order is not None:
+        _netconf_problem(in_order)
         name, version = go_field(in_order, "name"), go_field(in_order, "cniVersion")
-        version = "" if version is None else version
+        name = _as_go_string(name) if isinstance(name, str) else name
+        version = "" if version is None else _as_go_string(version)
+        if not go_field(in_order, "type"):
+            raise ConfigError("a plugin has no 'type'")
     else:
         name, version = doc.get("name"), doc.get("cniVersion", "")
     if not isinstance(name, str) or not name:
@@ -254,6 +361,7 @@ def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkLi
     for plugin in plugins:
         if not isinstance(plugin, dict):
             raise ConfigError("a plugin entry is not an object")
+        _netconf_problem(go_pairs(plugin))
         kind = go_field(plugin, "type")
         if not isinstance(kind, str) or not kind:
             raise ConfigError("a plugin has no 'type'")

@@ -294,7 +294,7 @@ def range_sets(
     """The range sets of a host-local IPAM config (an object, or its members as go_object
     merges them), and why some could not be read: its `ranges`, after the range its own
     `subnet` makes, as host-local's LoadIPAMConfig puts it first."""
-    given = go_field(ipam, "ranges")
+    given = go_field(ipam, "ranges", null_resets=True)  # a slice: a null empties it
     if given is not None and not isinstance(given, list):
         return (), "its ranges are not a list"
     specs: list[Any] = [[go_pairs(ipam)]] if go_field(ipam, "subnet") is not None else []

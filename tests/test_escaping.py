@@ -36,8 +36,11 @@ HOSTILE = f"\x1b[2J\n{FORGED}\rhidden \u202eesrever\x9b2J"
 SHOWN = r"\x1b[2J\n" + FORGED + r"\rhidden \u202eesrever\u009b2J"  # printable(HOSTILE)
 # A file name's byte that is not UTF-8 comes from listdir as a lone surrogate.
 NOT_UTF8 = os.fsdecode(b"\xff")
-NETWORK = f"net\n\x1b[2J{NOT_UTF8}"
-KIND = f"plug\n\x1b[31m\u202e{NOT_UTF8}"  # the plugin's type, and so its executable's name
+# In a config, Go decodes that surrogate's escape (and any byte that is not UTF-8) to U+FFFD,
+# and libcni names the network and runs the plugin so: the names as libcni has them.
+AS_GO_DECODES = "\ufffd"
+NETWORK = f"net\n\x1b[2J{AS_GO_DECODES}"
+KIND = f"plug\n\x1b[31m\u202e{AS_GO_DECODES}"  # the plugin's type, and its executable's name
 IFNAME = "e\x1b]0;owned\x07th0"  # OSC: would set the terminal's title
 QUIET_NETWORK = "quiet\x1b[2J"  # its plugin says nothing but on stderr
 CID = CONTAINER_IDS[9]
@@ -242,6 +245,8 @@ def hostile_node(crashed: Crashed) -> list[str]:
     crashed.node.write_conf(f"61-{QUIET_NETWORK}.conflist", json.dumps(quiet_conf).encode())
     crashed.node.write_conf(f"55-{HOSTILE}.conflist", b"{not json")
     crashed.node.write_result(f"{NETWORK}-{CID}-{IFNAME}", b"")
+    # A file name that is not UTF-8, of a network no config names.
+    crashed.node.write_result(f"gone{NOT_UTF8}-{CONTAINER_IDS[11]}-eth0", b"")
     crashed.node.write_result(f"{QUIET_NETWORK}-{CONTAINER_IDS[10]}-eth0", b"\0" * 40)
     # The cache dir named on the command line is a config string too.
     cache_dir = root / f"var/lib/cni{HOSTILE}"
@@ -327,14 +332,15 @@ def test_the_json_report_is_plain_lines_and_keeps_the_original_text(
         HOSTILE,
         HOSTILE,
     )
-    # The plugin type, a lone surrogate and all, is a label value that reads as it is shown.
+    # The plugin type is a label value that reads as it is shown; the DEL of the entry of a
+    # network no config names fails before any plugin ("none").
     failures = {
         sample.labels["plugin"]: sample.value
         for family in text_string_to_metric_families(prom.read_text(encoding="utf-8"))
         for sample in family.samples
         if sample.name == "cni_reaper_del_failures"
     }
-    assert failures == {printable(KIND): 1, "quiet": 1}
+    assert failures == {printable(KIND): 1, "quiet": 1, "none": 1}
 
 
 def test_every_journal_field_of_a_run_is_escaped(

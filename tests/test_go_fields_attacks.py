@@ -28,6 +28,7 @@ from tests.libcni import AddFailed, add_network_list
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, have_plugins
 from tests.private_node import cannot_run
 from tests.real_libcni import LibcniClient
+from tests.test_multus_cni_dir import away_out_of_the_root
 
 A, B = CONTAINER_IDS[0], CONTAINER_IDS[1]
 
@@ -477,15 +478,7 @@ def test_a_multus_cni_dir_in_any_case_that_climbs_out_of_the_root_is_refused(
             netconf.load_conf_dirs([str(crashed.node.conf_dir)]).networks.values()
         )
     ] == ["/var/lib/cni/away"]
-    outside = tmp_path / "outside"
-    (outside / "results").mkdir(parents=True)
-    victim = outside / "results" / f"hl-{B}-eth0"
-    victim.write_bytes(b"")
-    depth = len(crashed.node.root.relative_to(tmp_path).parts) + 3
-    link = crashed.node.root / "var/lib/cni/away"
-    link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to("../" * depth + "outside")
-    assert link.resolve() == outside.resolve()
+    victim = away_out_of_the_root(crashed, tmp_path, B)
     crashed.reboot()
 
     code, report = crashed.run(capsys)

@@ -219,20 +219,27 @@ def test_a_named_dir_that_holds_the_runtimes_results_dir_is_not_inspected(
     assert code == ExitCode.OK, report
 
 
-def test_a_named_dir_whose_symlink_climbs_out_of_the_root_is_refused(
-    node_with: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    multus_node: MultusNode = node_with("multus", "/var/lib/cni/away")
-    crashed = multus_node.crashed
+def away_out_of_the_root(crashed: Crashed, tmp_path: Path, container_id: str) -> Path:
+    """/var/lib/cni/away, a symlink that climbs out of the root to a dir with a damaged
+    delegate result of the container's in it: that file, which no run may touch."""
     outside = tmp_path / "outside"
     (outside / "results").mkdir(parents=True)
-    victim = outside / "results" / f"hl-{KNOWN}-eth0"
+    victim = outside / "results" / f"hl-{container_id}-eth0"
     victim.write_bytes(b"")
     depth = len(crashed.node.root.relative_to(tmp_path).parts) + 3
     link = crashed.node.root / "var/lib/cni/away"
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to("../" * depth + "outside")
     assert link.resolve() == outside.resolve()
+    return victim
+
+
+def test_a_named_dir_whose_symlink_climbs_out_of_the_root_is_refused(
+    node_with: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    multus_node: MultusNode = node_with("multus", "/var/lib/cni/away")
+    crashed = multus_node.crashed
+    victim = away_out_of_the_root(crashed, tmp_path, KNOWN)
     crashed.reboot()
 
     code, report = crashed.run(capsys)

@@ -31,7 +31,12 @@ from tests.private_node import damage
 from tests.real_libcni import LibcniClient
 from tests.test_multus import BOOT_ID, KNOWN, MultusNode
 from tests.test_multus_cni_dir import multus_conf, the_reservation, warned
-from tests.test_multus_cni_dir_attacks import multus_at, named, reasons
+from tests.test_multus_cni_dir_attacks import (
+    moved_then_kept_by_a_second_run,
+    multus_at,
+    named,
+    reasons,
+)
 
 OLD_BOOT = "00000000-0000-0000-0000-000000000000"
 
@@ -233,17 +238,7 @@ def test_a_second_run_finds_what_the_first_moved_whatever_the_spelling(
     crashed: Crashed, libcni_client: LibcniClient, capsys: pytest.CaptureFixture[str], spelling: str
 ) -> None:
     node = multus_at(crashed, libcni_client, multus_conf("multus", spelling), "/srv/m")
-    result = node.crash_damages_a_known_pods_delegate("truncated")
-    held = crashed.ips()
-
-    code, report = crashed.run(capsys)
-    assert code == ExitCode.OK, report
-    assert not result.exists()
-    code, report = crashed.run(capsys, "-v")
-
-    assert code == ExitCode.OK, report
-    assert the_reservation(report)["action"] == "keep", reasons(report)
-    assert crashed.ips() == held
+    moved_then_kept_by_a_second_run(node, capsys)
 
 
 # --- CRI-O's metadata -------------------------------------------------------------------------

@@ -304,7 +304,14 @@ def test_a_nested_metadata_key_of_any_type_is_no_container_metadata(field: str) 
 
 @pytest.mark.parametrize("depth", [5_000, 200_000])
 def test_deep_nesting_is_unreadable_not_an_internal_error(depth: int) -> None:
+    """Past what this Python decodes (5,000 levels on 3.9 to 3.11, some 10,000 on 3.12 and
+    later, as Go's limit) the store is unreadable; within it, the file is read as
+    containers/storage reads it: nested metadata keys are no container's. Never any other
+    exception."""
     nested = '{"metadata": ' * depth + "1" + "}" * depth
     data = crio_file(f'{{"id": "{A_ID}", "flags": {nested}}}')
-    with pytest.raises(inventory._Unreadable):
-        inventory._crio_sandbox_ids(data)
+    try:
+        found = inventory._crio_sandbox_ids(data)
+    except inventory._Unreadable:
+        return
+    assert depth < 10_000 and found == ([], 0), found

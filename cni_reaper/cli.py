@@ -75,7 +75,7 @@ from cni_reaper.runtime import liveness
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from typing import Any, NoReturn, TypeVar
 
     from cni_reaper.apply import Executor
     from cni_reaper.budget import Budget
@@ -86,6 +86,9 @@ if TYPE_CHECKING:
     from cni_reaper.replay import DelTools
     from cni_reaper.report import ReportWriter
     from cni_reaper.runtime.inventory import SandboxInventory
+
+    _Found = TypeVar("_Found", CacheEntry, multus.ScratchFile)  # a file of Multus's, as found
+    _Plan = TypeVar("_Plan", multus.PlannedDelegate, multus.PlannedScratch)
 
 EVENT_BLOCK = 64  # lines per write to stderr in a dry run
 
@@ -831,7 +834,11 @@ class _Delegates:
         Multus."""
         run = self._run
         found = [multus.MultusCache.open(run.paths.cache_dir)]
-        runtime_results = [os.fstat(results_fd)] if results_fd is not None else []
+        # the dirs inspected so far, by (device, inode): theirs, and those below them
+        seen = {mine for mine in [found[0].identity()] if mine is not None}
+        taken = set(found[0].identities())
+        if results_fd is not None:
+            taken.add(multus.identity_of(os.fstat(results_fd)))
         placed: list[tuple[multus.MultusCache, str]] = []  # opened, with the path as named
         past = 0
         for named in multus.named_dirs(run.configs.networks.values()):
@@ -841,24 +848,23 @@ class _Delegates:
                 found.append(multus.MultusCache.unknown(named.node_path, problem, why))
                 continue
             cache_here = multus.MultusCache.named(run.paths.root, named.node_path)
-            earlier = [e for e, _ in placed] + found
-            if any(cache_here.same_dir(e) for e in earlier):
+            mine = cache_here.identity()
+            if mine is not None and mine in seen:
                 cache_here.close()
                 continue
-            if cache_here.scratch_fd is not None and len(placed) == multus.MAX_NAMED_DIRS:
+            if mine is not None and len(placed) == multus.MAX_NAMED_DIRS:
                 cache_here.close()
                 past += 1
                 continue
-            taken = runtime_results + [
-                os.fstat(fd) for e in earlier for fd in (e.scratch_fd, e.fd) if fd is not None
-            ]
-            if any(cache_here.holds(st) for st in taken):
+            if cache_here.identities() & taken:
                 why = "it is or holds a dir this run inspects as the runtime's or another cache's"
                 found.append(self._not_inspected(cache_here, named.node_path, why))
-            elif cache_here.scratch_fd is None:
+            elif mine is None:
                 found.append(cache_here)  # none there, or one that cannot be looked at
             else:
                 placed.append((cache_here, named.node_path))
+                seen.add(mine)
+                taken |= cache_here.identities()
         found += self._outside_own_dirs(placed)
         if past:
             problem = (
@@ -958,26 +964,26 @@ class _Delegates:
                 why = why or _netns_mounted(pins, fd, names, container_id)
             return why
 
-        self._plans = []
-        for found, listed in zip(self._found, entries):
-            plan: list[multus.PlannedDelegate] = []
-            if listed and found.fd is not None:
-                where = found.results_dir
-                proof.open_dir(where, os.fstat(found.fd))
-                plan = [
-                    multus.plan_delegate(e, proof.written(where, e.name, e.file, at), alive_here)
-                    for e in listed
-                ]
-            scratch_plan: list[multus.PlannedScratch] = []
-            scratch = found.scratch_files()
-            if scratch and found.scratch_fd is not None:
-                where = found.scratch_dir
-                proof.open_dir(where, os.fstat(found.scratch_fd))
-                scratch_plan = [
-                    multus.plan_scratch(e, proof.written(where, e.name, e.file, at), alive_here)
-                    for e in scratch
-                ]
-            self._plans.append((plan, scratch_plan))
+        def planned(
+            fd: int | None,
+            where: str,
+            files: Sequence[_Found],
+            policy: Callable[[_Found, boot.WrittenVerdict, Callable[[str], str | None]], _Plan],
+        ) -> list[_Plan]:
+            if not files or fd is None:
+                return []
+            proof.open_dir(where, os.fstat(fd))
+            return [policy(f, proof.written(where, f.name, f.file, at), alive_here) for f in files]
+
+        self._plans = [
+            (
+                planned(found.fd, found.results_dir, listed, multus.plan_delegate),
+                planned(
+                    found.scratch_fd, found.scratch_dir, found.scratch_files(), multus.plan_scratch
+                ),
+            )
+            for found, listed in zip(self._found, entries)
+        ]
 
     def settle(self, veto: str | None) -> None:
         """The plan carried out (a real run) or said (a dry run); veto: why nothing may change

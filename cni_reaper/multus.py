@@ -143,7 +143,9 @@ def _vet(step: str, fd: int) -> None:
         raise OSError(errno.EPERM, f"{step} {problem}")
 
 
-def _identity(st: os.stat_result) -> tuple[int, int]:
+def identity_of(st: os.stat_result) -> tuple[int, int]:
+    """A dir's (device, inode): a bind mount shows the dir it mounts, whatever path it is
+    reached by."""
     return st.st_dev, st.st_ino
 
 
@@ -162,7 +164,7 @@ def found_in(
             where = pending.pop()
             fd = os.open(where, _DIR_FLAGS)
             try:
-                here = _identity(os.fstat(fd))
+                here = identity_of(os.fstat(fd))
                 if here in wanted:
                     hits.add(here)
                 with os.scandir(fd) as listing:
@@ -249,6 +251,7 @@ class MultusCache:
         names: frozenset[str] = frozenset(),
         problem: str | None = None,
         scratch_fd: int | None = None,
+        said: str | None = None,
     ) -> None:
         self.scratch_dir = scratch_dir
         self.results_dir = os.path.join(scratch_dir, "results")
@@ -257,7 +260,8 @@ class MultusCache:
         self._names = names  # the dir's, before this run moved any
         self.problem = problem
         self.scratch_fd = scratch_fd  # None: no Multus dir, or one that cannot be looked at
-        self.said = self.results_dir  # where a delegate's result counts as cached, in a reason
+        # where a delegate's result counts as cached, in a reason
+        self.said = said or self.results_dir
 
     @classmethod
     def open(cls, cache_dir: str) -> MultusCache:
@@ -323,33 +327,22 @@ class MultusCache:
         """A cache not inspected as Multus's (named: its dir as its config names it, if it
         names one; why: in a reservation's reason): every delegate's address counts as cached
         there (delegate_results)."""
-        unplaced = cls(named or "", None, problem=problem)
-        unplaced.said = (
-            f"{unplaced.results_dir}, as a Multus config names it; {why}"
+        said = (
+            f"{os.path.join(named, 'results')}, as a Multus config names it; {why}"
             if named
             else f"in a cache dir a Multus config names; {why}"
         )
-        return unplaced
+        return cls(named or "", None, problem=problem, said=said)
 
     def identities(self) -> frozenset[tuple[int, int]]:
-        """Its dir's and its results dir's (device, inode): a bind mount shows the dir it
-        mounts, whatever path it is reached by."""
+        """Its dir's and its results dir's identity_of, those open."""
         return frozenset(
-            _identity(os.fstat(fd)) for fd in (self.scratch_fd, self.fd) if fd is not None
+            identity_of(os.fstat(fd)) for fd in (self.scratch_fd, self.fd) if fd is not None
         )
 
-    def same_dir(self, other: MultusCache) -> bool:
-        """Whether both are the one dir, reached by two names."""
-        if self.scratch_fd is None or other.scratch_fd is None:
-            return False
-        return os.path.samestat(os.fstat(self.scratch_fd), os.fstat(other.scratch_fd))
-
-    def holds(self, st: os.stat_result) -> bool:
-        """Whether the dir st is is this cache's dir or its results dir."""
-        return any(
-            fd is not None and os.path.samestat(os.fstat(fd), st)
-            for fd in (self.scratch_fd, self.fd)
-        )
+    def identity(self) -> tuple[int, int] | None:
+        """Its dir's (device, inode), when it is open."""
+        return None if self.scratch_fd is None else identity_of(os.fstat(self.scratch_fd))
 
     def close(self) -> None:
         for fd in (self.fd, self.scratch_fd):

@@ -187,17 +187,29 @@ def _folded(key: str) -> str:
     return key.replace("\u017f", "s").lower()
 
 
+def _given(
+    obj: Mapping[str, Any] | tuple[tuple[str, Any], ...], name: str
+) -> list[tuple[str, Any]]:
+    """The members given for the field tagged name, every key equal to it in any case, in the
+    order a plugin decodes them (go_pairs): only those are put in order."""
+    folded = name.lower()
+    if isinstance(obj, tuple):
+        return [(key, item) for key, item in obj if _folded(key) == folded]
+    return sorted(
+        ((key, item) for key, item in obj.items() if _folded(key) == folded),
+        key=lambda member: member[0],
+    )
+
+
 def go_field(
     obj: Mapping[str, Any] | tuple[tuple[str, Any], ...], name: str, *, null_resets: bool = False
 ) -> Any:
-    """What Go's encoding/json decodes into the string (or number) field tagged name: every
-    key equal to the name in any case, in decoding order (go_pairs), the last winning; a null
-    leaves the field as it was (None here: absent), or, null_resets, empties it (a slice's, a
-    pointer's)."""
-    folded = name.lower()
+    """What Go's encoding/json decodes into the string (or number) field tagged name: the
+    members given for it (_given), the last winning; a null leaves the field as it was (None
+    here: absent), or, null_resets, empties it (a slice's, a pointer's)."""
     value = None
-    for key, item in go_pairs(obj):
-        if (item is not None or null_resets) and _folded(key) == folded:
+    for _key, item in _given(obj, name):
+        if item is not None or null_resets:
             value = item
     return value
 
@@ -206,15 +218,12 @@ def go_object(
     obj: Mapping[str, Any] | tuple[tuple[str, Any], ...], name: str, *, null_resets: bool = False
 ) -> Any:
     """What Go decodes into the struct (or, null_resets, map) field tagged name: the members
-    of every object given for it in any case, merged in decoding order (a later one's fields
+    of every object given for it (_given), merged in decoding order (a later one's fields
     decoded after an earlier one's), as a tuple of pairs for go_field; a null leaves a struct
     as it was and empties a map. None when there is none; the value itself when it is no
     object (Go then fails the whole decoding)."""
-    folded = name.lower()
     merged: tuple[tuple[str, Any], ...] | None = None
-    for key, item in go_pairs(obj):
-        if _folded(key) != folded:
-            continue
+    for _key, item in _given(obj, name):
         if item is None:
             merged = None if null_resets else merged
         elif not isinstance(item, dict):

@@ -87,33 +87,30 @@ def recording_plugins(root: Path, seen: Path, *kinds: str) -> Path:
 NAMED_TWICE = b'{"Name":"decoy","name":"net","Name":"other","type":"bridge","cniVersion":"0.4.0"}'
 
 
-def test_a_single_conf_naming_itself_twice_is_named_as_libcni_names_it(
-    libcni_client: LibcniClient, tmp_path: Path
+@pytest.mark.parametrize(
+    ("data", "name", "cni_version"),
+    [
+        (NAMED_TWICE, "other", "0.4.0"),
+        (
+            b'{"name":"net","type":"bridge","CNIVersion":"0.3.1","cniVersion":"1.0.0",'
+            b'"CNIVersion":"0.4.0"}',
+            "net",
+            "0.4.0",
+        ),
+    ],
+    ids=["its name, a .conf naming itself twice", "its cniVersion"],
+)
+def test_a_single_confs_field_given_twice_is_libcnis(
+    data: bytes, name: str, cni_version: str, libcni_client: LibcniClient, tmp_path: Path
 ) -> None:
-    conf_dir = one_conf_dir(tmp_path, "10-a.conf", NAMED_TWICE)
-    assert libcni_loads(libcni_client, conf_dir, "net") is None
-    theirs = libcni_loads(libcni_client, conf_dir, "other")
-    assert theirs is not None and theirs["name"] == "other"
-
-    mine = ours(NAMED_TWICE, single=True)
-
-    assert mine is not None and mine.name == "other"
-
-
-def test_a_single_confs_cni_version_given_twice_is_libcnis(
-    libcni_client: LibcniClient, tmp_path: Path
-) -> None:
-    data = (
-        b'{"name":"net","type":"bridge","CNIVersion":"0.3.1","cniVersion":"1.0.0",'
-        b'"CNIVersion":"0.4.0"}'
-    )
     conf_dir = one_conf_dir(tmp_path, "10-a.conf", data)
-    theirs = libcni_loads(libcni_client, conf_dir, "net")
-    assert theirs is not None and theirs["cniVersion"] == "0.4.0"
+    theirs = libcni_loads(libcni_client, conf_dir, name)
+    assert theirs is not None and (theirs["name"], theirs["cniVersion"]) == (name, cni_version)
+    assert name == "net" or libcni_loads(libcni_client, conf_dir, "net") is None
 
     mine = ours(data, single=True)
 
-    assert mine is not None and mine.cni_version == "0.4.0"
+    assert mine is not None and (mine.name, mine.cni_version) == (name, cni_version)
 
 
 def test_a_single_conf_whose_last_type_in_the_file_is_empty_is_refused_as_libcni_refuses_it(

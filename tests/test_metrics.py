@@ -165,6 +165,16 @@ def by_labels(found: Samples, name: str) -> dict[tuple[str, ...], float]:
     }
 
 
+def multus_files_counted(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], metrics_dir: Path
+) -> tuple[int, dict[tuple[str, ...], float]]:
+    """A run's exit code and the Multus files its metrics file counts, those not zero."""
+    prom = metrics_dir / "cni-reaper.prom"
+    code, _ = crashed.run(capsys, "--metrics-file", str(prom))
+    counted = by_labels(samples(prom), "cni_reaper_multus_files")
+    return code, {labels: n for labels, n in counted.items() if n}
+
+
 def test_every_known_label_set_is_written_zero_or_not(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -387,12 +397,10 @@ def test_multus_files_are_counted_by_kind_action_and_outcome(
     (multus / CONTAINER_IDS[0]).write_bytes(b"")
     os.symlink("/etc/hostname", multus / "results" / f"hl-{CONTAINER_IDS[1]}-eth0")
     crashed.reboot()
-    prom = tmp_path / "cni-reaper.prom"
 
-    code, _ = crashed.run(capsys, "--metrics-file", str(prom))
+    code, counted = multus_files_counted(crashed, capsys, tmp_path)
 
     assert code == ExitCode.DATA
-    counted = {k: n for k, n in by_labels(samples(prom), "cni_reaper_multus_files").items() if n}
     assert counted == {
         ("quarantine", "delegate-result", "done"): 1,
         ("report", "delegate-result", "skipped"): 1,

@@ -378,30 +378,6 @@ def test_dirs_nested_in_each_other_are_each_judged_once(
     assert code in (ExitCode.OK, ExitCode.DATA), report
 
 
-def test_a_dry_run_with_named_dirs_writes_nothing(
-    crashed: Crashed, libcni_client: LibcniClient, capsys: pytest.CaptureFixture[str]
-) -> None:
-    root = crashed.node.root
-    multus_at(crashed, libcni_client, named("shim", "multus-shim", "/host/m"), None, "01-s.conf")
-    multus_at(crashed, libcni_client, named("rel", "multus", "rel/m"), None, "02-r.conf")
-    node = multus_at(crashed, libcni_client, multus_conf("multus", "/srv/m"), "/srv/m")
-    result = node.delegate(KNOWN)
-    damage(result, "empty")
-    (root / "srv/m" / KNOWN).write_bytes(b"[")
-    node.containerd_knows(KNOWN)
-    crashed.reboot()
-    before = snapshot(root)
-
-    code, report = crashed.run(capsys, "-v", "--dry-run")
-
-    assert code == ExitCode.OK, report
-    assert sorted(d["outcome"] for d in report["multus_results"] + report["multus_scratch"]) == [
-        "planned",
-        "planned",
-    ]
-    assert snapshot(root) == before
-
-
 def test_a_nul_in_cni_dir_is_no_internal_error(
     crashed: Crashed, libcni_client: LibcniClient, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -53,6 +53,22 @@ def whole_delegate_of_a_known_pod(node: MultusNode) -> Path:
 # --- the dir skipped with a warning: where its Multus caches, nobody looks ------------------
 
 
+def left_to_multus(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], result: Path
+) -> tuple[int, dict[str, Any]]:
+    """A run that says the dir result's Multus caches in is not inspected as Multus's, and
+    leaves the delegate's result where it is and its address reserved for Multus's DEL."""
+    held = crashed.ips()
+
+    code, report = crashed.run(capsys, "-v")
+
+    assert warned(report, "is or holds a dir this run inspects")
+    assert result.exists()
+    assert the_reservation(report)["action"] == "keep", reasons(report)
+    assert crashed.ips() == held
+    return code, report
+
+
 def test_a_dir_holding_another_caches_dir_keeps_the_delegates_its_multus_cached(
     crashed: Crashed, libcni_client: LibcniClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -63,14 +79,9 @@ def test_a_dir_holding_another_caches_dir_keeps_the_delegates_its_multus_cached(
         crashed, libcni_client, named("outer", "multus", "/srv/m"), "/srv/m", "01-b.conf"
     )
     result = whole_delegate_of_a_known_pod(node)
-    held = crashed.ips()
 
-    code, report = crashed.run(capsys, "-v")
+    code, report = left_to_multus(crashed, capsys, result)
 
-    assert warned(report, "is or holds a dir this run inspects")
-    assert result.exists()
-    assert the_reservation(report)["action"] == "keep", reasons(report)
-    assert crashed.ips() == held
     assert code == ExitCode.OK, report
 
 
@@ -87,13 +98,9 @@ def test_a_dir_inside_another_caches_results_keeps_the_delegates_its_multus_cach
     )
     result = whole_delegate_of_a_known_pod(node)
     assert result.parent == crashed.node.root / "srv/m/results/results"
-    held = crashed.ips()
 
-    code, report = crashed.run(capsys, "-v")
+    code, report = left_to_multus(crashed, capsys, result)
 
-    assert warned(report, "is or holds a dir this run inspects")
-    assert the_reservation(report)["action"] == "keep", reasons(report)
-    assert crashed.ips() == held
     assert code in (ExitCode.OK, ExitCode.DATA), report
 
 
@@ -113,14 +120,9 @@ def test_cni_dir_naming_a_results_dir_already_inspected_keeps_the_delegates_rese
     node = multus_at(crashed, libcni_client, multus_conf("multus", results_dir), results_dir)
     result = whole_delegate_of_a_known_pod(node)
     assert (crashed.node.root / results_dir.lstrip("/")).is_dir()
-    held = crashed.ips()
 
-    code, report = crashed.run(capsys, "-v")
+    code, report = left_to_multus(crashed, capsys, result)
 
-    assert warned(report, "is or holds a dir this run inspects")
-    assert result.exists()
-    assert the_reservation(report)["action"] == "keep", reasons(report)
-    assert crashed.ips() == held
     assert code in (ExitCode.OK, ExitCode.DATA), report
 
 
@@ -185,12 +187,21 @@ def test_an_earlier_null_key_in_another_case_yields_to_the_later_dir(
 # --- the cap ------------------------------------------------------------------------------------
 
 
-def test_unplaceable_dirs_do_not_use_up_the_cap_meant_for_descriptors(
-    crashed: Crashed, libcni_client: LibcniClient, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("kind", "cni_dir"),
+    [("multus-shim", "/host/m{}"), ("multus", "/srv/none{}")],
+    ids=["the thick plugin's, not placeable", "not there"],
+)
+def test_dirs_not_opened_do_not_use_up_the_cap_meant_for_descriptors(
+    kind: str,
+    cni_dir: str,
+    crashed: Crashed,
+    libcni_client: LibcniClient,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     for i in range(multus.MAX_NAMED_DIRS):
-        conf = named(f"shim-{i}", "multus-shim", f"/host/m{i}")
-        multus_at(crashed, libcni_client, conf, None, f"0{i:02}-shim.conf")
+        conf = named(f"m{i}", kind, cni_dir.format(i))
+        multus_at(crashed, libcni_client, conf, None, f"0{i:02}.conf")
     node = multus_at(
         crashed, libcni_client, named("thin", "multus", "/srv/m"), "/srv/m", "50-m.conf"
     )
@@ -198,6 +209,7 @@ def test_unplaceable_dirs_do_not_use_up_the_cap_meant_for_descriptors(
 
     code, report = crashed.run(capsys)
 
+    assert not warned(report, "past the first"), report["warnings"]
     assert [(d["path"], d["outcome"]) for d in report["multus_results"]] == [(str(result), "done")]
     assert not result.exists()
     assert code == ExitCode.OK, report
@@ -507,6 +519,8 @@ def test_a_dry_run_over_every_new_case_writes_nothing(
     )
     conf = named("c", "multus", None) | {"CNIDIR": "/srv/c", "cnidir": None}
     multus_at(crashed, libcni_client, conf, None, "03-c.conf")
+    multus_at(crashed, libcni_client, named("shim", "multus-shim", "/host/m"), None, "04-s.conf")
+    multus_at(crashed, libcni_client, named("rel", "multus", "rel/m"), None, "05-rel.conf")
     node = multus_at(crashed, libcni_client, multus_conf("multus", "/srv/m"), "/srv/m")
     result = node.delegate(KNOWN)
     damage(result, "empty")
@@ -531,7 +545,7 @@ def test_the_metrics_count_a_named_dirs_files_with_the_defaults(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    from tests.test_metrics import by_labels, samples  # noqa: PLC0415 (its prometheus parser)
+    from tests.test_metrics import multus_files_counted  # noqa: PLC0415 (prometheus's parser)
 
     default = crashed.node.root / "var/lib/cni/multus"
     default.mkdir(parents=True)
@@ -542,12 +556,10 @@ def test_the_metrics_count_a_named_dirs_files_with_the_defaults(
     damage(node.cache_dir / "results" / f"hl-{KNOWN}-eth0", "zeroed")
     (node.cache_dir / KNOWN).write_bytes(b"[{")
     crashed.reboot()
-    prom = tmp_path / "cni-reaper.prom"
 
-    code, _ = crashed.run(capsys, "--metrics-file", str(prom))
+    code, counted = multus_files_counted(crashed, capsys, tmp_path)
 
     assert code == ExitCode.OK
-    counted = {k: n for k, n in by_labels(samples(prom), "cni_reaper_multus_files").items() if n}
     assert counted == {
         ("quarantine", "delegate-result", "done"): 1,
         ("quarantine", "multus-scratch", "done"): 2,

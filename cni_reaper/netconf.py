@@ -332,12 +332,26 @@ _NETCONF_FIELDS: dict[str, Callable[[Any], bool]] = {
 }
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON")  # Python's decoder takes NaN and Infinity; Go's not
+
+
+def _go_number(text: str) -> int | float:
+    # A float64 keeps the sign of -0, which reaches a plugin as libcni writes it back.
+    return -0.0 if text == "-0" else int(text)
+
+
+_AS_GO_READS: dict[str, Any] = {"parse_constant": _no_constant, "parse_int": _go_number}
+
+
 def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkList:
     try:
-        doc = as_go_decodes(json.loads(data))
+        doc = as_go_decodes(json.loads(data, **_AS_GO_READS))
         # ConfFromBytes decodes a single conf's own bytes: its members in the file's order,
         # a key given twice included.
-        in_order = json.loads(data, object_pairs_hook=tuple) if single_plugin else None
+        in_order = (
+            json.loads(data, object_pairs_hook=tuple, **_AS_GO_READS) if single_plugin else None
+        )
     except (ValueError, RecursionError) as e:
         raise ConfigError(f"not JSON: {e}") from None
     if not isinstance(doc, dict):

@@ -6,12 +6,10 @@ Plugin order, environment and stdin: shared/reference/libcni-cache.md section 4.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
-from cni_reaper import failpoint
+from cni_reaper import failpoint, go_marshal
 from cni_reaper.budget import Budget
-from cni_reaper.content import at_fixed_depth
 from cni_reaper.netconf import NetworkList, go_object
 from cni_reaper.plugin import (
     ChainResolution,
@@ -67,8 +65,8 @@ def plugin_stdin(
     capability_args: Mapping[str, Any] | None,
     prev_result: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """The plugin's config with name, cniVersion and prevResult injected, keys sorted as Go
-    marshals a map."""
+    """The plugin's config with name, cniVersion and prevResult injected, written as libcni
+    writes it (go_marshal.py)."""
     conf = dict(plugin)
     conf["name"] = netlist.name
     conf["cniVersion"] = netlist.cni_version
@@ -85,15 +83,7 @@ def plugin_stdin(
         }
         if runtime:
             conf["runtimeConfig"] = runtime
-    # At a fixed depth, as the cached result was decoded, and through the encoder's own
-    # method, as the decoder's is (json.dumps would stand on two frames more): RecursionError
-    # only past what the reaper decodes.
-    text: str = at_fixed_depth(_AS_GO_MARSHALS.encode, conf)
-    return text.encode()
-
-
-# Keys sorted, as Go marshals a map.
-_AS_GO_MARSHALS = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+    return go_marshal.marshal(conf).encode()
 
 
 # systemd's default PATH for services: what a runtime started by systemd hands its plugins.
@@ -179,9 +169,8 @@ def delete(
         conf = netlist.plugins[link.conf_index]
         try:
             stdin = plugin_stdin(netlist, conf, attachment.capability_args, prev_result)
-        except RecursionError:
-            problem = "its config with the cached result nests deeper than this reaper encodes"
-            return DelOutcome((), (PluginError(link.kind, problem),))
+        except ValueError as e:  # a number no float64 holds, which libcni could not decode
+            return DelOutcome((), (PluginError(link.kind, f"its config cannot be written: {e}"),))
         stdins.append((link.kind, link.path, stdin))
     env = plugin_env(attachment, vetted, inherited)
     ran: list[str] = []

@@ -146,11 +146,10 @@ def test_a_deeply_nested_cached_result_is_handed_on_or_left_never_a_crash(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], depth: int
 ) -> None:
     """A result and capability args nested about as deep as Python's codec allows (on 3.9 to
-    3.11; 3.12 on takes 10,000 levels): the DEL gets them as prevResult and runtimeConfig;
-    or, where a plugin's stdin cannot be encoded, the DEL fails before any plugin runs (and
-    the entry is quarantined with its bytes, as after any failed DEL); or it is unreadable.
-    Never an internal error: the stdin's encoding raised RecursionError, uncaught, in the
-    middle of the run's DELs wherever the inventory decoded what the DEL could not encode."""
+    3.11; 3.12 on takes 10,000 levels): the DEL gets them as prevResult and runtimeConfig, or
+    the entry is unreadable. Never an internal error: the stdin's encoding raised
+    RecursionError, uncaught, in the middle of the run's DELs wherever the inventory decoded
+    what the DEL could not encode (go_marshal now walks without recursion, to any depth)."""
     containerd_knows(crashed, KNOWN)
     nested = "[" * depth + '"x"' + "]" * depth  # as text: this interpreter may not encode it
     entry = crashed.add(A)
@@ -166,13 +165,8 @@ def test_a_deeply_nested_cached_result_is_handed_on_or_left_never_a_crash(
     outcome = (e["content"], e["action"], e["outcome"], code)
     assert outcome in (
         ("valid", "del-and-quarantine", "done", ExitCode.OK),
-        ("valid", "del-and-quarantine", "failed", ExitCode.ACTION_FAILED),
         ("unreadable", "report", "skipped", ExitCode.DATA),
-    ), e["reason"]
-    if e["outcome"] == "failed":
-        (error,) = e["plugin_errors"]
-        assert error["msg"].endswith("nests deeper than this reaper encodes"), error
-        assert e["del"]["plugins_run"] == [], "a plugin ran before the DEL failed"
+    ), (e["reason"], e.get("plugin_errors"))
 
 
 def cached_conf_entry(crashed: Crashed, container_id: str, conf: dict[str, Any]) -> Path:

@@ -5,8 +5,8 @@
 xfails on 65ebf14; eight are mended (a .conf naming itself twice, or with an empty type in the
 file's order; host-local's IPAM pointer reset by a null; a losing spelling of another type
 that fails libcni's decoding; a null ranges; a lone surrogate or a NUL in a path field that
-ended the run as an internal error). One is left, a strict xfail still: numbers reach a
-plugin's stdin as Python read them, not as Go re-marshals them from a float64."""
+ended the run as an internal error); the ninth, numbers reaching a plugin's stdin as Python
+read them, not as Go re-marshals them from a float64, is mended by go_marshal.py."""
 
 from __future__ import annotations
 
@@ -283,20 +283,17 @@ def test_odd_spellings_reach_the_plugin_byte_for_byte_as_libcni_hands_them(
     ).replace(b"\\u017f", "\u017f".encode())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replay.plugin_stdin encodes numbers as Python read them (1500.0, 1e-07, 20 digits "
-    "kept); libcni's map holds float64s and Go marshals 1500, 1e-7, 12345678901234567000: "
-    "a Go plugin refuses 1500.0 for an int field (bridge's mtu) that libcni's stdin fills",
-)
 def test_numbers_reach_the_plugin_as_libcni_marshals_them(
     libcni_client: LibcniClient, tmp_path: Path
 ) -> None:
-    plugin = '{"type":"rec","mtu":1500.0,"e":1E-7,"big":12345678901234567890}'
+    """libcni's map holds float64s: a bridge's mtu of 1500.0 reaches it as 1500, which its int
+    field takes (1500.0 it refuses)."""
+    plugin = '{"type":"rec","mtu":1500.0,"e":1E-7,"big":12345678901234567890,"f":0.00001}'
 
     theirs, mine = stdin_pair(libcni_client, tmp_path, plugin, {})
 
     assert theirs == mine
+    assert b'"mtu":1500,' in mine
 
 
 def test_keys_go_folds_and_keys_it_does_not_are_read_as_libcni_reads_them(

@@ -6,6 +6,7 @@ carrying its name and cniVersion, as libcni's ConfListFromConf does.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import json
 import os
@@ -344,13 +345,32 @@ def _go_number(text: str) -> int | float:
 _AS_GO_READS: dict[str, Any] = {"parse_constant": _no_constant, "parse_int": _go_number}
 
 
+def _one_byte_each(error: UnicodeError) -> tuple[str, int]:
+    assert isinstance(error, UnicodeDecodeError)  # registered for decoding only
+    return "\ufffd", error.start + 1
+
+
+# Go reads each byte of an invalid UTF-8 sequence as U+FFFD, where Python's "replace" reads
+# a truncated sequence as one: the names differ, and a network's name is its files' names.
+codecs.register_error("cni_reaper.go_utf8", _one_byte_each)
+
+
+def as_go_reads(data: bytes) -> str:
+    """A JSON document's bytes as Go's decoder reads them, to be decoded from the text: as
+    UTF-8, invalid bytes one U+FFFD each (an error where no string holds them, as in Go), and
+    no byte order mark or UTF-16 or UTF-32, which json.loads would take from bytes and Go
+    refuses (a config libcni cannot load is not the network a runtime ran)."""
+    return data.decode("utf-8", "cni_reaper.go_utf8")
+
+
 def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkList:
     try:
-        doc = as_go_decodes(json.loads(data, **_AS_GO_READS))
+        text = as_go_reads(data)
+        doc = as_go_decodes(json.loads(text, **_AS_GO_READS))
         # ConfFromBytes decodes a single conf's own bytes: its members in the file's order,
         # a key given twice included.
         in_order = (
-            json.loads(data, object_pairs_hook=tuple, **_AS_GO_READS) if single_plugin else None
+            json.loads(text, object_pairs_hook=tuple, **_AS_GO_READS) if single_plugin else None
         )
     except (ValueError, RecursionError) as e:
         raise ConfigError(f"not JSON: {e}") from None

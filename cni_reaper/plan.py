@@ -17,6 +17,7 @@ from cni_reaper.netconf import (
     ConfigError,
     NetworkConfigs,
     NetworkList,
+    as_go_reads,
     builtin_loopback,
     parse_conf_bytes,
 )
@@ -289,7 +290,7 @@ def _parse_cached_config(config: bytes, entry_name: str) -> NetworkList:
     """The config an entry cached: the conflist ADD ran with (AddNetworkList), or a single
     plugin's conf (AddNetwork)."""
     try:
-        doc = json.loads(config)
+        doc = json.loads(as_go_reads(config))
     except (ValueError, RecursionError) as e:
         raise ConfigError(f"not JSON: {e}") from None
     single = isinstance(doc, dict) and "plugins" not in doc

@@ -141,3 +141,48 @@ def test_multus_is_known_by_its_type_in_any_case() -> None:
     plugin = {"Type": "multus", "CNIDir": "/srv/multus"}
     netlist = netconf.NetworkList("m", "0.3.1", (plugin,), "f")
     assert multus.named_dirs([netlist]) == [multus.NamedDir("/srv/multus", None)]
+
+
+# The bytes of a conf file as Go reads them: UTF-8 only, no byte order mark, each byte of an
+# invalid sequence in a string read as U+FFFD.
+
+STRING_BYTES = st.binary(max_size=16).filter(
+    lambda data: all(byte >= 0x20 and byte not in b'"\\' for byte in data)
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    STRING_BYTES,
+    STRING_BYTES,
+    st.sampled_from([b"", b"\xef\xbb\xbf", b"\xff", b" \xc3 "]),
+    st.sampled_from(["utf-8", "utf-16", "utf-32-be"]),
+)
+def test_a_conflist_in_any_bytes_is_read_as_libcni_reads_it(
+    libcni_client: LibcniClient,
+    tmp_path: Path,
+    name: bytes,
+    kind: bytes,
+    before: bytes,
+    encoding: str,
+) -> None:
+    data = before + (
+        b'{"cniVersion":"0.4.0","name":"net' + name + b'","plugins":[{"type":"b' + kind + b'"}]}'
+    )
+    if encoding != "utf-8":
+        data = data.decode("latin-1").encode(encoding)
+
+    theirs = libcni_parse(libcni_client, tmp_path, data)
+
+    try:
+        ours = parse_conf_bytes(data, "net.conflist", single_plugin=False)
+    except ConfigError:
+        assert theirs is None, theirs
+        return
+    assert theirs is not None, ours
+    assert (ours.name, list(ours.plugin_types)) == (
+        theirs["name"],
+        [p["type"] for p in theirs["plugins"]],
+    )

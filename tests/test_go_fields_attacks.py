@@ -481,3 +481,23 @@ def test_a_multus_cni_dir_in_any_case_that_climbs_out_of_the_root_is_refused(
     assert report["multus_results"] == []
     assert victim.exists()
     assert code == ExitCode.OK, report
+
+
+def test_a_config_holding_a_byte_that_is_not_utf8_is_deld_through_as_libcni_would(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Go reads the byte as U+FFFD and libcni runs the DEL; the reaper read the whole config
+    as no JSON, and so quarantined the damaged entry with no DEL. (In the network's name the
+    byte names it with U+FFFD, which every plugin built on skel then refuses.)"""
+    conflist = b'{"cniVersion":"1.0.0","name":"u","plugins":[{"type":"loopback","note":"\xff"}]}'
+    crashed.node.write_conf("20-u.conflist", conflist)
+    entry = crashed.node.write_result(f"u-{A}-eth0", b"")  # the crash
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    e = by_path(report)[entry.name]
+    assert (e["action"], e["outcome"]) == ("del-and-quarantine", "done"), e["reason"]
+    assert e["del"]["plugins_run"] == ["loopback"], e
+    assert not entry.exists()
+    assert code == ExitCode.OK, report

@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class _Written(str):
-    """Text already written as JSON: punctuation, between the values still to be written."""
+class Written(str):
+    """Text already written as JSON, which marshal puts in as it is: its own punctuation, or a
+    value written before (a cached result, written once for each plugin of a DEL)."""
 
 
-_OPEN_OBJECT, _CLOSE_OBJECT = _Written("{"), _Written("}")
-_OPEN_ARRAY, _CLOSE_ARRAY = _Written("["), _Written("]")
-_COMMA, _COLON = _Written(","), _Written(":")
+_OPEN_OBJECT, _CLOSE_OBJECT = Written("{"), Written("}")
+_OPEN_ARRAY, _CLOSE_ARRAY = Written("["), Written("]")
+_COMMA, _COLON = Written(","), Written(":")
 _LITERALS = {True: "true", False: "false"}
 
 
@@ -37,7 +38,7 @@ def marshal(value: Any) -> str:
     pending: list[Any] = [value]
     while pending:
         item = pending.pop()
-        if type(item) is _Written:
+        if type(item) is Written:
             out.append(item)
         elif isinstance(item, str):
             out.append(json.dumps(item))
@@ -50,7 +51,7 @@ def marshal(value: Any) -> str:
         elif isinstance(item, dict):
             members: list[Any] = [_CLOSE_OBJECT]
             for index, key in enumerate(sorted(item, reverse=True)):
-                members += [item[key], _COLON, _Written(json.dumps(key))]
+                members += [item[key], _COLON, Written(json.dumps(key))]
                 members.append(_COMMA if index < len(item) - 1 else _OPEN_OBJECT)
             pending += members if item else [_CLOSE_OBJECT, _OPEN_OBJECT]
         elif isinstance(item, (list, tuple)):
@@ -61,6 +62,9 @@ def marshal(value: Any) -> str:
         else:
             raise TypeError(f"no JSON value: {type(item).__name__}")
     return "".join(out)
+
+
+_EXACT = decimal.Context(prec=32, traps=[])  # wider than the 17 digits a float64 needs
 
 
 def float64_text(number: int | float) -> str:
@@ -76,10 +80,11 @@ def float64_text(number: int | float) -> str:
         raise ValueError(f"Go writes no JSON number for {value}")
     if value == 0:
         return "-0" if math.copysign(1.0, value) < 0 else "0"
-    shortest = decimal.Decimal(repr(value))
+    # Normalized in a context of its own: the thread's may round or trap.
+    shortest = decimal.Decimal(repr(value)).normalize(_EXACT)
     if 1e-6 <= abs(value) < 1e21:
-        return format(shortest.normalize(), "f")
-    sign, digits, exponent = shortest.normalize().as_tuple()
+        return format(shortest, "f")
+    sign, digits, exponent = shortest.as_tuple()
     assert isinstance(exponent, int)  # a finite number's
     text = "".join(map(str, digits))
     mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import functools
 import json
+import math
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping
@@ -254,15 +255,18 @@ def as_go_decodes(value: Any) -> Any:
         elif isinstance(item, str):
             if not _well_formed(item):
                 into[slot] = _as_go_string(item)
-        elif (type(item) is float and item in (_INF, -_INF)) or (
-            type(item) is int and abs(item) > _FLOAT64_MAX
-        ):
+        elif type(item) in (int, float) and not _is_float64(item):
             raise ConfigError("a number out of float64's range, which Go cannot decode")
     return top[0]
 
 
-_INF = float("inf")
-_FLOAT64_MAX = int(1.7976931348623157e308)
+def _is_float64(number: float) -> bool:
+    # Go's ParseFloat, like float(), rounds to the nearest float64: a number up to half a unit
+    # past the largest is the largest; from there on, out of range (an inf for a float text).
+    try:
+        return math.isfinite(float(number))
+    except OverflowError:
+        return False
 
 
 def _well_formed(text: str) -> bool:

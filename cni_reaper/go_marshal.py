@@ -11,34 +11,69 @@ reads.
 
 from __future__ import annotations
 
-import decimal
 import json
 import math
+import re
+
+from cni_reaper.content import at_fixed_depth
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 
-class Written(str):
-    """Text already written as JSON, which marshal puts in as it is: its own punctuation, or a
-    value written before (a cached result, written once for each plugin of a DEL)."""
-
-
-_OPEN_OBJECT, _CLOSE_OBJECT = Written("{"), Written("}")
-_OPEN_ARRAY, _CLOSE_ARRAY = Written("["), Written("]")
-_COMMA, _COLON = Written(","), Written(":")
-_LITERALS = {True: "true", False: "false"}
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+# Where Python may write a number otherwise than Go: a float's text (1500.0, 1e-07), or an
+# integer of 16 digits or more (past 2**53 a float64 holds it rounded). A number follows a
+# colon, a comma or a bracket, or is the whole text; a string that holds such a sequence only
+# costs the slow way.
+_MAY_DIFFER = re.compile(r"(?:^|[:,\[])-?(?:\d+[.eE]|\d{16})")
+_STRING_OR_NUMBER = re.compile(_STRING + r"|(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 
 
 def marshal(value: Any) -> str:
-    """value, as json.loads made it, as Go writes it. Walked without recursion: a cached result
-    nests as deep as the decoder allowed. ValueError for what Go cannot write (NaN, inf)."""
+    """value, as json.loads made it, as Go writes it. ValueError for what Go cannot write
+    (NaN, inf, an integer past float64's range).
+
+    Python's C encoder writes it, at the depth a document decodes at (content.at_fixed_depth),
+    and the numbers it writes otherwise than Go are written again; a document nested deeper
+    than that (a config around a cached result adds two levels) is walked without recursion."""
+    try:
+        text: str = at_fixed_depth(_ENCODER.encode, value)
+    except (RecursionError, ValueError):  # too deep for it; NaN or inf, refused as Go does
+        return walked(value)
+    if _MAY_DIFFER.search(text) is None:
+        return text
+    return _STRING_OR_NUMBER.sub(_as_go_writes, text)
+
+
+def _as_go_writes(token: re.Match[str]) -> str:
+    number = token.group(1)
+    if number is None:  # a string
+        return token.group()
+    exact = number.lstrip("-").isdigit()
+    return float64_text(int(number) if exact else float(number))
+
+
+class _Written(str):
+    """Text already written as JSON: punctuation, between the values still to be written."""
+
+
+_OPEN_OBJECT, _CLOSE_OBJECT = _Written("{"), _Written("}")
+_OPEN_ARRAY, _CLOSE_ARRAY = _Written("["), _Written("]")
+_COMMA, _COLON = _Written(","), _Written(":")
+_LITERALS = {True: "true", False: "false"}
+
+
+def walked(value: Any) -> str:
+    """marshal's text, walked without recursion: for a document nested deeper than the C
+    encoder goes, and the reference marshal is held to (tests/test_go_marshal.py)."""
     out: list[str] = []
     pending: list[Any] = [value]
     while pending:
         item = pending.pop()
-        if type(item) is Written:
+        if type(item) is _Written:
             out.append(item)
         elif isinstance(item, str):
             out.append(json.dumps(item))
@@ -51,7 +86,7 @@ def marshal(value: Any) -> str:
         elif isinstance(item, dict):
             members: list[Any] = [_CLOSE_OBJECT]
             for index, key in enumerate(sorted(item, reverse=True)):
-                members += [item[key], _COLON, Written(json.dumps(key))]
+                members += [item[key], _COLON, _Written(json.dumps(key))]
                 members.append(_COMMA if index < len(item) - 1 else _OPEN_OBJECT)
             pending += members if item else [_CLOSE_OBJECT, _OPEN_OBJECT]
         elif isinstance(item, (list, tuple)):
@@ -62,9 +97,6 @@ def marshal(value: Any) -> str:
         else:
             raise TypeError(f"no JSON value: {type(item).__name__}")
     return "".join(out)
-
-
-_EXACT = decimal.Context(prec=32, traps=[])  # wider than the 17 digits a float64 needs
 
 
 def float64_text(number: int | float) -> str:
@@ -80,12 +112,19 @@ def float64_text(number: int | float) -> str:
         raise ValueError(f"Go writes no JSON number for {value}")
     if value == 0:
         return "-0" if math.copysign(1.0, value) < 0 else "0"
-    # Normalized in a context of its own: the thread's may round or trap.
-    shortest = decimal.Decimal(repr(value)).normalize(_EXACT)
+    sign = "-" if value < 0 else ""
+    # repr's shortest digits, as an integer and a power of ten: 1.5e-07 is 15 and -8.
+    mantissa, _, exponent = repr(abs(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    power = int(exponent or 0) - len(fraction) + len(digits) - len(digits.rstrip("0"))
+    digits = digits.rstrip("0")
     if 1e-6 <= abs(value) < 1e21:
-        return format(shortest, "f")
-    sign, digits, exponent = shortest.as_tuple()
-    assert isinstance(exponent, int)  # a finite number's
-    text = "".join(map(str, digits))
-    mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
-    return f"{'-' if sign else ''}{mantissa}e{exponent + len(digits) - 1:+d}"
+        point = len(digits) + power  # where the decimal point falls among the digits
+        if power >= 0:
+            return sign + digits + "0" * power
+        if point > 0:
+            return f"{sign}{digits[:point]}.{digits[point:]}"
+        return f"{sign}0.{'0' * -point}{digits}"
+    rest = "." + digits[1:] if len(digits) > 1 else ""
+    return f"{sign}{digits[0]}{rest}e{power + len(digits) - 1:+d}"

@@ -63,7 +63,7 @@ def plugin_stdin(
     netlist: NetworkList,
     plugin: Mapping[str, Any],
     capability_args: Mapping[str, Any] | None,
-    prev_result: Mapping[str, Any] | go_marshal.Written | None = None,
+    prev_result: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The plugin's config with name, cniVersion and prevResult injected, written as libcni
     writes it (go_marshal.py)."""
@@ -164,16 +164,12 @@ def delete(
     stdins: list[tuple[str, str, bytes]] = []
     kind = chain.plugins[0].kind
     try:
-        # A cached result, written once for every plugin: it may be as large as a results file.
-        written = (
-            None if prev_result is None else go_marshal.Written(go_marshal.marshal(prev_result))
-        )
         for link in chain.plugins:
             if link.ipam_of is not None:
                 continue
             assert link.path is not None
             conf, kind = netlist.plugins[link.conf_index], link.kind
-            stdin = plugin_stdin(netlist, conf, attachment.capability_args, written)
+            stdin = plugin_stdin(netlist, conf, attachment.capability_args, prev_result)
             stdins.append((kind, link.path, stdin))
     except ValueError as e:  # a number no float64 holds, which libcni could not decode
         return DelOutcome((), (PluginError(kind, f"its config cannot be written: {e}"),))

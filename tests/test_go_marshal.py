@@ -88,6 +88,32 @@ def test_any_document_reads_back_as_it_was_with_its_keys_sorted(document: Any) -
     assert written == json.dumps(document, sort_keys=True, separators=(",", ":"))
 
 
+# Strings that hold what a number looks like after a colon, a comma or a bracket.
+NUMBER_LIKE_TEXT = st.sampled_from([":1.5,", ",1e5]", "[12345678901234567", ":-0.0}", '\\":2.5'])
+ANY_NUMBER = st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=500)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.text() | NUMBER_LIKE_TEXT | ANY_NUMBER,
+        lambda inner: st.lists(inner) | st.dictionaries(st.text() | NUMBER_LIKE_TEXT, inner),
+    )
+)
+def test_the_c_encoders_text_mended_is_the_walked_text(document: Any) -> None:
+    """marshal writes through Python's C encoder and writes again the numbers it writes
+    otherwise than Go; walked writes every value itself (a document too deep for the C
+    encoder): the same text, or the same refusal (an integer past float64's range)."""
+    try:
+        reference = go_marshal.walked(document)
+    except ValueError:
+        with pytest.raises(ValueError, match="Go writes no JSON number"):
+            go_marshal.marshal(document)
+        return
+
+    assert go_marshal.marshal(document) == reference
+
+
 def test_a_document_nested_past_any_recursion_limit_is_written() -> None:
     depth = 200_000
     nested: Any = 1

@@ -19,7 +19,7 @@ Found on 2026-12-06, four defects, strict xfails on 59efeb6:
 - a bare integer that rounds to float64's largest (up to half a unit past it) is a number Go
   decodes, and netconf refused the whole config as out of range: mended (as float() rounds);
 - float64_text's digits depended on the calling thread's decimal context (normalize rounded
-  to its precision; a trap on Inexact raised decimal.Inexact): mended, a context of its own.
+  to its precision; a trap on Inexact raised decimal.Inexact): mended, no decimal arithmetic.
 Held: the cached result with a runtimeConfig; half a unit past float64's largest refused by
 both; a byte not UTF-8 in a network's name reaching the plugin as libcni's per-byte U+FFFD;
 whatever a cached result holds (lone surrogates, a huge list) written as ASCII JSON.

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cni_reaper import host_local, multus, netconf, pool
-from cni_reaper.netconf import ConfigError, go_field, go_object, parse_conf_bytes
+from cni_reaper.netconf import ConfigError, NetworkList, go_field, go_object, parse_conf_bytes
 from tests.real_libcni import LibcniClient
 
 
@@ -54,6 +54,21 @@ def libcni_parse(client: LibcniClient, tmp: Path, conflist: bytes) -> dict[str, 
     return run.result if run.ok else None
 
 
+def read_by_both(
+    client: LibcniClient, tmp: Path, conflist: bytes
+) -> tuple[dict[str, Any], NetworkList] | None:
+    """What libcni and the reaper make of a conflist's bytes; None when both refuse them (one
+    refusing alone fails the test)."""
+    theirs = libcni_parse(client, tmp, conflist)
+    try:
+        ours = parse_conf_bytes(conflist, "net.conflist", single_plugin=False)
+    except ConfigError:
+        assert theirs is None, theirs
+        return None
+    assert theirs is not None, ours
+    return theirs, ours
+
+
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -63,14 +78,11 @@ def test_each_plugins_fields_are_read_as_libcni_reads_them(
 ) -> None:
     data = json.dumps({"cniVersion": "0.4.0", "name": "net", "plugins": plugins}).encode()
 
-    theirs = libcni_parse(libcni_client, tmp_path, data)
+    read = read_by_both(libcni_client, tmp_path, data)
 
-    try:
-        ours = parse_conf_bytes(data, "net.conflist", single_plugin=False)
-    except ConfigError:
-        assert theirs is None, theirs
+    if read is None:
         return
-    assert theirs is not None, ours
+    theirs, ours = read
     assert [p["type"] for p in theirs["plugins"]] == list(ours.plugin_types)
     for mine, libcnis in zip(ours.plugins, theirs["plugins"]):
         ipam = go_object(mine, "ipam")
@@ -174,14 +186,11 @@ def test_a_conflist_in_any_bytes_is_read_as_libcni_reads_it(
     if encoding != "utf-8":
         data = data.decode("latin-1").encode(encoding)
 
-    theirs = libcni_parse(libcni_client, tmp_path, data)
+    read = read_by_both(libcni_client, tmp_path, data)
 
-    try:
-        ours = parse_conf_bytes(data, "net.conflist", single_plugin=False)
-    except ConfigError:
-        assert theirs is None, theirs
+    if read is None:
         return
-    assert theirs is not None, ours
+    theirs, ours = read
     assert (ours.name, list(ours.plugin_types)) == (
         theirs["name"],
         [p["type"] for p in theirs["plugins"]],

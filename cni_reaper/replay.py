@@ -162,17 +162,16 @@ def delete(
     # Every plugin's stdin before the first runs: one that cannot be encoded stops the DEL
     # before any plugin ran, not midway. An IPAM plugin is run by its plugin, not from here.
     stdins: list[tuple[str, str, bytes]] = []
-    kind = chain.plugins[0].kind
-    try:
-        for link in chain.plugins:
-            if link.ipam_of is not None:
-                continue
-            assert link.path is not None
-            conf, kind = netlist.plugins[link.conf_index], link.kind
+    for link in chain.plugins:
+        if link.ipam_of is not None:
+            continue
+        assert link.path is not None
+        conf = netlist.plugins[link.conf_index]
+        try:
             stdin = plugin_stdin(netlist, conf, attachment.capability_args, prev_result)
-            stdins.append((kind, link.path, stdin))
-    except ValueError as e:  # a number no float64 holds, which libcni could not decode
-        return DelOutcome((), (PluginError(kind, f"its config cannot be written: {e}"),))
+        except ValueError as e:  # a number no float64 holds, which libcni could not decode
+            return DelOutcome((), (PluginError(link.kind, f"its config cannot be written: {e}"),))
+        stdins.append((link.kind, link.path, stdin))
     env = plugin_env(attachment, vetted, inherited)
     ran: list[str] = []
     for kind, path, stdin in stdins:

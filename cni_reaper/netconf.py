@@ -359,6 +359,18 @@ def _one_byte_each(error: UnicodeError) -> tuple[str, int]:
 codecs.register_error("cni_reaper.go_utf8", _one_byte_each)
 
 
+def not_json(data: bytes, error: Exception) -> ConfigError:
+    """Why the bytes are no config libcni reads, in the operator's terms: an encoding that is
+    not plain UTF-8 is the likely mistake of an editor, and Python's own advice would mislead."""
+    if data.startswith(codecs.BOM_UTF8):
+        return ConfigError("not JSON libcni reads: it starts with a byte order mark")
+    if data and not data.strip(b"\0"):
+        return ConfigError(f"only NUL bytes ({len(data)}), as a crash may leave a file")
+    if b"\0" in data[:4] or data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        return ConfigError("not JSON libcni reads: UTF-16 or UTF-32, not UTF-8")
+    return ConfigError(f"not JSON: {error}")
+
+
 def as_go_reads(data: bytes) -> str:
     """A JSON document's bytes as Go's decoder reads them, to be decoded from the text: as
     UTF-8, invalid bytes one U+FFFD each (an error where no string holds them, as in Go), and
@@ -377,7 +389,7 @@ def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkLi
             json.loads(text, object_pairs_hook=tuple, **_AS_GO_READS) if single_plugin else None
         )
     except (ValueError, RecursionError) as e:
-        raise ConfigError(f"not JSON: {e}") from None
+        raise not_json(data, e) from None
     if not isinstance(doc, dict):
         raise ConfigError("not a JSON object")
     # A conflist's own keys are looked up in a map (ConfListFromBytes), a single conf is

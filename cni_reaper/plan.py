@@ -19,6 +19,7 @@ from cni_reaper.netconf import (
     NetworkList,
     as_go_reads,
     builtin_loopback,
+    not_json,
     parse_conf_bytes,
 )
 from cni_reaper.plugin import ChainCache, ChainResolution
@@ -292,7 +293,7 @@ def _parse_cached_config(config: bytes, entry_name: str) -> NetworkList:
     try:
         doc = json.loads(as_go_reads(config))
     except (ValueError, RecursionError) as e:
-        raise ConfigError(f"not JSON: {e}") from None
+        raise not_json(config, e) from None
     single = isinstance(doc, dict) and "plugins" not in doc
     return parse_conf_bytes(config, f"the config cached in {entry_name}", single_plugin=single)
 

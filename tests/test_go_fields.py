@@ -7,6 +7,7 @@ Debian's golang-github-appc-cni-dev."""
 
 from __future__ import annotations
 
+import codecs
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cni_reaper import host_local, multus, netconf, pool
+from cni_reaper.errors import ExitCode
 from cni_reaper.netconf import ConfigError, NetworkList, go_field, go_object, parse_conf_bytes
+from tests.crashed import Crashed, by_path
+from tests.nodetree import CONTAINER_IDS
 from tests.real_libcni import LibcniClient
 
 
@@ -195,3 +199,40 @@ def test_a_conflist_in_any_bytes_is_read_as_libcni_reads_it(
         theirs["name"],
         [p["type"] for p in theirs["plugins"]],
     )
+
+
+CONFLIST = b'{"cniVersion":"0.4.0","name":"net","plugins":[{"type":"bridge"}]}'
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (codecs.BOM_UTF8 + CONFLIST, "not JSON libcni reads: it starts with a byte order mark"),
+        (CONFLIST.decode().encode("utf-16"), "not JSON libcni reads: UTF-16 or UTF-32, not UTF-8"),
+        (CONFLIST.decode().encode("utf-32-be"), "UTF-16 or UTF-32"),
+        (b"\0" * 64, r"only NUL bytes \(64\), as a crash may leave a file"),
+    ],
+    ids=["byte order mark", "UTF-16", "UTF-32", "zeroed"],
+)
+def test_a_conflist_no_runtime_reads_is_refused_saying_why(data: bytes, said: str) -> None:
+    """Python's own message would advise decoding with utf-8-sig, or point at char 0."""
+    with pytest.raises(ConfigError, match=said):
+        parse_conf_bytes(data, "net.conflist", single_plugin=False)
+
+
+def test_a_conflist_saved_with_a_byte_order_mark_is_named_in_a_warning(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runtime refuses the file too (libcni reads no byte order mark): the operator is
+    told which file, and why, while every other network is repaired."""
+    crashed.node.write_conf("05-bom.conflist", codecs.BOM_UTF8 + CONFLIST)
+    damaged = crashed.add(CONTAINER_IDS[0])
+    damaged.write_bytes(b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    warned = [w for w in report["warnings"] if "05-bom.conflist" in w]
+    assert len(warned) == 1 and "byte order mark" in warned[0], report["warnings"]
+    assert by_path(report)[damaged.name]["outcome"] == "done"
+    assert code == ExitCode.OK

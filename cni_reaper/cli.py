@@ -205,12 +205,42 @@ def _refuse_early(args: Options) -> None:
         raise options.usage_error(f"--root {args.root}: {why}") from None
     if not root_is_dir:
         raise options.usage_error(f"--root {args.root}: not a directory")
+    _given_dirs_exist(args)
     if not args.dry_run and os.geteuid() != 0:
         what = "--mark-clean-shutdown" if args.mark_clean_shutdown else "a real run"
         raise NoPermissionError(
             f"{what} needs root: it takes the node's lock and writes its CNI state"
             + ("" if args.mark_clean_shutdown else "; --dry-run shows the plan as any user")
         )
+
+
+def _runtime_running_refusal(paths: NodePaths, running: str) -> str:
+    """Why a run refuses beside a running runtime, and what would help: stopping it helps
+    only where this boot's first run took the pre-runtime record before the runtime started;
+    without one, no run of this boot can tell an earlier boot's damage from a write in flight."""
+    boot_id = boot.read_boot_id(paths.boot_id)
+    loaded = pre_runtime.load(paths.run_dir, boot_id)[0] if boot_id else None
+    if loaded is not None:
+        return f"a container runtime is running ({running}): stop it first, or use --force"
+    return (
+        f"a container runtime is running ({running}), and it started before any run of "
+        "cni-reaper in this boot took the record of the CNI state from before it: no run in "
+        "this boot can tell an earlier boot's damage from a write in flight, with --force or "
+        "with the runtime stopped; the next boot's run, ordered before the runtime, repairs it"
+    )
+
+
+def _given_dirs_exist(args: Options) -> None:
+    """A dir the operator named that is not there is a typo, not a node: a --cache-dir that
+    does not exist would make every host-local reservation an orphan (no results entry names
+    it), and conf or plugin dirs none of which exists, every DEL one that cannot run. Of
+    several conf or plugin dirs, some may be missing on this node, as the defaults are."""
+    named = [("--cache-dir", [args.cache_dir] if args.cache_dir is not None else [])]
+    named += [("--conf-dir", args.conf_dirs or []), ("--bin-dir", args.bin_dirs or [])]
+    for option, dirs in named:
+        if dirs and not any(os.path.isdir(d) for d in dirs):
+            given = " ".join(f"{option} {d}" for d in dirs)
+            raise options.usage_error(f"{given}: no such directory")
 
 
 def _failure_metrics(
@@ -335,9 +365,7 @@ def _run(
     running = _runtime_running(paths.root, runtimes, first_scan)
     if running:
         if not (args.force or args.dry_run):
-            raise RefusedError(
-                f"a container runtime is running ({running}): stop it first, or use --force"
-            )
+            raise RefusedError(_runtime_running_refusal(paths, running))
         warnings.append(f"a container runtime is running ({running})")
     configs = netconf.load_conf_dirs(paths.conf_dirs)
     plugin_dirs = vet_plugin_dirs(paths.bin_dirs)

@@ -474,8 +474,14 @@ def is_journal_stream(environ: Mapping[str, str], stderr_fd: int = 2) -> bool:
     return (st.st_dev, st.st_ino) == (device, inode)
 
 
-def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:
-    """systemd-python's send, if stderr is the journal stream systemd set up for us."""
+NATIVE_SOCKET = "/run/systemd/journal/socket"  # where libsystemd's sendv sends, always
+
+
+def journal_send(
+    environ: Mapping[str, str], stderr_fd: int = 2, native_socket: str = NATIVE_SOCKET
+) -> Send | None:
+    """systemd-python's send, if stderr is the journal stream systemd set up for us and
+    journald's native socket is there."""
     if not is_journal_stream(environ, stderr_fd):
         return None
     try:
@@ -485,6 +491,10 @@ def journal_send(environ: Mapping[str, str], stderr_fd: int = 2) -> Send | None:
         # datetime) a boot would read from a cold disk for nothing the records use.
         journal = importlib.import_module("systemd._journal")
     except ImportError:
+        return None
+    if not os.path.exists(native_socket):
+        # sendv reports no error when nothing listens there: every record would be lost.
+        # Lines on stderr, which is journald's stream, still reach the journal.
         return None
     return _send_without_code_location(journal.sendv)
 

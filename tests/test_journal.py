@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -191,14 +192,22 @@ def test_without_the_journal_the_same_facts_go_to_stderr_as_lines(
     assert len(lines) == 4 + len(warned)  # three actions, the warnings and the summary
 
 
+def a_native_socket(where: Path) -> Path:
+    """A datagram socket bound where journald's would be (only its presence is looked at)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as bound:
+        bound.bind(str(where))
+    return where
+
+
 def test_native_logging_is_chosen_only_for_the_stream_systemd_named(tmp_path: Path) -> None:
+    native = str(a_native_socket(tmp_path / "socket"))
     with (tmp_path / "stream").open("w") as stream:
         st = os.fstat(stream.fileno())
         named = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
-        assert journal_send({}, stream.fileno()) is None
-        assert journal_send({"JOURNAL_STREAM": "1:2"}, stream.fileno()) is None
-        assert journal_send({"JOURNAL_STREAM": "garbage"}, stream.fileno()) is None
-        chosen = journal_send(named, stream.fileno())
+        assert journal_send({}, stream.fileno(), native) is None
+        assert journal_send({"JOURNAL_STREAM": "1:2"}, stream.fileno(), native) is None
+        assert journal_send({"JOURNAL_STREAM": "garbage"}, stream.fileno(), native) is None
+        chosen = journal_send(named, stream.fileno(), native)
     try:
         from systemd import journal  # noqa: PLC0415
     except ImportError:
@@ -206,6 +215,19 @@ def test_native_logging_is_chosen_only_for_the_stream_systemd_named(tmp_path: Pa
     else:
         assert chosen is not None
         assert chosen is not journal.send  # whose CODE_* would name our own send call
+
+
+def test_with_no_native_socket_the_records_stay_lines_on_the_stream(tmp_path: Path) -> None:
+    """systemd-python's sendv reports no error when nothing listens on journald's socket: a
+    run whose JOURNAL_STREAM named its stderr, where no journald was, lost every record."""
+    pytest.importorskip("systemd._journal")
+    with (tmp_path / "stream").open("w") as stream:
+        st = os.fstat(stream.fileno())
+        named = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+
+        chosen = journal_send(named, stream.fileno(), str(tmp_path / "no-journald"))
+
+    assert chosen is None
 
 
 def test_the_send_under_systemd_loads_no_python_layer(tmp_path: Path) -> None:
@@ -217,7 +239,8 @@ def test_the_send_under_systemd_loads_no_python_layer(tmp_path: Path) -> None:
         "from cni_reaper.journal import journal_send\n"
         f"fd = os.open({str(tmp_path / 'stream')!r}, os.O_WRONLY | os.O_CREAT)\n"
         "st = os.fstat(fd)\n"
-        "send = journal_send({'JOURNAL_STREAM': f'{st.st_dev}:{st.st_ino}'}, fd)\n"
+        "send = journal_send({'JOURNAL_STREAM': f'{st.st_dev}:{st.st_ino}'}, fd, "
+        f"{str(a_native_socket(tmp_path / 'socket'))!r})\n"
         "heavy = ('systemd.journal', 'logging', 'uuid', 'traceback')\n"
         "print(json.dumps([send is not None, [m for m in heavy if m in sys.modules]]))\n"
     )

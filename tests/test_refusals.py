@@ -20,7 +20,8 @@ import pytest
 import cni_reaper
 from cni_reaper import cli, options
 from cni_reaper.errors import ExitCode
-from tests.nodetree import CONTAINER_IDS, NodeTree, snapshot
+from tests.crashed import Crashed
+from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree, snapshot
 from tests.private_node import cannot_run
 
 REPO = Path(cni_reaper.__file__).resolve().parent.parent
@@ -298,3 +299,71 @@ def test_help_metavars_match_the_man_page_and_it_ends_with_the_exit_statuses() -
     help_codes = sorted(int(c) for c in re.findall(r"^  (\d+) ", tail, re.M))
     assert help_codes == man_codes == sorted(int(c) for c in ExitCode)
     assert help_text.rstrip().endswith("See man cni-reaper.")
+
+
+@pytest.mark.parametrize("option", ["--cache-dir", "--conf-dir", "--bin-dir"])
+def test_a_dir_option_naming_no_dir_is_a_usage_error_and_nothing_is_released(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str
+) -> None:
+    """A typo in --cache-dir made every host-local reservation an orphan (no results entry
+    named it) and released them all, the summary saying "nothing to do"; in --conf-dir or
+    --bin-dir it made every DEL one that cannot run. Found by an operator's review."""
+    crashed.add(CONTAINER_IDS[0])
+    crashed.reboot()
+    held = crashed.ips()
+    typo = tmp_path / "no-such-dir"
+    plugins = [] if option == "--bin-dir" else ["--bin-dir", PLUGIN_DIR]
+    argv = ["--root", str(crashed.node.root), *plugins, option, str(typo)]
+
+    code = cli.main(argv, clock=lambda: crashed.t0 + 60, environ={})
+
+    assert code == ExitCode.USAGE
+    assert (
+        capsys.readouterr().err.splitlines()[0] == f"cni-reaper: {option} {typo}: no such directory"
+    )
+    assert crashed.ips() == held
+
+
+def test_of_several_plugin_dirs_one_missing_on_this_node_is_no_error(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    crashed.add(CONTAINER_IDS[0]).write_bytes(b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys, "--bin-dir", str(tmp_path / "not-here"))
+
+    assert code == ExitCode.OK, report["warnings"]
+    assert crashed.ips() == {}
+
+
+def test_beside_a_runtime_that_started_first_the_refusal_says_no_run_of_this_boot_can_repair(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its advice was "stop it first, or use --force", and either way every damaged file was
+    then left as a write that may be in flight (exit 65). Found by an operator's review."""
+    crashed.add(CONTAINER_IDS[0]).write_bytes(b"")
+    crashed.reboot()
+
+    with crashed.containerd_answering():
+        code = crashed.run_main()
+
+    err = capsys.readouterr().err
+    assert code == ExitCode.REFUSED
+    assert "started before any run of cni-reaper in this boot" in err, err
+    assert "the next boot's run, ordered before the runtime, repairs it" in err
+    assert "stop it first" not in err
+
+
+def test_beside_a_runtime_started_after_this_boots_record_the_refusal_says_stop_it(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crashed.reboot()
+    code, _ = crashed.run(capsys)  # the unit's run: nothing to repair, the record taken
+    assert code == ExitCode.OK
+
+    with crashed.containerd_answering():
+        code = crashed.run_main()
+
+    err = capsys.readouterr().err
+    assert code == ExitCode.REFUSED
+    assert err.splitlines()[0].endswith(": stop it first, or use --force"), err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +13,7 @@ import time
 from pathlib import Path
 
 from cni_reaper import __version__
+from cni_reaper.netconf import parse_conf_bytes
 from tests.nodetree import CONTAINER_IDS, NodeTree, cache_entry_bytes, host_local_conflist
 from tests.private_node import cannot_run
 
@@ -128,3 +131,21 @@ print(gc.isenabled(), gc.get_freeze_count() > 0, "cni_reaper.cli" in sys.modules
     # Freed by the collector's own rounds, no gc.collect() (none with it off): all but those
     # made since its last round, fewer than the allocations that start one (700; 3.13 2,000).
     assert 10000 - int(freed) < int(round_size)
+
+
+def test_the_shipped_examples_cached_configs_are_its_conf_dirs() -> None:
+    """A whole entry's cached config is what a DEL falls back on once the network's conflist
+    is gone: the example's named a dataDir of "@ROOT@/var/lib/cni/networks", a placeholder
+    nothing filled in since the example moved to the default store, so that fallback could
+    never run (found by an operator's review)."""
+    example = REPO / "examples/crashed-node"
+    conf = (example / "etc/cni/net.d/10-k8s-pod-network.conflist").read_bytes()
+    on_disk = parse_conf_bytes(conf, "conf", single_plugin=False)
+    cached = []
+    for entry in sorted((example / "var/lib/cni/results").glob("k8s-pod-network-*")):
+        with contextlib.suppress(ValueError):
+            cached.append(base64.b64decode(json.loads(entry.read_bytes())["config"]))
+
+    assert len(cached) == 2
+    for config in cached:
+        assert parse_conf_bytes(config, "cached", single_plugin=False).plugins == on_disk.plugins

@@ -187,6 +187,11 @@ class Proof:
         if self.record is None:
             return f"no pre-runtime record: {self.why_missing}"
         when = iso(self.record.taken_at)
+        if self.taking and self._writer is None:
+            return (
+                f"pre-runtime record taken by this dry run ({when}), and not kept: a real run "
+                "before the runtime starts must take it for any run of this boot to repair"
+            )
         if self.taking:
             return f"pre-runtime record taken by this run ({when}): no runtime had started"
         return f"pre-runtime record taken at {when} by this boot's first run"

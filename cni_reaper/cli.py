@@ -75,7 +75,7 @@ from cni_reaper.runtime import liveness
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn, TypeVar
+    from typing import Any, NoReturn, TextIO, TypeVar
 
     from cni_reaper.apply import Executor
     from cni_reaper.budget import Budget
@@ -288,6 +288,9 @@ def _json_failure(
     code = exit_code_for(error)
     if isinstance(error, ReaperError):
         message = str(error)
+        if isinstance(error, UsageError) and "\nusage: " in message:
+            message = message[: message.rindex("\nusage: ")]  # the usage is no fact of the run
+        error.in_json_report = True
     elif isinstance(error, KeyboardInterrupt):
         message = "interrupted"
     else:
@@ -1236,6 +1239,18 @@ def console(argv: Sequence[str] | None = None, clock: boot.Clock = time.time) ->
     os._exit(code)
 
 
+def _one_log_file(stdout: TextIO, stderr: TextIO) -> bool:
+    """Whether both streams go to one file or pipe that is no terminal (cron's >>log 2>&1):
+    the --json document that holds the error is then all it gets, and parses."""
+    try:
+        out, err = os.fstat(stdout.fileno()), os.fstat(stderr.fileno())
+        return (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino) and not os.isatty(
+            stderr.fileno()
+        )
+    except (OSError, ValueError):  # a stream with no descriptor: a test's capture
+        return False
+
+
 def main(
     argv: Sequence[str] | None = None,
     clock: boot.Clock = time.time,
@@ -1251,11 +1266,12 @@ def main(
             cut = message.rindex("\nusage: ")
             message, usage = message[:cut], message[cut:]
         code = exit_code_for(e)
-        say(
-            f"cni-reaper: {printable(message)}{usage}",
-            WARNING if code is ExitCode.REFUSED else ERR,
-            environ,
-        )
+        if not (e.in_json_report and _one_log_file(sys.stdout, sys.stderr)):
+            say(
+                f"cni-reaper: {printable(message)}{usage}",
+                WARNING if code is ExitCode.REFUSED else ERR,
+                environ,
+            )
         return int(code)
     except KeyboardInterrupt:
         say("cni-reaper: interrupted", WARNING, environ)

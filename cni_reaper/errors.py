@@ -19,6 +19,8 @@ class ExitCode(IntChoice):
 class ReaperError(Exception):
     """A failure with a message meant for the operator, never a traceback."""
 
+    in_json_report = False  # whether the --json document on stdout already holds it
+
 
 class UsageError(ReaperError):
     pass

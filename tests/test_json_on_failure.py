@@ -1,9 +1,12 @@
 """With --json, a run that refuses or fails early still prints one schema-1 document, naming the
-error and the exit code; the message also goes to stderr, as without --json."""
+error and the exit code; the message also goes to stderr, as without --json, but where stderr
+is the file stdout goes to (cron's >>log 2>&1), which then holds one document that parses."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from cni_reaper.lock import RunLock
 from cni_reaper.paths import NodePaths
 from tests.crashed import Crashed
 
+REPO = Path(__file__).resolve().parent.parent
 SCHEMA_KEYS = {
     "schema",
     "version",
@@ -76,3 +80,28 @@ def test_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> N
     assert cli.main(argv) == ExitCode.USAGE
     doc = one_document(capsys.readouterr().out)
     assert doc["error"]["exit_code"] == ExitCode.USAGE
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--root", "/no-such-node"], ["--root", "/", "--plugin-timeout", "0"]],
+    ids=["refused root", "bad value"],
+)
+def test_both_streams_to_one_log_get_one_document_that_parses(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """They got the document, then the message and the usage after it: no JSON that parses.
+    The message in the document is the error's, without argparse's usage. Found by an
+    operator's review."""
+    log = tmp_path / "log"
+    with log.open("w") as both:
+        done = subprocess.run(
+            [sys.executable, "-m", "cni_reaper", "--dry-run", "--json", *argv],
+            stdout=both,
+            stderr=both,
+            cwd=REPO,
+        )
+
+    doc = one_document(log.read_text())
+    assert done.returncode == doc["error"]["exit_code"] == ExitCode.USAGE
+    assert "usage:" not in doc["error"]["message"]

@@ -234,13 +234,19 @@ def _given_dirs_exist(args: Options) -> None:
     """A dir the operator named that is not there is a typo, not a node: a --cache-dir that
     does not exist would make every host-local reservation an orphan (no results entry names
     it), and conf or plugin dirs none of which exists, every DEL one that cannot run. Of
-    several conf or plugin dirs, some may be missing on this node, as the defaults are."""
+    several conf or plugin dirs, some may be missing on this node, as the defaults are. A
+    --state-dir not yet there is made by the run."""
     named = [("--cache-dir", [args.cache_dir] if args.cache_dir is not None else [])]
     named += [("--conf-dir", args.conf_dirs or []), ("--bin-dir", args.bin_dirs or [])]
     for option, dirs in named:
         if dirs and not any(os.path.isdir(d) for d in dirs):
             given = " ".join(f"{option} {d}" for d in dirs)
             raise options.usage_error(f"{given}: no such directory")
+    state_dir = args.state_dir
+    if state_dir is not None and os.path.lexists(state_dir) and not os.path.isdir(state_dir):
+        # Found only when the first move failed, after the DELs had run, every damaged file
+        # then left for the runtime's DEL to fail on again.
+        raise options.usage_error(f"--state-dir {state_dir}: not a directory")
 
 
 def _failure_metrics(

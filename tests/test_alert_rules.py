@@ -90,6 +90,13 @@ def full(crashed: Crashed) -> None:
     crashed.reboot()
 
 
+def uninspected(crashed: Crashed) -> None:
+    """The results dir is a symlink: the run inspects nothing (exit 65, as for damage left
+    alone, but with no cni_reaper_actions): it alerted on nothing before (found by an
+    operator's review)."""
+    crashed.results_dir_links_to(crashed.node.root / "elsewhere")
+
+
 def refused(crashed: Crashed) -> None:
     """containerd answers on its socket: the run is refused (exit 75), changing nothing."""
     crashed.reboot()
@@ -103,6 +110,7 @@ NODES: dict[str, Callable[[Crashed], None]] = {
     "multus_left": multus_left,
     "full": full,
     "refused": refused,
+    "uninspected": uninspected,
 }
 
 
@@ -146,6 +154,7 @@ def written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[dict
         "multus_left": 65,
         "full": 0,
         "refused": 75,
+        "uninspected": 65,
     }
     yield files
 
@@ -237,7 +246,10 @@ def test_each_alert_fires_on_the_node_it_is_about_and_no_other(
         "CniReaperDamageLeftAlone": [
             alert("CniReaperDamageLeftAlone", 1, instance=name) for name in ("left", "multus_left")
         ],
-        "CniReaperRunFailed": [alert("CniReaperRunFailed", 75, instance="refused")],
+        "CniReaperRunFailed": [
+            alert("CniReaperRunFailed", 75, instance="refused"),
+            alert("CniReaperRunFailed", 65, instance="uninspected"),
+        ],
         "CniReaperPoolNearlyExhausted": [
             alert(
                 "CniReaperPoolNearlyExhausted",

@@ -385,3 +385,26 @@ def test_a_dry_run_before_the_runtime_says_its_record_is_not_kept(
     assert "pre-runtime record taken by this dry run" in shown, shown
     assert "and not kept: a real run before the runtime starts must take it" in shown
     assert not (crashed.node.root / "run/cni-reaper").exists()
+
+
+def test_a_state_dir_that_is_a_file_is_a_usage_error_before_any_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It was found when the first move failed, after the DELs had released the addresses:
+    every damaged file stayed for the runtime's DEL to fail on again (exit 73). Found by an
+    operator's review."""
+    crashed.add(CONTAINER_IDS[0]).write_bytes(b"")
+    crashed.reboot()
+    held = crashed.ips()
+    not_a_dir = tmp_path / "state"
+    not_a_dir.write_bytes(b"")
+
+    code = cli.main(
+        [*crashed.argv(), "--state-dir", str(not_a_dir)],
+        clock=lambda: crashed.t0 + 60,
+        environ={},
+    )
+
+    assert code == ExitCode.USAGE
+    assert capsys.readouterr().err.startswith(f"cni-reaper: --state-dir {not_a_dir}: not a dir")
+    assert crashed.ips() == held

@@ -295,8 +295,9 @@ def _resolve(kind: str, conf_index: int, plugin_dirs: PluginDirs) -> ChainPlugin
     try:
         path = find_plugin(kind, plugin_dirs.trusted)
     except PluginNotFound as e:
-        # It may well be in a dir left out: say which were, and why.
-        problem = "; ".join((str(e), *plugin_dirs.problems))
+        # It may well be in a dir left out: say which were, and why; and which were not there.
+        missing = f"not there: {', '.join(plugin_dirs.missing)}" if plugin_dirs.missing else ""
+        problem = "; ".join(filter(None, (str(e), *plugin_dirs.problems, missing)))
         return ChainPlugin(kind, conf_index, None, problem)
     except PluginRefused as e:
         return ChainPlugin(kind, conf_index, None, str(e))

@@ -194,7 +194,9 @@ def test_installed_into_a_fresh_debian_root(deb: Path, tmp_path: Path) -> None:
     assert len(planned) == 4
     for entry in report["entries"]:
         if entry["action"] == "del-and-quarantine":
-            assert entry["del"]["config_problem"].endswith(": no plugin dirs")
+            # and names the dirs it looked for (found by an operator's review)
+            assert ": no plugin dirs; not there: " in entry["del"]["config_problem"]
+            assert entry["del"]["config_problem"].endswith("/srv/node/usr/libexec/cni")
     assert {action for action, _ in actions.values()} == {
         "del-and-quarantine",
         "quarantine",

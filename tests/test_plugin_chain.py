@@ -341,3 +341,18 @@ def test_find_plugin_keeps_to_the_plugin_dirs(tmp_path: Path) -> None:
     for bad in ("a/b", "..", ".", "", "x\0"):
         with pytest.raises(PluginRefused, match="invalid plugin name"):
             find_plugin(bad, dirs)
+
+
+def test_a_del_with_no_plugin_dir_there_names_the_dirs_it_looked_for(tmp_path: Path) -> None:
+    """It said only "no plugin dirs", where an operator needs to know which were looked for
+    (a root with none of the default dirs, a runtime config naming another). Found by an
+    operator's review."""
+    looked_for = [str(tmp_path / "opt/cni/bin"), str(tmp_path / "usr/lib/cni")]
+    netlist = NetworkList("n", "1.0.0", ({"type": "ptp"},), "test")
+
+    outcome = delete(netlist, Attachment(CID, "eth0"), ProcessRunner(), looked_for, timeout=10)
+
+    assert outcome.errors[0].msg == (
+        f"plugin 'ptp': no plugin dirs; not there: {looked_for[0]}, {looked_for[1]}"
+    )
+    assert outcome.plugins_run == ()

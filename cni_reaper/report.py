@@ -528,15 +528,12 @@ def boot_line(boot: BootContext) -> str:
     ended = {None: "ended unknown", True: "crashed", False: "shut down cleanly"}[verdict.crashed]
     said = f", as the {verdict.decided_by} says" if verdict.decided_by else ""
     # Only the boot records name previous boots; the other witnesses say how one ended.
-    records = (
-        " or ".join(
-            s for s, says in boot.witnesses if says != "not found" and s in ("wtmp", "wtmpdb")
-        )
-        or "wtmp"
+    records = " or ".join(
+        s for s, says in boot.witnesses if says != "not found" and s in ("wtmp", "wtmpdb")
     )
     if prev is None:
         if verdict.crashed is None:
-            return line + f"; no earlier boot in {records}"
+            return line + (f"; no earlier boot in {records}" if records else "; no wtmp found")
         return line + f"; previous boot {ended}{said}"
     return line + f"; previous boot began {iso(prev.start)} ({boot.boots_source}) and {ended}{said}"
 

@@ -369,24 +369,6 @@ def test_beside_a_runtime_started_after_this_boots_record_the_refusal_says_stop_
     assert err.splitlines()[0].endswith(": stop it first, or use --force"), err
 
 
-def test_a_dry_run_before_the_runtime_says_its_record_is_not_kept(
-    crashed: Crashed, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """It said "taken by this run", and an operator who dry-ran before starting the runtime
-    believed the record was in place; the real runs after the runtime started then repaired
-    nothing. Found by an operator's review."""
-    crashed.add(CONTAINER_IDS[0]).write_bytes(b"")
-    crashed.reboot()
-    argv = ["--dry-run", *crashed.argv()]
-
-    cli.run(argv, clock=lambda: crashed.t0 + 60, environ={})
-
-    shown = capsys.readouterr().out
-    assert "pre-runtime record taken by this dry run" in shown, shown
-    assert "and not kept: a real run before the runtime starts must take it" in shown
-    assert not (crashed.node.root / "run/cni-reaper").exists()
-
-
 def test_a_state_dir_that_is_a_file_is_a_usage_error_before_any_del(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -1,0 +1,44 @@
+"""What the text report tells an operator where an operator's review (2026-12-06) found it
+misleading: a dry run's pre-runtime record, which it keeps nowhere; a node with no wtmp, whose
+header said there was no earlier boot in it."""
+
+from __future__ import annotations
+
+import pytest
+
+from cni_reaper import cli
+from tests.crashed import Crashed
+from tests.nodetree import CONTAINER_IDS
+
+
+def test_a_dry_run_before_the_runtime_says_its_record_is_not_kept(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "taken by this run", and an operator who dry-ran before starting the runtime
+    believed the record was in place; the real runs after the runtime started then repaired
+    nothing. Found by an operator's review."""
+    crashed.add(CONTAINER_IDS[0]).write_bytes(b"")
+    crashed.reboot()
+    argv = ["--dry-run", *crashed.argv()]
+
+    cli.run(argv, clock=lambda: crashed.t0 + 60, environ={})
+
+    shown = capsys.readouterr().out
+    assert "pre-runtime record taken by this dry run" in shown, shown
+    assert "and not kept: a real run before the runtime starts must take it" in shown
+    assert not (crashed.node.root / "run/cni-reaper").exists()
+
+
+def test_a_node_with_no_wtmp_is_said_to_have_none(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The header said "no earlier boot in wtmp" where no wtmp was found at all."""
+    crashed.reboot()
+    (crashed.node.root / "var/log/wtmp").unlink()
+
+    cli.run(["--dry-run", *crashed.argv()], clock=lambda: crashed.t0 + 60, environ={})
+
+    (header,) = [
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("  boot ")
+    ]
+    assert header.endswith("; no wtmp found"), header

@@ -230,7 +230,9 @@ class ReservationPlanner:
             reason = f"written {written.value}: may be a reservation in flight"
             return plan(r, ReservationAction.LEAVE, reason, "damaged")
         if written is not Written.PREVIOUS_BOOT:
-            return plan(r, ReservationAction.KEEP, f"written {written.value}", "current-boot")
+            # Unknown where no record says which boot wrote it: an earlier one's, as likely.
+            owner = "current-boot" if written is Written.CURRENT_BOOT else "unknown"
+            return plan(r, ReservationAction.KEEP, f"written {written.value}", owner)
         alive = self._alive(r.owner.container_id)
         if alive is not None:
             return plan(r, ReservationAction.LEAVE, f"may be alive: {alive}", "alive")

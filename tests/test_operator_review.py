@@ -1,12 +1,14 @@
 """What the text report tells an operator where an operator's review (2026-12-06) found it
 misleading: a dry run's pre-runtime record, which it keeps nowhere; a node with no wtmp, whose
-header said there was no earlier boot in it."""
+header said there was no earlier boot in it; reservations no record dates, counted as this
+boot's."""
 
 from __future__ import annotations
 
 import pytest
 
 from cni_reaper import cli
+from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS
 
@@ -42,3 +44,19 @@ def test_a_node_with_no_wtmp_is_said_to_have_none(
         line for line in capsys.readouterr().out.splitlines() if line.startswith("  boot ")
     ]
     assert header.endswith("; no wtmp found"), header
+
+
+def test_reservations_no_record_dates_are_left_as_unknown_not_current_boot(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runtime started before any run took the record: the crashed boot's reservations
+    were counted as this boot's ("3 left (3 current-boot)"). Found by an operator's review."""
+    crashed.add(CONTAINER_IDS[0]).write_bytes(b"")
+    crashed.reboot()
+    crashed.node.runtime_starts()
+
+    code, report = crashed.run(capsys, "--force")
+
+    (pool,) = report["pools"]
+    assert pool["left_by_owner"] == {"unknown": 1}, pool
+    assert code == ExitCode.DATA

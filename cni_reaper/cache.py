@@ -96,6 +96,19 @@ def split_name(name: str, networks: Collection[str]) -> tuple[Identity | None, s
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
+def _not_a_file(dir_fd: int, name: str, file: FileStat) -> str:
+    """What it is, and for a symlink where it points (read, never followed: libcni would
+    follow it), so that an operator can tell what to remove by hand."""
+    if file.kind != "symlink":
+        return f"a {file.kind}; never opened"
+    try:
+        target = os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        return "a symlink; never followed"
+    shown = target if len(target) <= 256 else target[:256] + "…"
+    return f"a symlink to {shown}; never followed (libcni would read what it points to)"
+
+
 def _inspect(
     dir_fd: int,
     name: str,
@@ -113,7 +126,7 @@ def _inspect(
             return UNKNOWN_FILE, ContentVerdict(Content.UNREADABLE, f"lstat: {e.strerror}")
         if not stat.S_ISREG(st.st_mode):
             file = FileStat.of(st)
-            return file, ContentVerdict(Content.NOT_A_FILE, f"a {file.kind}; never opened")
+            return file, ContentVerdict(Content.NOT_A_FILE, _not_a_file(dir_fd, name, file))
     try:
         fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:

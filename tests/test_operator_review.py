@@ -5,6 +5,8 @@ boot's."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from cni_reaper import cli
@@ -60,3 +62,23 @@ def test_reservations_no_record_dates_are_left_as_unknown_not_current_boot(
     (pool,) = report["pools"]
     assert pool["left_by_owner"] == {"unknown": 1}, pool
     assert code == ExitCode.DATA
+
+
+def test_a_results_entry_that_is_a_symlink_says_where_it_points(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "a symlink; never opened": where it points, and that libcni would read that,
+    is what an operator needs before removing it by hand. Found by an operator's review."""
+    crashed.node.results.mkdir(parents=True, exist_ok=True)
+    link = crashed.node.results / f"hl-{CONTAINER_IDS[1]}-eth0"
+    os.symlink("/etc/hostname\x1b[2J", link)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    (entry,) = report["entries"]
+    assert entry["content_detail"] == (
+        "a symlink to /etc/hostname\x1b[2J; never followed (libcni would read what it points to)"
+    )
+    assert (entry["action"], code) == ("report", ExitCode.DATA)
+    assert os.readlink(link) == "/etc/hostname\x1b[2J"

@@ -533,7 +533,8 @@ def boot_line(boot: BootContext) -> str:
     )
     if prev is None:
         if verdict.crashed is None:
-            return line + (f"; no earlier boot in {records}" if records else "; no wtmp found")
+            found = f"no earlier boot in {records}" if records else "no wtmp or wtmpdb found"
+            return f"{line}; {found}"
         return line + f"; previous boot {ended}{said}"
     return line + f"; previous boot began {iso(prev.start)} ({boot.boots_source}) and {ended}{said}"
 

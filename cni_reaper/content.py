@@ -203,12 +203,13 @@ def json_state(text: str) -> JsonState:
 _UNDECODED = object()
 
 
-def _no_constants(name: str) -> Any:
-    # Go's decoder, and so libcni, rejects NaN and Infinity; Python's would take them.
+def no_constants(name: str) -> Any:
+    """json's parse_constant: Go's decoder, and so libcni, rejects NaN and Infinity; Python's
+    would take them."""
     raise ValueError(f"{name} is not JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+_DECODER = json.JSONDecoder(parse_constant=no_constants)
 
 
 class _TooDeep(ValueError):

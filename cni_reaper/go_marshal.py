@@ -16,6 +16,7 @@ import math
 import re
 
 from cni_reaper.content import at_fixed_depth
+from cni_reaper.netconf import float64_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -104,10 +105,7 @@ def float64_text(number: int | float) -> str:
     shortest digits that read back as that float64 (Python's repr and Go's strconv agree on
     them), in plain notation unless the magnitude is below 1e-6 or from 1e21 up, then as
     d.ddde-7 or d.ddde+21 (a negative exponent with no leading zero)."""
-    try:
-        value = float(number)
-    except OverflowError:
-        value = math.inf
+    value = float64_of(number)
     if math.isnan(value) or math.isinf(value):
         raise ValueError(f"Go writes no JSON number for {value}")
     if value == 0:

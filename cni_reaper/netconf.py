@@ -14,6 +14,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Mapping
 
+from cni_reaper.content import no_constants
 from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, untrusted
 
@@ -255,18 +256,19 @@ def as_go_decodes(value: Any) -> Any:
         elif isinstance(item, str):
             if not _well_formed(item):
                 into[slot] = _as_go_string(item)
-        elif type(item) in (int, float) and not _is_float64(item):
+        elif type(item) in (int, float) and not math.isfinite(float64_of(item)):
             raise ConfigError("a number out of float64's range, which Go cannot decode")
     return top[0]
 
 
-def _is_float64(number: float) -> bool:
-    # Go's ParseFloat, like float(), rounds to the nearest float64: a number up to half a unit
-    # past the largest is the largest; from there on, out of range (an inf for a float text).
+def float64_of(number: float) -> float:
+    """The float64 Go's decoder makes of a JSON number: the nearest, as float() rounds, so
+    that one up to half a unit past the largest is the largest; past that, inf (Go's range
+    error; an int raises OverflowError in float())."""
     try:
-        return math.isfinite(float(number))
+        return float(number)
     except OverflowError:
-        return False
+        return math.inf
 
 
 def _well_formed(text: str) -> bool:
@@ -293,9 +295,13 @@ def _netconf_problem(members: tuple[tuple[str, Any], ...]) -> None:
             raise ConfigError(f"a plugin's {key!r} is not what libcni decodes it into")
 
 
+def _as_map(value: Any) -> Any:
+    """Members in order, as a single conf's are read, as the map Go decodes them into."""
+    return dict(value) if isinstance(value, tuple) else value
+
+
 def _is_ipam(value: Any) -> bool:
-    if isinstance(value, tuple):  # members in order, as a single conf's are read
-        value = dict(value)
+    value = _as_map(value)
     return isinstance(value, dict) and all(
         v is None or isinstance(v, str) for k, v in value.items() if _folded(k) == "type"
     )
@@ -306,8 +312,7 @@ def _is_str_list(value: Any) -> bool:
 
 
 def _is_dns(value: Any) -> bool:
-    if isinstance(value, tuple):
-        value = dict(value)
+    value = _as_map(value)
     checks: dict[str, Callable[[Any], bool]] = {
         "nameservers": _is_str_list,
         "search": _is_str_list,
@@ -320,8 +325,7 @@ def _is_dns(value: Any) -> bool:
 
 
 def _is_bool_map(value: Any) -> bool:
-    if isinstance(value, tuple):
-        value = dict(value)
+    value = _as_map(value)
     return isinstance(value, dict) and all(v is None or type(v) is bool for v in value.values())
 
 
@@ -337,16 +341,12 @@ _NETCONF_FIELDS: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is no JSON")  # Python's decoder takes NaN and Infinity; Go's not
-
-
 def _go_number(text: str) -> int | float:
     # A float64 keeps the sign of -0, which reaches a plugin as libcni writes it back.
     return -0.0 if text == "-0" else int(text)
 
 
-_AS_GO_READS: dict[str, Any] = {"parse_constant": _no_constant, "parse_int": _go_number}
+_AS_GO_READS: dict[str, Any] = {"parse_constant": no_constants, "parse_int": _go_number}
 
 
 def _one_byte_each(error: UnicodeError) -> tuple[str, int]:
@@ -359,7 +359,7 @@ def _one_byte_each(error: UnicodeError) -> tuple[str, int]:
 codecs.register_error("cni_reaper.go_utf8", _one_byte_each)
 
 
-def not_json(data: bytes, error: Exception) -> ConfigError:
+def _not_json(data: bytes, error: Exception) -> ConfigError:
     """Why the bytes are no config libcni reads, in the operator's terms: an encoding that is
     not plain UTF-8 is the likely mistake of an editor, and Python's own advice would mislead."""
     if data.startswith(codecs.BOM_UTF8):
@@ -379,17 +379,21 @@ def as_go_reads(data: bytes) -> str:
     return data.decode("utf-8", "cni_reaper.go_utf8")
 
 
-def parse_conf_bytes(data: bytes, source: str, single_plugin: bool) -> NetworkList:
+def parse_conf_bytes(data: bytes, source: str, single_plugin: bool | None) -> NetworkList:
+    """A conf file's network list; single_plugin None: a config an entry cached, the conflist
+    ADD ran with (AddNetworkList) or, with no 'plugins', a single plugin's conf (AddNetwork)."""
     try:
         text = as_go_reads(data)
         doc = as_go_decodes(json.loads(text, **_AS_GO_READS))
+        if single_plugin is None:
+            single_plugin = isinstance(doc, dict) and "plugins" not in doc
         # ConfFromBytes decodes a single conf's own bytes: its members in the file's order,
         # a key given twice included.
         in_order = (
             json.loads(text, object_pairs_hook=tuple, **_AS_GO_READS) if single_plugin else None
         )
     except (ValueError, RecursionError) as e:
-        raise not_json(data, e) from None
+        raise _not_json(data, e) from None
     if not isinstance(doc, dict):
         raise ConfigError("not a JSON object")
     # A conflist's own keys are looked up in a map (ConfListFromBytes), a single conf is

@@ -5,7 +5,6 @@ The table is shared/DESIGN.md section Verdicts and policy.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
@@ -17,9 +16,7 @@ from cni_reaper.netconf import (
     ConfigError,
     NetworkConfigs,
     NetworkList,
-    as_go_reads,
     builtin_loopback,
-    not_json,
     parse_conf_bytes,
 )
 from cni_reaper.plugin import ChainCache, ChainResolution
@@ -287,17 +284,6 @@ def why_alive(live_containers: frozenset[str] | str, container_id: str) -> str |
     return None
 
 
-def _parse_cached_config(config: bytes, entry_name: str) -> NetworkList:
-    """The config an entry cached: the conflist ADD ran with (AddNetworkList), or a single
-    plugin's conf (AddNetwork)."""
-    try:
-        doc = json.loads(as_go_reads(config))
-    except (ValueError, RecursionError) as e:
-        raise not_json(config, e) from None
-    single = isinstance(doc, dict) and "plugins" not in doc
-    return parse_conf_bytes(config, f"the config cached in {entry_name}", single_plugin=single)
-
-
 def cached_netlist(
     config: bytes,
     entry_name: str,
@@ -308,7 +294,7 @@ def cached_netlist(
     when it does not parse or names another network; else with what problem_of finds against
     running it here (host_local.cached_config_problem)."""
     try:
-        netlist = _parse_cached_config(config, entry_name)
+        netlist = parse_conf_bytes(config, f"the config cached in {entry_name}", None)
     except ConfigError as e:
         return None, f"no config for network {network!r} in the conf dirs; {entry_name}'s: {e}"
     if netlist.name != network:

@@ -196,6 +196,11 @@ def _refuse_early(args: Options) -> None:
         raise options.usage_error(
             "--mark-clean-shutdown writes the marker: it cannot be a --dry-run"
         )
+    if args.mark_clean_shutdown and args.json:
+        # Silence on stdout is no document: a script reading it would fail on the empty text.
+        raise options.usage_error(
+            "--mark-clean-shutdown writes the marker and no report: --json has nothing to print"
+        )
     try:
         root_is_dir = stat.S_ISDIR(os.stat(args.root).st_mode)
     except FileNotFoundError:

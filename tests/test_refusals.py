@@ -172,19 +172,36 @@ def test_a_root_that_is_a_file_is_a_usage_error_and_the_file_is_unchanged(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["node.img"]
 
 
-def test_mark_clean_shutdown_with_dry_run_is_a_usage_error_and_writes_nothing(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--dry-run", "--mark-clean-shutdown writes the marker: it cannot be a --dry-run"),
+        (
+            "--json",
+            "--mark-clean-shutdown writes the marker and no report: --json has nothing to print",
+        ),
+    ],
+)
+def test_mark_clean_shutdown_with_dry_run_or_json_is_a_usage_error_and_writes_nothing(
+    tmp_path: Path, option: str, message: str
 ) -> None:
+    """--json asks for one document on stdout; the ExecStop has none to give, and an empty
+    stdout would fail whatever parses it."""
     node = damaged_node(tmp_path / "node")
     before = snapshot(node.root)
 
-    done = cli_run(["--mark-clean-shutdown", "--dry-run", "--root", str(node.root)])
+    done = cli_run(["--mark-clean-shutdown", option, "--root", str(node.root)])
 
     assert done.returncode == ExitCode.USAGE
     assert "Traceback" not in done.stderr
     first, *usage = done.stderr.splitlines()
-    assert first == "cni-reaper: --mark-clean-shutdown writes the marker: it cannot be a --dry-run"
+    assert first == f"cni-reaper: {message}"
     assert usage and usage[0].startswith("usage: cni-reaper")
+    if option == "--json":
+        doc = json.loads(done.stdout)  # the one document, which says why
+        assert doc["error"] == {"message": message, "exit_code": ExitCode.USAGE}
+    else:
+        assert done.stdout == ""
     assert snapshot(node.root) == before
 
 

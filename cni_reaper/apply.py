@@ -13,7 +13,7 @@ from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.parallel import TICK_SECONDS, in_parallel
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError
-from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar_text
+from cni_reaper.quarantine import FileChanged, Move, Quarantine, failed_move, sidecar_text
 from cni_reaper.record import Record
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 
@@ -167,7 +167,7 @@ def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:
                 outcome=Outcome.SKIPPED, problems=(f"changed: {dest}; left for the next run",)
             )
         elif isinstance(dest, OSError):
-            problem = f"quarantine: {dest.strerror or dest}"
+            problem = failed_move(dest)
             results[index] = results[index]._replace(outcome=Outcome.FAILED, problems=(problem,))
         else:
             results[index] = results[index]._replace(quarantined_to=dest)

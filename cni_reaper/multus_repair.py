@@ -15,7 +15,14 @@ from collections.abc import Callable, Sequence
 
 from cni_reaper.content import ContentVerdict, same_damage
 from cni_reaper.plan import Action
-from cni_reaper.quarantine import SIDECAR_SUFFIX, FileChanged, Move, Quarantine, sidecar
+from cni_reaper.quarantine import (
+    SIDECAR_SUFFIX,
+    FileChanged,
+    Move,
+    Quarantine,
+    failed_move,
+    sidecar,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -140,7 +147,7 @@ def carry_out(
             changed = f"changed: {dest}; left for the next run"
             docs[i] = doc(planned, where, "skipped", None, changed)
         elif isinstance(dest, OSError):
-            docs[i] = doc(planned, where, "failed", None, f"quarantine: {dest.strerror or dest}")
+            docs[i] = doc(planned, where, "failed", None, failed_move(dest))
         else:
             docs[i] = doc(planned, where, "done", os.path.join(place.dir, dest), unsynced)
     return docs

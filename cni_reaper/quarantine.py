@@ -56,6 +56,21 @@ SIDECAR_SUFFIX = ".json"
 FSYNC_LANES = 8
 
 
+# Under the unit's ProtectSystem=strict every other path is read-only: a dir a config names
+# outside these (a Multus cniDir, a host-local dataDir) fails its moves with EROFS alone.
+READ_ONLY_HINT = (
+    "under cni-reaper.service only /var/lib/cni, /run and the state dir are writable "
+    "(ProtectSystem=strict): name a dir elsewhere in ReadWritePaths= in a drop-in"
+)
+
+
+def failed_move(error: OSError) -> str:
+    """A failed move as its report says it: the system's words, and where the file system is
+    read-only, the unit's sandbox, which makes it so for every dir it does not name."""
+    problem = f"quarantine: {error.strerror or error}"
+    return f"{problem}; {READ_ONLY_HINT}" if error.errno == errno.EROFS else problem
+
+
 # A file name may have 255 bytes; its quarantine name leaves room for ".N", ".json" and the
 # temp names' "." and ".tmp". The sidecar keeps the original name.
 MAX_NAME_BYTES = 200
@@ -359,7 +374,16 @@ class Quarantine:
                 _unlink_quietly(fd, dest)
                 _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
             return FileChanged(change)
-        os.unlink(move.name, dir_fd=move.dir_fd)
+        try:
+            os.unlink(move.name, dir_fd=move.dir_fd)
+        except OSError:
+            # Not moved (a read-only results dir): a copy of this run's goes, as a failed copy's
+            # does, so that the quarantine holds no file its report says stayed where it was.
+            if ours:
+                fd = self._dir_fd()
+                _unlink_quietly(fd, dest)
+                _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
+            raise
         self._dirty.add(move.dir_fd)
         return os.path.join(self.dir, dest)
 

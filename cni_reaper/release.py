@@ -20,7 +20,14 @@ from collections.abc import Iterable, Iterator
 from cni_reaper.budget import Budget
 from cni_reaper.host_local import read_owner, read_reservation
 from cni_reaper.parallel import in_parallel
-from cni_reaper.quarantine import FileChanged, Move, Quarantine, sidecar
+from cni_reaper.quarantine import (
+    READ_ONLY_HINT,
+    FileChanged,
+    Move,
+    Quarantine,
+    failed_move,
+    sidecar,
+)
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled, handed_over
 
@@ -192,7 +199,10 @@ def _quarantine(
             lock = StoreLock(store, budget)
         except OSError as e:
             for s in items:
-                yield s._replace(outcome="failed", problem=f"cannot lock {store}: {e.strerror}")
+                problem = f"cannot lock {store}: {e.strerror}"
+                if e.errno == errno.EROFS:
+                    problem += f"; {READ_ONLY_HINT}"
+                yield s._replace(outcome="failed", problem=problem)
             continue
         items.reverse()
         try:
@@ -210,7 +220,7 @@ def _quarantine(
                         problem = f"changed: {dest}; left for the next run"
                         yield s._replace(outcome="skipped", problem=problem)
                     elif isinstance(dest, OSError):
-                        problem = f"quarantine: {dest.strerror or dest}"
+                        problem = failed_move(dest)
                         yield s._replace(outcome="failed", problem=problem)
                     else:
                         yield s._replace(quarantined_to=dest)

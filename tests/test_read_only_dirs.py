@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def _as_root() -> None:
         cannot_run("needs root: a real run, and a read-only bind mount in a mount namespace")
 
 
-def run_with_read_only(node: NodeTree, read_only: Path, *argv: str) -> dict[str, object]:
+def run_with_read_only(node: NodeTree, read_only: Path, *argv: str) -> dict[str, Any]:
     """A real run of the CLI, with --json, while read_only is a read-only bind mount of itself
     in the run's own mount namespace; the JSON report, its exit code added."""
     script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
@@ -59,7 +60,7 @@ def run_with_read_only(node: NodeTree, read_only: Path, *argv: str) -> dict[str,
         timeout=120,
     )
     assert "Traceback" not in done.stderr, done.stderr
-    doc: dict[str, object] = json.loads(done.stdout)
+    doc: dict[str, Any] = json.loads(done.stdout)
     doc["exit_code"] = done.returncode
     return doc
 
@@ -78,7 +79,7 @@ def test_a_read_only_results_dir_fails_the_move_saying_what_to_change(tmp_path: 
     doc = run_with_read_only(node, node.results, "--bin-dir", str(bin_dir))
 
     assert doc["exit_code"] == ExitCode.ACTION_FAILED
-    (entry,) = doc["entries"]  # type: ignore[misc]
+    (entry,) = doc["entries"]
     assert entry["action"] == "del-and-quarantine"
     assert entry["outcome"] == "failed"
     assert entry["quarantined_to"] is None
@@ -104,7 +105,7 @@ def test_a_read_only_host_local_store_fails_the_release_saying_what_to_change(
     doc = run_with_read_only(node, store, "--bin-dir", "/usr/lib/cni")
 
     assert doc["exit_code"] == ExitCode.ACTION_FAILED
-    (held,) = doc["host_local"]  # type: ignore[misc]
+    (held,) = doc["host_local"]
     assert held["outcome"] == "failed"
     assert held["problem"].endswith(f"Read-only file system; {READ_ONLY_HINT}")
     assert reservation.read_bytes() == f"{CONTAINER_IDS[1]}\r\neth0".encode()

@@ -119,6 +119,31 @@ def test_clean_shutdown_is_read_then_consumed(boots: Node) -> None:
     assert last_run["boot_id"] == BOOT_B
 
 
+def test_a_later_run_of_the_boot_says_its_reading_is_the_first_runs(boots: Node) -> None:
+    """The first run consumed the marker: a run after it (by hand, after a crash of the
+    reaper) reports the reading that run kept, and says whose it is, once."""
+    node = boots
+    t0 = node.crashed.t0
+    node.ran_and_shut_down(BOOT_A, t0)
+    node.boot(BOOT_B, t0 + 1000, clean_before=True)
+    _, first = node.run()
+    assert node.marker() is None
+
+    later = [node.run()[1]["boot"]["shutdown_marker"] for _ in range(2)]
+
+    said = first["boot"]["shutdown_marker"]
+    assert said["detail"] == "clean-shutdown marker written at stop"
+    for marker in later:
+        assert (marker["state"], marker["boot_id"], marker["time"]) == (
+            "clean",
+            BOOT_A,
+            said["time"],
+        )
+        assert (
+            marker["detail"] == said["detail"] + "; as this boot's first real run read the markers"
+        )
+
+
 def test_a_boot_that_ran_the_reaper_but_never_stopped_it_crashed(boots: Node) -> None:
     node = boots
     t0 = node.crashed.t0

@@ -30,6 +30,7 @@ MARKER = "clean-shutdown"
 LAST_RUN = "last-run"
 EVIDENCE = "cni-reaper/shutdown-evidence.json"
 _MAX_BYTES = 4096
+AS_FIRST_READ = "; as this boot's first real run read the markers"
 
 EVIDENCE_KEPT = failpoint.declare("marker.evidence-kept")
 LAST_RUN_WRITTEN = failpoint.declare("marker.last-run-written")
@@ -162,6 +163,9 @@ def read(paths: NodePaths, boot_id: str) -> ShutdownEvidence:
     if isinstance(kept, dict) and kept.get("read_in") == boot_id:
         evidence = ShutdownEvidence.from_json(kept)
         if evidence is not None:
+            # That run consumed them: an operator who looks now finds none to match this.
+            if not evidence.detail.endswith(AS_FIRST_READ):
+                evidence = evidence._replace(detail=evidence.detail + AS_FIRST_READ)
             return evidence
     marker = _stamp(_read_json(os.path.join(paths.state_dir, MARKER)))
     last_run = _stamp(_read_json(os.path.join(paths.state_dir, LAST_RUN)))

@@ -780,6 +780,8 @@ def _note_fate(result: EntryResult, fates: EntryFates) -> None:
         fate = EntryFate.LEFT  # changed since the scan: left where it is
     elif result.outcome is Outcome.FAILED and planned.cached and not result.quarantined_to:
         fate = EntryFate.LEFT  # a whole entry whose DEL did not run: for the next run's
+    elif result.del_outcome is not None and not result.del_outcome.ok:
+        fate = EntryFate.DEL_FAILED
     fates.note(split.network, split.container_id, split.ifname, fate)
 
 

@@ -134,8 +134,8 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     fields["CNI_REAPER_OUTCOME"] = outcome
     fields["CNI_REAPER_EVENT"] = event.value
     fields["CNI_REAPER_DRY_RUN"] = "1" if dry_run else "0"
-    if result.plugin_errors:
-        fields["CNI_REAPER_PLUGIN_ERRORS"] = "; ".join(map(str, result.plugin_errors))
+    if result.del_outcome is not None and result.del_outcome.errors:
+        fields["CNI_REAPER_PLUGIN_ERRORS"] = "; ".join(result.del_outcome.error_texts())
     if result.problems:
         fields["CNI_REAPER_PROBLEMS"] = "; ".join(result.problems)
     if result.quarantined_to:

@@ -60,11 +60,11 @@ class PluginError(Record):
             "timed_out": self.timed_out,
         }
 
+    def reason(self) -> str:
+        return f"{self.msg}; {self.details}" if self.details else self.msg
+
     def __str__(self) -> str:
-        text = f"plugin type={self.plugin!r} failed: {self.msg}"
-        if self.details:
-            text += f"; {self.details}"
-        return text
+        return f"plugin type={self.plugin!r} failed: {self.reason()}"
 
 
 if TYPE_CHECKING:

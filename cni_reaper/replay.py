@@ -58,6 +58,13 @@ class DelOutcome(Record):
     def ok(self) -> bool:
         return not self.errors
 
+    def error_texts(self) -> list[str]:
+        """Each error as the text report and the journal say it: of a DEL no plugin of which
+        ran, that it did not run, not that a plugin failed."""
+        if self.plugins_run:
+            return [str(error) for error in self.errors]
+        return [f"DEL not run: {error.reason()}" for error in self.errors]
+
 
 def plugin_stdin(
     netlist: NetworkList,

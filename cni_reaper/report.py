@@ -631,7 +631,8 @@ def entry_lines(
             lines.append(f"    DEL {netlist.name} from {netlist.source}: {order}")
         if planned.config_problem:
             lines.append(f"    DEL will fail: {planned.config_problem}")
-    lines.extend(f"    error: {error}" for error in result.plugin_errors)
+    if result.del_outcome is not None:
+        lines.extend(f"    error: {error}" for error in result.del_outcome.error_texts())
     lines.extend(f"    problem: {problem}" for problem in result.problems)
     if result.quarantined_to:
         lines.append(f"    moved to {result.quarantined_to}")

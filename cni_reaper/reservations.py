@@ -47,6 +47,7 @@ class EntryFate(str, Choice):
 
     KEPT = "kept"  # whole; the runtime will DEL it
     DELETED = "deleted"  # its DEL ran (or, in a dry run, would)
+    DEL_FAILED = "del-failed"  # its DEL failed, or could not run
     LEFT = "left"  # left alone or only reported
     MOVED = "moved"  # moved aside with no DEL: as if there were none
 
@@ -175,7 +176,13 @@ class EntryFates:
             return self._fate(network, container_id, r.owner.ifname), r.owner.ifname
         ifnames = sorted(self._ifnames(network, container_id))
         fates = {i: self._fate(network, container_id, i) for i in ifnames}
-        for fate in (EntryFate.KEPT, EntryFate.LEFT, EntryFate.DELETED, EntryFate.MOVED):
+        for fate in (
+            EntryFate.KEPT,
+            EntryFate.LEFT,
+            EntryFate.DELETED,
+            EntryFate.DEL_FAILED,
+            EntryFate.MOVED,
+        ):
             for ifname in ifnames:
                 if fates[ifname] is fate:
                     return fate, ifname
@@ -248,6 +255,9 @@ class ReservationPlanner:
             return plan(r, ReservationAction.KEEP, reason, "entry-del")
         if fate is EntryFate.DELETED:
             reason = "still reserved after the DEL of its results entry"
+            return plan(r, ReservationAction.QUARANTINE, reason, "failed")
+        if fate is EntryFate.DEL_FAILED:
+            reason = "still reserved: the DEL of its results entry failed or could not run"
             return plan(r, ReservationAction.QUARANTINE, reason, "failed")
         if fate is None and self._delegated is not None and r.owner.ifname is not None:
             cached = self._delegated(r.network, r.owner.container_id, r.owner.ifname)

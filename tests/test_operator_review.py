@@ -6,6 +6,7 @@ boot's."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,27 @@ def test_a_results_entry_that_is_a_symlink_says_where_it_points(
     )
     assert (entry["action"], code) == ("report", ExitCode.DATA)
     assert os.readlink(link) == "/etc/hostname\x1b[2J"
+
+
+def test_a_del_that_could_not_run_says_so_and_its_address_is_not_said_deleted(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """No plugin in the plugin dir: the DEL never started. The report said "plugin
+    type='host-local' failed", and of the address it then released into the quarantine, that it
+    was "still reserved after the DEL", a DEL that never was."""
+    crashed.add(CONTAINER_IDS[0]).write_bytes(b"")
+    crashed.reboot()
+    empty = tmp_path / "no-plugins"
+    empty.mkdir()
+    argv = ["--root", str(crashed.node.root), "--bin-dir", str(empty)]
+
+    code = cli.run(argv, clock=lambda: crashed.t0 + 60, environ={})
+
+    shown = capsys.readouterr().out
+    assert code == ExitCode.ACTION_FAILED
+    missing = f"plugin 'host-local': failed to find plugin 'host-local' in path ['{empty}']"
+    assert f"    error: DEL not run: {missing}\n" in shown, shown
+    assert "plugin type=" not in shown
+    why = "    why: still reserved: the DEL of its results entry failed or could not run\n"
+    assert why in shown, shown
+    assert crashed.ips() == {}  # released into the quarantine, as the policy says

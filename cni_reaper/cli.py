@@ -405,6 +405,7 @@ def _run(
     if args.dry_run:
         report = _pipeline(run)  # runs no plugin, so has no need to be confined
     else:
+        _keep_exit_statuses()
         with RunLock(paths.lock_file), _from_root_dir():
             from cni_reaper import confine  # noqa: PLC0415 (threading: real runs only)
 
@@ -503,6 +504,19 @@ def _pinned_netns(run: _Run) -> frozenset[str] | str:
         return liveness.netns_pins(run.paths.root, netns_dirs=netns_dirs)
     except (liveness.EvidenceUnreadable, OSError) as e:
         return str(e)
+
+
+def _keep_exit_statuses() -> None:
+    """SIGCHLD ignored by whatever started this process (systemd resets it for a unit; a
+    shell's parent may not) makes the kernel reap every plugin as it exits: its exit status
+    lost, each DEL would fail. A real run sets it back to the default before it starts any
+    thread, where Python may (the main thread); elsewhere it stays, and each DEL says that it
+    lost track of its plugin."""
+    import signal  # noqa: PLC0415 (real runs only)
+
+    if signal.getsignal(signal.SIGCHLD) is signal.SIG_IGN:
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def _pipeline(run: _Run) -> Report:

@@ -42,6 +42,10 @@ class PluginRun(Record):
     output_truncated: bool
 
 
+class PluginStarted(OSError):
+    """The plugin was started, then lost track of: it ran, whatever it did."""
+
+
 class PluginError(Record):
     plugin: str
     msg: str
@@ -330,11 +334,16 @@ class ProcessRunner:
         try:
             child = self._spawn(path, dict(env), self._close_fds)
             try:
-                return self._communicate(child, stdin, timeout)
-            finally:
-                child.kill_group()
-                child.wait()
-                child.close()
+                try:
+                    return self._communicate(child, stdin, timeout)
+                finally:
+                    try:
+                        child.kill_group()
+                        child.wait()
+                    finally:
+                        child.close()
+            except OSError as e:
+                raise PluginStarted(e.errno, e.strerror or str(e)) from e
         finally:
             ended = self._strays.end()
             if ended:

@@ -60,7 +60,8 @@ FSYNC_LANES = 8
 # outside these (a Multus cniDir, a host-local dataDir) fails its moves with EROFS alone.
 READ_ONLY_HINT = (
     "under cni-reaper.service only /var/lib/cni, /run and the state dir are writable "
-    "(ProtectSystem=strict): name a dir elsewhere in ReadWritePaths= in a drop-in"
+    "(ProtectSystem=strict): name a dir elsewhere in ReadWritePaths= in a drop-in; "
+    "otherwise its file system is mounted read-only"
 )
 
 
@@ -377,12 +378,21 @@ class Quarantine:
         try:
             os.unlink(move.name, dir_fd=move.dir_fd)
         except OSError:
-            # Not moved (a read-only results dir): a copy of this run's goes, as a failed copy's
-            # does, so that the quarantine holds no file its report says stayed where it was.
+            # A copy of this run's goes, as a failed copy's does: the quarantine is to hold no
+            # file its report says stayed where it was (a read-only results dir), and none of
+            # one gone or changed meanwhile, as found a moment earlier above. Its removal's own
+            # failure must not hide why the move failed.
             if ours:
                 fd = self._dir_fd()
-                _unlink_quietly(fd, dest)
-                _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
+                with contextlib.suppress(OSError):
+                    os.unlink(dest, dir_fd=fd)
+                    os.unlink(dest + SIDECAR_SUFFIX, dir_fd=fd)  # never a copy without one
+            try:
+                change = _still_held(move, file)
+            except OSError:
+                change = None
+            if change is not None:
+                return FileChanged(change)
             raise
         self._dirty.add(move.dir_fd)
         return os.path.join(self.dir, dest)

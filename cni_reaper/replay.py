@@ -15,6 +15,7 @@ from cni_reaper.plugin import (
     ChainResolution,
     PluginDirs,
     PluginError,
+    PluginStarted,
     error_from_run,
     resolve_chain,
     vet_plugin_dirs,
@@ -186,6 +187,9 @@ def delete(
         failpoint.hit(BEFORE_PLUGIN)
         try:
             run = runner.run(path, env, stdin, allowed)
+        except PluginStarted as e:
+            lost = PluginError(kind, f"lost track of {path} once started: {e.strerror}")
+            return DelOutcome((*ran, kind), (lost,))
         except OSError as e:
             return DelOutcome(tuple(ran), (PluginError(kind, f"cannot run {path}: {e}"),))
         failpoint.hit(AFTER_PLUGIN)

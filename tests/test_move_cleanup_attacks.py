@@ -239,6 +239,19 @@ def test_sigkill_in_a_move_from_a_read_only_dir_then_reruns_move_each_file_exact
         assert entry["quarantined_to"] == str(node.quarantine / BOOT_ID / entry["path"])
 
 
+def json_run_argv(node: NodeTree, bin_dir: Path, state: Path) -> list[str]:
+    """A real run with --json, its state dir (and so its quarantine) on another file system."""
+    return [
+        "--json",
+        "--root",
+        str(node.root),
+        "--bin-dir",
+        str(bin_dir),
+        "--state-dir",
+        str(state),
+    ]
+
+
 def test_an_immutable_original_stays_and_leaves_no_copy_nor_a_read_only_hint(
     tmp_path: Path, other_fs: Path
 ) -> None:
@@ -248,15 +261,7 @@ def test_an_immutable_original_stays_and_leaves_no_copy_nor_a_read_only_hint(
     bin_dir = node.fake_plugin_network("net", "done", DEL_DONE)
     original = node.write_result(ENTRY, b"\0" * 12)
     state = other_fs / "state"
-    argv = [
-        "--json",
-        "--root",
-        str(node.root),
-        "--bin-dir",
-        str(bin_dir),
-        "--state-dir",
-        str(state),
-    ]
+    argv = json_run_argv(node, bin_dir, state)
     chattr("+i", original)
     try:
         ran = run_private({"argv": argv})
@@ -282,15 +287,7 @@ def test_an_original_that_is_a_mount_point_stays_and_leaves_no_copy(
     source = tmp_path / "mounted"
     source.write_bytes(b"\0" * 7)
     state = other_fs / "state"
-    argv = [
-        "--json",
-        "--root",
-        str(node.root),
-        "--bin-dir",
-        str(bin_dir),
-        "--state-dir",
-        str(state),
-    ]
+    argv = json_run_argv(node, bin_dir, state)
 
     ran = run_private({"mounts": [["mount", "--bind", str(source), str(entry_path)]], "argv": argv})
 

@@ -65,11 +65,15 @@ READ_ONLY_HINT = (
 )
 
 
-def failed_move(error: OSError) -> str:
-    """A failed move as its report says it: the system's words, and where the file system is
-    read-only, the unit's sandbox, which makes it so for every dir it does not name."""
-    problem = f"quarantine: {error.strerror or error}"
+def read_only_noted(problem: str, error: OSError) -> str:
+    """problem, and where the file system is read-only, the unit's sandbox, which makes it so
+    for every dir it does not name."""
     return f"{problem}; {READ_ONLY_HINT}" if error.errno == errno.EROFS else problem
+
+
+def failed_move(error: OSError) -> str:
+    """A failed move as its report says it: the system's words, and the read-only hint."""
+    return read_only_noted(f"quarantine: {error.strerror or error}", error)
 
 
 # A file name may have 255 bytes; its quarantine name leaves room for ".N", ".json" and the

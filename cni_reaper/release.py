@@ -21,11 +21,11 @@ from cni_reaper.budget import Budget
 from cni_reaper.host_local import read_owner, read_reservation
 from cni_reaper.parallel import in_parallel
 from cni_reaper.quarantine import (
-    READ_ONLY_HINT,
     FileChanged,
     Move,
     Quarantine,
     failed_move,
+    read_only_noted,
     sidecar,
 )
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
@@ -199,9 +199,7 @@ def _quarantine(
             lock = StoreLock(store, budget)
         except OSError as e:
             for s in items:
-                problem = f"cannot lock {store}: {e.strerror}"
-                if e.errno == errno.EROFS:
-                    problem += f"; {READ_ONLY_HINT}"
+                problem = read_only_noted(f"cannot lock {store}: {e.strerror}", e)
                 yield s._replace(outcome="failed", problem=problem)
             continue
         items.reverse()

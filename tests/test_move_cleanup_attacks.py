@@ -60,6 +60,12 @@ BOOT_ID = "11111111-2222-3333-4444-555555555555"  # NodeTree.write_boot_world's
 # with a failpoint interference if asked for, or SIGCHLD ignored as a parent may leave it.
 IN_NAMESPACE = r"""
 import json, signal, subprocess, sys
+from pathlib import Path
+from cni_reaper.node_root import PLUGIN_STATE_DIRS
+from tests.private_node import private_tmpfs
+# As tests/sealed_run.py: a run killed half way leaves no mount point on the machine.
+for target in PLUGIN_STATE_DIRS:
+    private_tmpfs(Path(target))
 spec = json.loads(sys.argv[1])
 for command in spec.get("mounts", []):
     subprocess.run(command, check=True)

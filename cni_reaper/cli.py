@@ -299,8 +299,8 @@ def _json_failure(
     code = exit_code_for(error)
     if isinstance(error, ReaperError):
         message = str(error)
-        if isinstance(error, UsageError) and "\nusage: " in message:
-            message = message[: message.rindex("\nusage: ")]  # the usage is no fact of the run
+        if isinstance(error, UsageError):
+            message = options.split_usage(message)[0]  # the usage is no fact of the run
         error.in_json_report = True
     elif isinstance(error, KeyboardInterrupt):
         message = "interrupted"
@@ -1288,10 +1288,7 @@ def main(
     except ReaperError as e:
         # Its message may quote a path, an argument or a config string: escaped, on one line.
         # A usage error's message ends with the usage, which is ours and keeps its lines.
-        message, usage = str(e), ""
-        if isinstance(e, UsageError) and "\nusage: " in message:
-            cut = message.rindex("\nusage: ")
-            message, usage = message[:cut], message[cut:]
+        message, usage = options.split_usage(str(e)) if isinstance(e, UsageError) else (str(e), "")
         code = exit_code_for(e)
         if not (e.in_json_report and _one_log_file(sys.stdout, sys.stderr)):
             say(

@@ -484,6 +484,10 @@ def journal_send(
     journald's native socket is there."""
     if not is_journal_stream(environ, stderr_fd):
         return None
+    if not os.path.exists(native_socket):
+        # sendv reports no error when nothing listens there: every record would be lost.
+        # Lines on stderr, which is journald's stream, still reach the journal.
+        return None
     try:
         # Loaded only here, under systemd; by name, since the source tree's systemd/ unit dir
         # would otherwise pass for the package when type-checking. The C module that has
@@ -491,10 +495,6 @@ def journal_send(
         # datetime) a boot would read from a cold disk for nothing the records use.
         journal = importlib.import_module("systemd._journal")
     except ImportError:
-        return None
-    if not os.path.exists(native_socket):
-        # sendv reports no error when nothing listens there: every record would be lost.
-        # Lines on stderr, which is journald's stream, still reach the journal.
         return None
     return _send_without_code_location(journal.sendv)
 

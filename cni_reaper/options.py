@@ -255,10 +255,19 @@ def parse(argv: Sequence[str], into: Options) -> Options:
     return into
 
 
+_USAGE_STARTS = "\nusage: "
+
+
 def usage_error(message: str, parser: argparse.ArgumentParser | None = None) -> UsageError:
     """A usage error as argparse's own end: with the usage."""
     usage = (parser or build_parser()).format_usage().strip()
     return UsageError(f"{message}\n{usage}")
+
+
+def split_usage(message: str) -> tuple[str, str]:
+    """A usage error's message, and the usage usage_error() ended it with ("" if none)."""
+    cut = message.rfind(_USAGE_STARTS)
+    return (message, "") if cut < 0 else (message[:cut], message[cut:])
 
 
 def _terminal_columns() -> int:

@@ -373,33 +373,37 @@ class Quarantine:
         otherwise the original stays, and a copy this run made goes (one an earlier run left
         stays: it holds the bytes that run saw)."""
         change = _still_held(move, file)
-        if change is not None:
-            if ours:
-                fd = self._dir_fd()
-                _unlink_quietly(fd, dest)
-                _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
-            return FileChanged(change)
-        try:
-            os.unlink(move.name, dir_fd=move.dir_fd)
-        except OSError:
-            # A copy of this run's goes, as a failed copy's does: the quarantine is to hold no
-            # file its report says stayed where it was (a read-only results dir), and none of
-            # one gone or changed meanwhile, as found a moment earlier above. Its removal's own
-            # failure must not hide why the move failed.
-            if ours:
-                fd = self._dir_fd()
-                with contextlib.suppress(OSError):
-                    os.unlink(dest, dir_fd=fd)
-                    os.unlink(dest + SIDECAR_SUFFIX, dir_fd=fd)  # never a copy without one
+        failure: OSError | None = None
+        if change is None:
             try:
-                change = _still_held(move, file)
-            except OSError:
-                change = None
-            if change is not None:
-                return FileChanged(change)
-            raise
-        self._dirty.add(move.dir_fd)
-        return os.path.join(self.dir, dest)
+                os.unlink(move.name, dir_fd=move.dir_fd)
+            except OSError as e:
+                # It stayed where it was (a read-only results dir), or it went or changed just
+                # now, as it may a moment earlier above.
+                failure = e
+                with contextlib.suppress(OSError):
+                    change = _still_held(move, file)
+            else:
+                self._dirty.add(move.dir_fd)
+                return os.path.join(self.dir, dest)
+        if ours:
+            self._take_back(dest)
+        if change is not None:
+            return FileChanged(change)
+        assert failure is not None
+        raise failure
+
+    def _take_back(self, dest: str) -> None:
+        """A copy this run made leaves the quarantine again, so that it holds no file its report
+        says stayed where it was; its sidecar only with it, never a copy without one. A removal
+        that fails hides nothing: the move's own failure or change is what is said."""
+        fd = self._dir_fd()
+        try:
+            _unlink_quietly(fd, dest)
+        except OSError:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(dest + SIDECAR_SUFFIX, dir_fd=fd)
 
     def flush(self) -> None:
         """Make every move so far durable: one fsync of each directory involved."""

@@ -12,7 +12,7 @@ import re
 import stat
 from collections.abc import Callable, Collection, Iterable, Iterator
 
-from cni_reaper import content
+from cni_reaper import content, leaving
 from cni_reaper.content import Content, ContentVerdict, Identity
 from cni_reaper.filestat import UNKNOWN_FILE, FileStat
 from cni_reaper.record import Record
@@ -197,9 +197,16 @@ def open_results_dir(path: str) -> int | None:
     return fd
 
 
-def inventory(dir_fd: int, networks: Collection[str]) -> Iterator[CacheEntry]:
-    """Every entry of the results dir in name order, classified; reads one file at a time."""
-    for name, file, found in inspect_all(dir_fd):
+# The hidden names a move cut short left in a dir (leaving.py) -> the names put back
+Settle = Callable[[list[str]], list[str]]
+
+
+def inventory(
+    dir_fd: int, networks: Collection[str], settle: Settle | None = None
+) -> Iterator[CacheEntry]:
+    """Every entry of the results dir in name order, classified; reads one file at a time.
+    settle: as inspect_all's."""
+    for name, file, found in inspect_all(dir_fd, settle=settle):
         yield _entry(name, file, found, networks)
 
 
@@ -207,21 +214,27 @@ def inspect_all(
     dir_fd: int,
     judge: Callable[[bytes], ContentVerdict | Identity] = content.judge,
     wanted: Callable[[str], bool] | None = None,
+    settle: Settle | None = None,
 ) -> Iterator[tuple[str, FileStat, ContentVerdict | Identity]]:
     """_inspect() of every file of the dir (those whose names wanted takes), in name order:
-    the name, its stat and what judge makes of it. One file read at a time."""
+    the name, its stat and what judge makes of it. One file read at a time. A regular file a
+    move cut short hid (leaving.py) is no file of the dir's: it is handed to settle, first,
+    and the names that puts back are judged with the rest."""
     # The listing's file type spares a regular file its lstat: it is opened without following
     # links and fstat-ed instead; anything else is lstat-ed and never opened.
     names = []
     irregular = set()
     with os.scandir(dir_fd) as listing:
         for dirent in listing:
-            if wanted is not None and not wanted(dirent.name):
-                continue
             names.append(dirent.name)
             if not dirent.is_file(follow_symlinks=False):
                 irregular.add(dirent.name)
     names.sort()
+    hidden = [name for name in leaving.hidden_among(names) if name not in irregular]
+    if hidden:
+        names = sorted({*names, *(settle(hidden) if settle else ())} - set(hidden))
+    if wanted is not None:
+        names = [name for name in names if wanted(name)]
     for name in names:
         inspected = _inspect(dir_fd, name, name not in irregular, judge)
         if inspected is not None:

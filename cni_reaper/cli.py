@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -15,6 +16,7 @@ from cni_reaper import (
     boot,
     cache,
     host_local,
+    leaving,
     multus,
     netconf,
     options,
@@ -666,7 +668,12 @@ def _pipeline(run: _Run) -> Report:
         def delegate_alive(container_id: str) -> str | None:
             return planner.alive(container_id) or mounted(container_id)
 
-        entries = cached_configs.noting(cache.inventory(results_fd, run.configs.networks.keys()))
+        settle = _settling(
+            run, results_fd, paths.results_dir, paths.quarantine_dir, boot_ctx.boot_id
+        )
+        entries = cached_configs.noting(
+            cache.inventory(results_fd, run.configs.networks.keys(), settle)
+        )
         plan = held_until(map(planner, entries), lambda: ready(delegate_alive, pins), alive)
         if args.dry_run:
             results = outcome.dry_run(plan)
@@ -721,6 +728,33 @@ def _pipeline(run: _Run) -> Report:
         delegates.close()
         os.close(results_fd)
     return report
+
+
+def _settling(
+    run: _Run,
+    dir_fd: int,
+    where: str,
+    top: str,
+    box: str,
+    path_of: Callable[[str], str] = lambda name: name,
+) -> cache.Settle:
+    """What a scan of the dir at where (open at dir_fd) hands the names a move cut short hid
+    (leaving.py): settled against the quarantine that move was for (Quarantine(top, box)),
+    whose sidecars name a file by path_of(its name); said in a dry run. Each is a warning."""
+
+    def settle(hidden: list[str]) -> list[str]:
+        from cni_reaper.quarantine import Quarantine  # noqa: PLC0415 (where a run was cut short)
+
+        place = Quarantine(top, box)
+
+        def copy_of(name: str, original: str) -> str | None:
+            return place.copy_of(dir_fd, name, original, path_of(original))
+
+        put_back, said = leaving.settle(dir_fd, where, hidden, copy_of, run.args.dry_run)
+        run.warnings.extend(said)
+        return put_back
+
+    return settle
 
 
 def _carried_out(
@@ -1013,7 +1047,18 @@ class _Delegates:
         and the results dir's entries; a whole delegate result of it, in any of the caches,
         may name a netns too."""
         run, proof, at = self._run, self._proof, self._boot
-        entries = [found.entries(run.configs.networks.keys()) for found in self._found]
+        top = os.path.join(run.paths.quarantine_dir, at.boot_id or "unknown-boot")
+
+        def settle(fd: int | None, where: str) -> cache.Settle | None:
+            if fd is None:
+                return None
+            path_of = functools.partial(os.path.join, where)
+            return _settling(run, fd, where, top, multus.QUARANTINE_SUBDIR, path_of)
+
+        entries = [
+            found.entries(run.configs.networks.keys(), settle(found.fd, found.results_dir))
+            for found in self._found
+        ]
         named = [(f.fd, [e.name for e in listed]) for f, listed in zip(self._found, entries)]
 
         def alive_here(container_id: str) -> str | None:
@@ -1037,7 +1082,10 @@ class _Delegates:
             (
                 planned(found.fd, found.results_dir, listed, multus.plan_delegate),
                 planned(
-                    found.scratch_fd, found.scratch_dir, found.scratch_files(), multus.plan_scratch
+                    found.scratch_fd,
+                    found.scratch_dir,
+                    found.scratch_files(settle(found.scratch_fd, found.scratch_dir)),
+                    multus.plan_scratch,
                 ),
             )
             for found, listed in zip(self._found, entries)

@@ -42,7 +42,7 @@ import os
 import posixpath
 from collections.abc import Callable, Collection, Iterable
 
-from cni_reaper import cache, content, node_root
+from cni_reaper import cache, content, leaving, node_root
 from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
 from cni_reaper.content import Content, ContentVerdict
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 
 SUBDIR = "multus"  # Multus's cacheDir, under libcni's cache dir
 DEFAULT_CNI_DIR = "/var/lib/cni/multus"  # the same, as Multus's own default names it
+QUARANTINE_SUBDIR = "multus"  # its files' box in a boot's quarantine dir
 THIN_PLUGIN = "multus"  # the plugin type that runs Multus on the node itself
 THICK_SHIM = "multus-shim"  # the one that hands the call to Multus's daemon
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -314,7 +315,8 @@ class MultusCache:
             except FileNotFoundError:
                 return cls(scratch_dir, None, scratch_fd=scratch_fd)  # scratch files alone
             _vet("results", opened[1])
-            names = frozenset(os.listdir(opened[1]))
+            # A file a move cut short hid (leaving.py) is still cached, under its own name.
+            names = frozenset(leaving.original_of(n) or n for n in os.listdir(opened[1]))
         except OSError as e:
             for fd in opened:
                 os.close(fd)
@@ -350,23 +352,25 @@ class MultusCache:
                 os.close(fd)
         self.fd = self.scratch_fd = None
 
-    def scratch_files(self) -> list[ScratchFile]:
+    def scratch_files(self, settle: cache.Settle | None = None) -> list[ScratchFile]:
         """The scratch files, in name order: the files named by a container ID; nothing
         else in the dir is Multus's scratch (its results dir is judged apart)."""
         if self.scratch_fd is None:
             return []
         found = []
         for name, file, verdict in cache.inspect_all(
-            self.scratch_fd, scratch_verdict, cache.is_container_id
+            self.scratch_fd, scratch_verdict, cache.is_container_id, settle
         ):
             assert isinstance(verdict, ContentVerdict)  # what scratch_verdict makes
             found.append(ScratchFile(name, file, verdict))
         return found
 
-    def entries(self, networks: Collection[str]) -> list[CacheEntry]:
+    def entries(
+        self, networks: Collection[str], settle: cache.Settle | None = None
+    ) -> list[CacheEntry]:
         if self.fd is None:
             return []
-        return list(cache.inventory(self.fd, networks))
+        return list(cache.inventory(self.fd, networks, settle))
 
     def delegate_results(
         self, moved: Callable[[str], frozenset[str] | None]

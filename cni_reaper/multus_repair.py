@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from cni_reaper.content import ContentVerdict, same_damage
+from cni_reaper.multus import QUARANTINE_SUBDIR
 from cni_reaper.plan import Action
 from cni_reaper.quarantine import (
     SIDECAR_SUFFIX,
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
     from cni_reaper.multus import Planned
 
-QUARANTINE_SUBDIR = "multus"
 # Sidecars read for moved_earlier(), at most: past them, every delegate counts as moved.
 MAX_SIDECARS = 100_000
 _SIDECAR_BYTES = 1 << 16

@@ -3,8 +3,9 @@
 Nothing is deleted: the file is renamed into <state-dir>/quarantine/<boot-id>/ and both
 directories are fsynced, so after a crash it is in exactly one of the two places. Across file
 systems it is copied (to a temp name, fsynced, renamed into place) before the original is
-unlinked; a crash between the two leaves it in both places, with a sidecar whose sha256 says
-so, and the next run finishes the move instead of making a second copy.
+unlinked (by way of a hidden name: leaving.py); a crash between the two leaves it in both
+places, with a sidecar whose sha256 says so, and the next run finishes the move instead of
+making a second copy.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from cni_reaper import __version__, failpoint
+from cni_reaper import __version__, failpoint, leaving
 from cni_reaper.boot import iso
 from cni_reaper.filestat import FileStat
 from cni_reaper.record import Record
@@ -85,6 +86,10 @@ SIDECAR_IN_PLACE = failpoint.declare("quarantine.sidecar-in-place")
 FILE_RENAMED = failpoint.declare("quarantine.file-renamed")
 COPY_WRITTEN = failpoint.declare("quarantine.copy-written")
 COPY_IN_PLACE = failpoint.declare("quarantine.copy-in-place")
+ORIGINAL_HIDDEN = failpoint.declare("quarantine.original-hidden")
+# After the last check of an original by name, before it is hidden: where a test has it
+# replaced or written to, as a writer could then.
+ORIGINAL_CHECKED = failpoint.declare("quarantine.original-checked", step=False)
 DIRS_FSYNCED = failpoint.declare("quarantine.dirs-fsynced")
 
 
@@ -172,8 +177,11 @@ def _open_dir_chain(path: str) -> int:
 
 
 class Quarantine:
-    def __init__(self, quarantine_dir: str, boot_id: str) -> None:
+    def __init__(self, quarantine_dir: str, boot_id: str, *, owner_locks: bool = False) -> None:
+        """owner_locks: the dirs files leave are locked by their owner through every move
+        (host-local's store), so no name changes hands between a check and an unlink."""
         self.dir = os.path.join(quarantine_dir, boot_id or "unknown-boot")
+        self._hide = not owner_locks
         self._fd: int | None = None
         self._dirty: set[int] = set()  # source dirs with moves not yet fsynced
 
@@ -212,16 +220,43 @@ class Quarantine:
     def _copied_earlier(self, fd: int, move: Move, sha256: str) -> str | None:
         """A quarantined copy of this very file whose original was never unlinked: the same
         bytes, and a sidecar that names the same original (every empty file has one sha256)."""
-        for candidate in self._names(move.name):
+
+        def path(candidate: str) -> object:
+            return _record(move.sidecar(os.path.join(self.dir, candidate), sha256)).get("path")
+
+        return self._copy_named(fd, move.name, sha256, path)
+
+    def _copy_named(
+        self, fd: int, name: str, sha256: str, path: Callable[[str], object]
+    ) -> str | None:
+        """The quarantined copy of a file called name holding these bytes, as its sidecar says
+        too, whose sidecar's path is path(the copy's name)."""
+        for candidate in self._names(name):
             if not _exists(fd, candidate):
                 return None
             recorded = _read_sidecar(fd, candidate + SIDECAR_SUFFIX)
             if recorded.get("sha256") != sha256 or sha256_of(fd, candidate) != sha256:
                 continue
-            mine = _record(move.sidecar(os.path.join(self.dir, candidate), sha256))
-            if recorded.get("path") == mine.get("path"):
+            if recorded.get("path") == path(candidate):
                 return candidate
         return None
+
+    def copy_of(self, dir_fd: int, name: str, original: str, path: str) -> str | None:
+        """Where this quarantine holds a copy of the file at name in dir_fd (a name a move
+        cut short hid it under: leaving.py) made from original, whose sidecar's path is path:
+        the same bytes, as its sidecar says too. Makes no dir."""
+        digest = sha256_of(dir_fd, name)
+        if digest is None:
+            return None
+        try:
+            fd = os.open(self.dir, DIR_FLAGS)
+        except OSError:
+            return None
+        try:
+            found = self._copy_named(fd, original, digest, lambda _: path)
+        finally:
+            os.close(fd)
+        return None if found is None else os.path.join(self.dir, found)
 
     def move(self, move: Move) -> str:
         """One file: the path it now has; raises why it could not move, or FileChanged."""
@@ -375,8 +410,11 @@ class Quarantine:
         change = _still_held(move, file)
         failure: OSError | None = None
         if change is None:
+            failpoint.hit(ORIGINAL_CHECKED)
             try:
-                os.unlink(move.name, dir_fd=move.dir_fd)
+                change = self._unlink_original(move, file)
+            except QuarantineError as e:
+                failure = e  # once hidden: it is back under its name, or said where it is
             except OSError as e:
                 # It stayed where it was (a read-only results dir), or it went or changed just
                 # now, as it may a moment earlier above.
@@ -384,14 +422,37 @@ class Quarantine:
                 with contextlib.suppress(OSError):
                     change = _still_held(move, file)
             else:
-                self._dirty.add(move.dir_fd)
-                return os.path.join(self.dir, dest)
+                if change is None:
+                    self._dirty.add(move.dir_fd)
+                    return os.path.join(self.dir, dest)
         if ours:
             self._take_back(dest)
         if change is not None:
             return FileChanged(change)
         assert failure is not None
         raise failure
+
+    def _unlink_original(self, move: Move, file: _Held) -> str | None:
+        """The original of a durable copy gone from its dir, if it is still the file that was
+        copied; why not, if not (it is then where it was). Hidden first under a name no one
+        else writes, checked there, and only then unlinked (leaving.py): an unlink by name
+        after a check by name could take a file that replaced it in between."""
+        hidden = leaving.hidden_name(move.name) if self._hide else None
+        if hidden is None:
+            # The name has no room for the suffix (or the owner's lock guards it): by name.
+            os.unlink(move.name, dir_fd=move.dir_fd)
+            return None
+        os.rename(move.name, hidden, src_dir_fd=move.dir_fd, dst_dir_fd=move.dir_fd)
+        failpoint.hit(ORIGINAL_HIDDEN)
+        try:
+            change = _arrived_unchanged(file, move.dir_fd, hidden)
+            if change is None:
+                os.unlink(hidden, dir_fd=move.dir_fd)
+                return None
+        except OSError as e:
+            back = _unhide(move, hidden)
+            raise QuarantineError(e.errno, f"cannot move {move.name}: {e.strerror}{back}") from None
+        return change + _unhide(move, hidden)
 
     def _take_back(self, dest: str) -> None:
         """A copy this run made leaves the quarantine again, so that it holds no file its report
@@ -456,6 +517,23 @@ def _still_held(move: Move, file: _Held) -> str | None:
         return "replaced by another file since it was read"
     change = move.expected.changes(os.fstat(file.fd))
     return f"{change} since it was read" if change is not None else None
+
+
+def _unhide(move: Move, hidden: str) -> str:
+    """A file hidden on its way out back under its name, never over a file that took the name
+    meanwhile (link() does not replace): what became of it, to end a report's line. One left
+    hidden, the next real run settles (leaving.settle)."""
+    try:
+        os.link(
+            hidden, move.name, src_dir_fd=move.dir_fd, dst_dir_fd=move.dir_fd, follow_symlinks=False
+        )
+    except OSError as e:
+        if e.errno == errno.EEXIST:
+            return f", and a new {move.name} appeared meanwhile: left as {hidden}"
+        return f"; it could not go back ({e.strerror}): left as {hidden}"
+    with contextlib.suppress(OSError):
+        os.unlink(hidden, dir_fd=move.dir_fd)  # if not, a second name that settle() drops
+    return "; put back"
 
 
 def _arrived_unchanged(file: _Held, fd: int, dest: str) -> str | None:

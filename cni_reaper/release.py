@@ -194,7 +194,9 @@ def _quarantine(
         by_store[s.planned.reservation.store].append(s)
     for store, items in by_store.items():
         network = items[0].planned.reservation.network
-        place = Quarantine(os.path.join(quarantine_dir, boot_id, "host-local"), network)
+        place = Quarantine(
+            os.path.join(quarantine_dir, boot_id, "host-local"), network, owner_locks=True
+        )
         try:
             lock = StoreLock(store, budget)
         except OSError as e:

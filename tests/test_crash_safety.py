@@ -205,6 +205,7 @@ def test_sigkill_at_every_step_then_a_rerun_ends_as_an_uninterrupted_run(tmp_pat
     same_device = set(failpoint.registered()) - {
         "quarantine.copy-written",
         "quarantine.copy-in-place",
+        "quarantine.original-hidden",
     }
     assert reached == same_device
     print(f"{len(tried)} crashes, each followed by a rerun: {', '.join(tried)}")
@@ -216,7 +217,11 @@ def test_sigkill_during_a_move_across_file_systems(tmp_path: Path) -> None:
         cannot_run("needs /dev/shm on a file system other than the test's temp dir")
     with tempfile.TemporaryDirectory(dir=shm) as other:
         tried, reached = crash_everywhere(tmp_path, Path(other))
-    assert {"quarantine.copy-written", "quarantine.copy-in-place"} <= reached
+    assert {
+        "quarantine.copy-written",
+        "quarantine.copy-in-place",
+        "quarantine.original-hidden",
+    } <= reached
     assert "quarantine.file-renamed" not in reached
     print(f"{len(tried)} crashes across file systems")
 

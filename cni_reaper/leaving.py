@@ -1,0 +1,129 @@
+"""The last step of a move across file systems, and what a run killed in it leaves behind.
+
+A file copied to the quarantine on another file system has to leave its dir by an unlink,
+and unlink() takes a name, not an inode: checked by name and then unlinked, the original could
+be replaced in between, and the unlink would take the newcomer (libcni writes without a lock).
+So the original is renamed first to a hidden name beside it, which no one else writes, checked
+there (quarantine.py), and only then unlinked; a file that proves to be another goes back under
+its name by link(), which never replaces.
+
+A run killed between that rename and the unlink leaves the hidden name: a regular file named
+.<name>.<8 hex digits>.cni-reaper-leaving. Every scan of a dir sets such names aside (cache.py),
+and the next real run settles them before it judges the dir:
+- its name holds the same file again (a put-back was cut short): the hidden name goes;
+- the quarantine of this boot holds a copy of it, with the same bytes and a sidecar naming it:
+  the move was done but for the unlink, which is made;
+- otherwise it goes back under its name, when that is free, and is judged as any file is;
+- with its name taken by another file and no copy of it, both are left, and said.
+A dry run says which of these a real run would do, and changes nothing. Settling undoes or
+finishes the reaper's own step, so it is done even where a runtime has started since: a file
+put back is where libcni left it, a hidden name dropped is one libcni never reads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import stat
+from collections.abc import Callable, Sequence
+
+SUFFIX = ".cni-reaper-leaving"
+_TAG_DIGITS = 8
+_MAX_NAME_BYTES = 255  # NAME_MAX of every Linux file system a results dir is on
+
+
+def hidden_name(name: str) -> str | None:
+    """A fresh hidden name for name, beside it; None when it would not fit in a file name."""
+    hidden = f".{name}.{os.urandom(_TAG_DIGITS // 2).hex()}{SUFFIX}"
+    return hidden if len(os.fsencode(hidden)) <= _MAX_NAME_BYTES else None
+
+
+def original_of(name: str) -> str | None:
+    """The name a hidden name was made for, None if it is no such name."""
+    if not (name.startswith(".") and name.endswith(SUFFIX)):
+        return None
+    original, dot, tag = name[1 : -len(SUFFIX)].rpartition(".")
+    hex_tag = len(tag) == _TAG_DIGITS and all(c in "0123456789abcdef" for c in tag)
+    return original if dot and original and hex_tag else None
+
+
+def hidden_among(names: Sequence[str]) -> list[str]:
+    """The hidden names of a sorted listing: all of them sort among the names that begin with
+    '.', found by bisection, so that a listing of 100,000 names is not walked again for them."""
+    start, end = bisect.bisect_left(names, "."), bisect.bisect_left(names, "/")
+    return [name for name in names[start:end] if original_of(name) is not None]
+
+
+# (hidden name, its original's name) -> where the quarantine holds a copy of its bytes made
+# from that original, or None
+CopyOf = Callable[[str, str], "str | None"]
+
+
+def settle(
+    dir_fd: int, where: str, hidden: Sequence[str], copy_of: CopyOf, dry_run: bool
+) -> tuple[list[str], list[str]]:
+    """Each hidden name of the dir at where (open at dir_fd) settled, or said (a dry run):
+    the names put back, for the scan to judge, and a line for each hidden name."""
+    put_back: list[str] = []
+    said: list[str] = []
+    changed = False
+    for name in hidden:
+        original = original_of(name)
+        assert original is not None  # hidden_among() found it
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        at = f"{os.path.join(where, name)}: left by a move cut short before its last step"
+        if not stat.S_ISREG(st.st_mode):
+            said.append(f"{at}, but not a regular file: left alone; remove it by hand")
+            continue
+        try:
+            now = os.stat(original, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+            why, drop = f"{original} holds the same file again", True
+        else:
+            copy = copy_of(name, original)
+            why, drop = f"its bytes are in {copy}", copy is not None
+        if drop:
+            said.append(f"{at}; {why}: {'a real run removes' if dry_run else 'removed'} it")
+            if not dry_run:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dir_fd)
+                changed = True
+        elif now is not None:
+            said.append(
+                f"{at}; {original} is another file now, and the quarantine of this boot holds "
+                "no copy of it: both left; compare them by hand"
+            )
+        elif dry_run:
+            said.append(f"{at}; no copy of it in the quarantine: a real run puts it back")
+        else:
+            problem = _put_back(dir_fd, name, original)
+            if problem is None:
+                put_back.append(original)
+                changed = True
+                said.append(f"{at}; no copy of it in the quarantine: put back as {original}")
+            else:
+                said.append(f"{at}; no copy of it in the quarantine; {problem}")
+    if changed:
+        # Undone by a power cut, a step is settled again by the next run: each is idempotent.
+        with contextlib.suppress(OSError):
+            os.fsync(dir_fd)
+    return put_back, said
+
+
+def _put_back(dir_fd: int, name: str, original: str) -> str | None:
+    """name under original again, never over a file that took original meanwhile."""
+    try:
+        os.link(name, original, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        return f"{original} appeared meanwhile: both left; compare them by hand"
+    except OSError as e:
+        return f"cannot put it back as {original}: {e.strerror}; left"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)
+    return None

@@ -48,6 +48,8 @@ CROSS_FS_STEPS = (
     "quarantine.sidecar-in-place",
     "quarantine.copy-written",
     "quarantine.copy-in-place",
+    "quarantine.original-checked",  # after its last check by name, before it is hidden
+    "quarantine.original-hidden",  # hidden beside itself, not yet checked there
 )
 NAME = "net-" + "ab" * 32 + "-eth0"
 
@@ -145,14 +147,23 @@ def check(original: bytes, how: str, step: str, base: Path, qbase: Path) -> None
         assert set(in_quarantine) == set(files) | {n + ".json" for n in files}
         path = results / NAME
         now = os.fstat(writer.fd)
-        left = step == FILE_RENAMED
+        left = step in (FILE_RENAMED, ORIGINAL_HIDDEN)
         untouched = (
             how == "none"
             or (how == "same-size" and not original)  # a write of nothing changes nothing
             # Once it has left, what is done to the name is done to another file, and a
             # chmod leaves the bytes as they were.
             or (left and how in ("chmod", "replace", "symlink", "unlink"))
+            # Past its last check by name, a copy's original is checked by its bytes: a chmod
+            # leaves them as they were.
+            or (step == ORIGINAL_CHECKED and how == "chmod")
         )
+        if how in ("none", "rewrite", "append", "same-size", "chmod") and not isinstance(
+            outcome, str
+        ):
+            # Nothing lost: a file the writer holds that did not move is still linked, in
+            # place (under a hidden name at worst: leaving.py).
+            assert now.st_nlink == 1, (how, step, outcome)
         if isinstance(outcome, str):
             # Moved: exactly the bytes that were judged, and nothing changed them on the way
             # but what leaves bytes alone after they left (a chmod).
@@ -181,6 +192,8 @@ def check(original: bytes, how: str, step: str, base: Path, qbase: Path) -> None
 
 
 FILE_RENAMED = "quarantine.file-renamed"  # after it: the file has left the results dir
+ORIGINAL_CHECKED = "quarantine.original-checked"
+ORIGINAL_HIDDEN = "quarantine.original-hidden"  # after it: a copy's original has left its name
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -218,3 +231,17 @@ def test_each_case_is_reached() -> None:
         for step in SAME_FS_STEPS:
             with tempfile.TemporaryDirectory() as tmp:
                 check(ORIGINALS[0], how, step, Path(tmp), Path(tmp))
+
+
+def test_each_case_of_a_copys_last_step_is_reached() -> None:
+    """Every (original, mutation) pair at the two points of a copy's last step, by hand:
+    after its last check by name, and once hidden beside itself."""
+    shm = Path("/dev/shm")
+    for original in ORIGINALS:
+        for how in MUTATIONS:
+            for step in (ORIGINAL_CHECKED, ORIGINAL_HIDDEN):
+                with tempfile.TemporaryDirectory() as tmp:
+                    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp).st_dev:
+                        cannot_run("needs /dev/shm on another file system than the temp dir")
+                    with tempfile.TemporaryDirectory(dir=shm) as other:
+                        check(original, how, step, Path(tmp), Path(other))

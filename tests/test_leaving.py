@@ -31,14 +31,15 @@ from tests.nodetree import CONTAINER_IDS, NodeTree
 from tests.private_node import cannot_run
 from tests.test_move_cleanup_attacks import (
     DEL_DONE,
-    OLD,
     Ran,
     assert_every_copy_has_a_true_sidecar,
     files_under,
     json_run_argv,
+    move_once,
     other_fs,
     run_private,
 )
+from tests.test_move_cleanup_attacks import NAME as MOVED  # move_once's file
 
 __all__ = ["other_fs"]  # the fixture, used by name
 
@@ -98,25 +99,9 @@ def test_hidden_names_are_found_among_a_sorted_listing_of_any_names() -> None:
 
 
 def move_across(results: Path, qbase: Path, data: bytes) -> object:
-    """One move of results/NAME (written with data) into a quarantine on another file
-    system: a copy, then the original's last step."""
-    results.mkdir(exist_ok=True)
-    path = results / NAME
-    path.write_bytes(data)
-    os.utime(path, (OLD, OLD))
-    scanned = FileStat.of(os.stat(path, follow_symlinks=False))
-    place = Quarantine(str(qbase / "quarantine"), "boot")
-
-    def record(dest: str, digest: str) -> dict[str, object]:
-        return {"sha256": digest, "path": NAME, "to": dest}
-
-    dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        (outcome,) = place.move_all([Move(dir_fd, NAME, scanned, record)])
-        place.close()
-    finally:
-        os.close(dir_fd)
-    return outcome
+    """One move of results/MOVED (written with data) into a quarantine on another file
+    system (move_once's): a copy, then the original's last step."""
+    return move_once(results, qbase, data).outcome
 
 
 @pytest.fixture
@@ -137,14 +122,14 @@ def test_a_file_that_replaces_the_original_after_its_last_check_is_never_unlinke
 
     def replace() -> None:
         (tmp_path / "new").write_bytes(newcomer)
-        os.rename(tmp_path / "new", results / NAME)
+        os.rename(tmp_path / "new", results / MOVED)
 
     failpoint.interfere(ORIGINAL_CHECKED, replace)
     outcome = move_across(results, other_fs, b"")
 
     assert isinstance(outcome, FileChanged)
     assert str(outcome) == "another file took its place as it was moved; put back"
-    assert (results / NAME).read_bytes() == newcomer
+    assert (results / MOVED).read_bytes() == newcomer
     assert hidden_in(results) == []
     assert files_under(other_fs / "quarantine") == {}
 
@@ -155,7 +140,7 @@ def test_an_original_written_to_after_its_last_check_stays_with_what_was_written
     results = tmp_path / "results"
 
     def write() -> None:
-        with open(results / NAME, "ab") as f:
+        with open(results / MOVED, "ab") as f:
             f.write(b"more")
 
     failpoint.interfere(ORIGINAL_CHECKED, write)
@@ -163,7 +148,7 @@ def test_an_original_written_to_after_its_last_check_stays_with_what_was_written
 
     assert isinstance(outcome, FileChanged)
     assert str(outcome) == "it was written to as it was moved; put back"
-    assert (results / NAME).read_bytes() == b"{more"
+    assert (results / MOVED).read_bytes() == b"{more"
     assert hidden_in(results) == []
     assert files_under(other_fs / "quarantine") == {}
 
@@ -177,12 +162,12 @@ def test_a_name_taken_again_while_the_file_was_hidden_leaves_both_and_says_where
 
     def replace() -> None:
         (tmp_path / "new").write_bytes(b"second")
-        os.rename(tmp_path / "new", results / NAME)
+        os.rename(tmp_path / "new", results / MOVED)
 
     failpoint.interfere(ORIGINAL_CHECKED, replace)
 
     def take_the_name() -> None:
-        (results / NAME).write_bytes(b"third")
+        (results / MOVED).write_bytes(b"third")
 
     failpoint.interfere(ORIGINAL_HIDDEN, take_the_name)
     outcome = move_across(results, other_fs, b"")
@@ -190,10 +175,10 @@ def test_a_name_taken_again_while_the_file_was_hidden_leaves_both_and_says_where
     assert isinstance(outcome, FileChanged)
     (hidden,) = hidden_in(results)
     assert str(outcome) == (
-        f"another file took its place as it was moved, and a new {NAME} appeared meanwhile: "
+        f"another file took its place as it was moved, and a new {MOVED} appeared meanwhile: "
         f"left as {hidden}"
     )
-    assert (results / NAME).read_bytes() == b"third"
+    assert (results / MOVED).read_bytes() == b"third"
     assert (results / hidden).read_bytes() == b"second"
     assert files_under(other_fs / "quarantine") == {}
 
@@ -207,11 +192,11 @@ def test_the_original_hidden_and_checked_leaves_no_name_behind(
 
     outcome = move_across(results, other_fs, b"\0" * 7)
 
-    assert outcome == str(other_fs / "quarantine/boot" / NAME)
+    assert outcome == str(other_fs / "quarantine/boot" / MOVED)
     assert len(seen) == 1 and len(seen[0]) == 1  # it went by way of one hidden name
     assert os.listdir(results) == []
     assert assert_every_copy_has_a_true_sidecar(other_fs / "quarantine") == {
-        f"boot/{NAME}": b"\0" * 7
+        f"boot/{MOVED}": b"\0" * 7
     }
 
 

@@ -230,7 +230,12 @@ def inspect_all(
             if not dirent.is_file(follow_symlinks=False):
                 irregular.add(dirent.name)
     names.sort()
-    hidden = [name for name in leaving.hidden_among(names) if name not in irregular]
+    # Only a name the scan would take can have been hidden by a move from this dir.
+    hidden = [
+        name
+        for name in leaving.hidden_among(names)
+        if name not in irregular and (wanted is None or wanted(str(leaving.original_of(name))))
+    ]
     if hidden:
         names = sorted({*names, *(settle(hidden) if settle else ())} - set(hidden))
     if wanted is not None:

@@ -669,7 +669,13 @@ def _pipeline(run: _Run) -> Report:
             return planner.alive(container_id) or mounted(container_id)
 
         settle = _settling(
-            run, results_fd, paths.results_dir, paths.quarantine_dir, boot_ctx.boot_id
+            run,
+            report,
+            proof,
+            results_fd,
+            paths.results_dir,
+            paths.quarantine_dir,
+            boot_ctx.boot_id,
         )
         entries = cached_configs.noting(
             cache.inventory(results_fd, run.configs.networks.keys(), settle)
@@ -732,6 +738,8 @@ def _pipeline(run: _Run) -> Report:
 
 def _settling(
     run: _Run,
+    report: Report,
+    proof: pre_runtime.Proof,
     dir_fd: int,
     where: str,
     top: str,
@@ -740,18 +748,26 @@ def _settling(
 ) -> cache.Settle:
     """What a scan of the dir at where (open at dir_fd) hands the names a move cut short hid
     (leaving.py): settled against the quarantine that move was for (Quarantine(top, box)),
-    whose sidecars name a file by path_of(its name); said in a dry run. Each is a warning."""
+    whose sidecars name a file by path_of(its name), if proof holds it as its original; said
+    in a dry run. Each is a warning, and counts as the report's entries do."""
 
     def settle(hidden: list[str]) -> list[str]:
         from cni_reaper.quarantine import Quarantine  # noqa: PLC0415 (where a run was cut short)
 
         place = Quarantine(top, box)
+        dir_st = os.fstat(dir_fd)
 
         def copy_of(name: str, original: str) -> str | None:
             return place.copy_of(dir_fd, name, original, path_of(original))
 
-        put_back, said = leaving.settle(dir_fd, where, hidden, copy_of, run.args.dry_run)
-        run.warnings.extend(said)
+        def predates(st: os.stat_result, original: str) -> str | None:
+            return proof.held_before(where, dir_st, original, st)
+
+        args = (dir_fd, where, hidden, copy_of, predates, run.args.dry_run)
+        put_back, said = leaving.settle(*args)
+        for settled in said:
+            run.warnings.append(settled.line)
+            report.note_settled(settled.outcome)
         return put_back
 
     return settle
@@ -1053,7 +1069,8 @@ class _Delegates:
             if fd is None:
                 return None
             path_of = functools.partial(os.path.join, where)
-            return _settling(run, fd, where, top, multus.QUARANTINE_SUBDIR, path_of)
+            box = multus.QUARANTINE_SUBDIR
+            return _settling(run, self._report, proof, fd, where, top, box, path_of)
 
         entries = [
             found.entries(run.configs.networks.keys(), settle(found.fd, found.results_dir))

@@ -28,6 +28,8 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 
+from cni_reaper.record import Record
+
 SUFFIX = ".cni-reaper-leaving"
 _TAG_DIGITS = 8
 _MAX_NAME_BYTES = 255  # NAME_MAX of every Linux file system a results dir is on
@@ -58,15 +60,35 @@ def hidden_among(names: Sequence[str]) -> list[str]:
 # (hidden name, its original's name) -> where the quarantine holds a copy of its bytes made
 # from that original, or None
 CopyOf = Callable[[str, str], "str | None"]
+# (a hidden file's stat, its original's name) -> why it may not be taken for the file that name
+# held before any runtime of this boot started, or None
+Predates = Callable[[os.stat_result, str], "str | None"]
+
+DONE, PLANNED, LEFT, FAILED = "done", "planned", "left", "failed"  # what became of each
+
+
+class Settled(Record):
+    """One hidden name settled, or said: its outcome (DONE, PLANNED in a dry run, LEFT for the
+    operator, FAILED), and the line the report's warnings hold."""
+
+    outcome: str
+    line: str
 
 
 def settle(
-    dir_fd: int, where: str, hidden: Sequence[str], copy_of: CopyOf, dry_run: bool
-) -> tuple[list[str], list[str]]:
+    dir_fd: int,
+    where: str,
+    hidden: Sequence[str],
+    copy_of: CopyOf,
+    predates: Predates,
+    dry_run: bool,
+) -> tuple[list[str], list[Settled]]:
     """Each hidden name of the dir at where (open at dir_fd) settled, or said (a dry run):
-    the names put back, for the scan to judge, and a line for each hidden name."""
+    the names put back, for the scan to judge, and what became of each hidden name. Only a
+    file that predates every runtime of this boot is touched (invariant 1): a later run of the
+    boot settles only what its record holds, under the original's name."""
     put_back: list[str] = []
-    said: list[str] = []
+    said: list[Settled] = []
     changed = False
     for name in hidden:
         original = original_of(name)
@@ -77,7 +99,11 @@ def settle(
             continue
         at = f"{os.path.join(where, name)}: left by a move cut short before its last step"
         if not stat.S_ISREG(st.st_mode):
-            said.append(f"{at}, but not a regular file: left alone; remove it by hand")
+            said.append(Settled(LEFT, f"{at}, but not a regular file: left alone"))
+            continue
+        why_not = predates(st, original)
+        if why_not is not None:
+            said.append(Settled(LEFT, f"{at}; {why_not}: left alone"))
             continue
         try:
             now = os.stat(original, dir_fd=dir_fd, follow_symlinks=False)
@@ -89,26 +115,36 @@ def settle(
             copy = copy_of(name, original)
             why, drop = f"its bytes are in {copy}", copy is not None
         if drop:
-            said.append(f"{at}; {why}: {'a real run removes' if dry_run else 'removed'} it")
-            if not dry_run:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(name, dir_fd=dir_fd)
-                changed = True
+            if dry_run:
+                said.append(Settled(PLANNED, f"{at}; {why}: a real run removes it"))
+                continue
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                said.append(Settled(FAILED, _noted(f"{at}; {why}: cannot remove it", e)))
+                continue
+            said.append(Settled(DONE, f"{at}; {why}: removed it"))
+            changed = True
         elif now is not None:
             said.append(
-                f"{at}; {original} is another file now, and the quarantine of this boot holds "
-                "no copy of it: both left; compare them by hand"
+                Settled(
+                    LEFT,
+                    f"{at}; {original} is another file now, and the quarantine of this boot "
+                    "holds no copy of it: both left; compare them by hand",
+                )
             )
         elif dry_run:
-            said.append(f"{at}; no copy of it in the quarantine: a real run puts it back")
+            said.append(
+                Settled(PLANNED, f"{at}; no copy of it in the quarantine: a real run puts it back")
+            )
         else:
-            problem = _put_back(dir_fd, name, original)
-            if problem is None:
+            done = _put_back(dir_fd, name, original, f"{at}; no copy of it in the quarantine")
+            if done.outcome == DONE:
                 put_back.append(original)
-                changed = True
-                said.append(f"{at}; no copy of it in the quarantine: put back as {original}")
-            else:
-                said.append(f"{at}; no copy of it in the quarantine; {problem}")
+            changed = changed or done.outcome != LEFT
+            said.append(done)
     if changed:
         # Undone by a power cut, a step is settled again by the next run: each is idempotent.
         with contextlib.suppress(OSError):
@@ -116,14 +152,28 @@ def settle(
     return put_back, said
 
 
-def _put_back(dir_fd: int, name: str, original: str) -> str | None:
+def _put_back(dir_fd: int, name: str, original: str, at: str) -> Settled:
     """name under original again, never over a file that took original meanwhile."""
     try:
         os.link(name, original, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
     except FileExistsError:
-        return f"{original} appeared meanwhile: both left; compare them by hand"
+        return Settled(
+            LEFT, f"{at}; {original} appeared meanwhile: both left; compare them by hand"
+        )
     except OSError as e:
-        return f"cannot put it back as {original}: {e.strerror}; left"
-    with contextlib.suppress(FileNotFoundError):
+        return Settled(FAILED, _noted(f"{at}; cannot put it back as {original}", e))
+    try:
         os.unlink(name, dir_fd=dir_fd)
-    return None
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        # Both names hold the file: the next run, finding its name holds it again, drops this.
+        return Settled(FAILED, _noted(f"{at}; put back as {original}, but cannot remove it", e))
+    return Settled(DONE, f"{at}: put back as {original}")
+
+
+def _noted(problem: str, error: OSError) -> str:
+    """problem, the system's words, and where the file system is read-only, the unit's."""
+    from cni_reaper.quarantine import read_only_noted  # noqa: PLC0415 (it imports this)
+
+    return read_only_noted(f"{problem}: {error.strerror or error}; left", error)

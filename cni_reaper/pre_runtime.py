@@ -239,6 +239,25 @@ class Proof:
             Written.CURRENT_BOOT, f"{why}; clocks: {clocks.clocks_say(file.mtime, file.ctime)[0]}"
         )
 
+    def held_before(
+        self, directory: str, dir_st: os.stat_result, name: str, st: os.stat_result
+    ) -> str | None:
+        """Why the file st, found in directory under another name (a move cut short hid it:
+        leaving.py), may not be taken for the file its record holds as name: None when it may,
+        as every file may while this run takes the record. Inode, size and mtime: the rename
+        that hid it kept them, and set its ctime."""
+        if self.taking:
+            return None
+        if self.record is None:
+            return no_record(self.why_missing)
+        kept = self.record.dirs.get(directory)
+        if kept is None or (kept.device, kept.inode) != (dir_st.st_dev, dir_st.st_ino):
+            return "its directory is not the one in this boot's pre-runtime record"
+        seen = kept.files.get(name)
+        if seen is None or seen[:3] != (st.st_ino, st.st_size, st.st_mtime_ns):
+            return f"not the file this boot's pre-runtime record holds as {name}"
+        return None
+
     @property
     def keeps_record(self) -> bool:
         """Whether the record being taken is kept: a dry run keeps none, and, never saving

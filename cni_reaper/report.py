@@ -172,6 +172,14 @@ class Report:
         elif doc["outcome"] == "skipped" and doc["action"] != "keep":
             self._left_alone = True  # to report, maybe in flight, or changed since the scan
 
+    def note_settled(self, outcome: str) -> None:
+        """What became of a hidden name a move cut short left (leaving.Settled.outcome): one
+        left for the operator is left alone, one that could not be settled a failure."""
+        if outcome == "failed":
+            self._failed = True
+        elif outcome == "left":
+            self._left_alone = True
+
     def mark_planned(self) -> None:
         if self._began is not None:
             self.to_plan = round(time.monotonic() - self._began, 3)

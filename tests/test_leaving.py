@@ -226,12 +226,17 @@ def test_an_owners_lock_spares_the_hidden_step(
 # --- what a killed run leaves, settled --------------------------------------------------
 
 
+def earlier_boots_node(tmp_path: Path) -> tuple[NodeTree, Path]:
+    """A node booted after a crash, with one network whose DEL succeeds: its plugin dir."""
+    node = NodeTree(tmp_path / "node")
+    node.write_boot_world(btime=1_700_000_000)
+    return node, node.fake_plugin_network("net", "done", DEL_DONE)
+
+
 def crashed_in_the_last_step(tmp_path: Path, other_fs: Path) -> tuple[NodeTree, list[str]]:
     """A real run killed right after it hid its first original: the copy is in the quarantine,
     the original under a hidden name, the second file not moved yet."""
-    node = NodeTree(tmp_path / "node")
-    node.write_boot_world(btime=1_700_000_000)
-    bin_dir = node.fake_plugin_network("net", "done", DEL_DONE)
+    node, bin_dir = earlier_boots_node(tmp_path)
     node.write_result(NAME, b"")
     node.write_result(SECOND, b"\0" * 10)
     argv = json_run_argv(node, bin_dir, other_fs / "state")
@@ -331,9 +336,7 @@ def test_a_hidden_name_beside_another_file_of_its_name_leaves_both(
 def test_a_symlink_under_a_hidden_name_is_never_followed_nor_settled(
     tmp_path: Path, other_fs: Path
 ) -> None:
-    node = NodeTree(tmp_path / "node")
-    node.write_boot_world(btime=1_700_000_000)
-    bin_dir = node.fake_plugin_network("net", "done", DEL_DONE)
+    node, bin_dir = earlier_boots_node(tmp_path)
     target = tmp_path / "elsewhere"
     target.write_bytes(b"not the reaper's")
     node.results.mkdir(parents=True, exist_ok=True)

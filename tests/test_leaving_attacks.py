@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from cni_reaper import cache, failpoint, leaving
-from cni_reaper.content import ContentVerdict
+from cni_reaper.content import ContentVerdict, Identity
 from cni_reaper.errors import ExitCode
 from cni_reaper.filestat import FileStat
 from cni_reaper.quarantine import ORIGINAL_HIDDEN, READ_ONLY_HINT, Move, Quarantine
@@ -41,6 +41,7 @@ from tests.test_leaving import (
     NEXT_BOOT,
     crashed_in_the_last_step,
     cut_short,
+    earlier_boots_node,
     hidden_in,
 )
 from tests.test_move_cleanup_attacks import (
@@ -133,6 +134,24 @@ def settle_in(
         os.close(dir_fd)
 
 
+def scan_handing(
+    results: Path,
+) -> tuple[list[list[str]], list[tuple[str, FileStat, ContentVerdict | Identity]]]:
+    """A scan of results (cache.inspect_all): the hidden names it handed to settle, which
+    settles nothing, and what it judged."""
+    handed: list[list[str]] = []
+
+    def settle(found: list[str]) -> list[str]:
+        handed.append(found)
+        return []
+
+    dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return handed, list(cache.inspect_all(dir_fd, settle=settle))
+    finally:
+        os.close(dir_fd)
+
+
 def tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
     """Every entry under root: (inode, mode, bytes or link target)."""
     found: dict[str, tuple[int, int, bytes]] = {}
@@ -185,17 +204,8 @@ def test_a_name_that_lacks_the_tag_or_has_an_upper_case_one_is_judged_as_any_fil
     names = [f".{NAME}.0123ABCD{leaving.SUFFIX}", f".{NAME}{leaving.SUFFIX}", f"{NAME}{TAG}"]
     for name in names:
         (results / name).write_bytes(b"")
-    handed: list[list[str]] = []
-
-    def settle(found: list[str]) -> list[str]:
-        handed.append(found)
-        return []
-
-    dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        judged = [name for name, _, _ in cache.inspect_all(dir_fd, settle=settle)]
-    finally:
-        os.close(dir_fd)
+    handed, found = scan_handing(results)
+    judged = [name for name, _, _ in found]
     assert handed == []
     assert judged == sorted(names)
 
@@ -213,21 +223,12 @@ def test_only_a_regular_file_is_handed_to_settle_and_a_fifo_never_blocks_the_sca
     (results / hidden("dir")).mkdir()
     os.symlink(outside, results / hidden("link"))
     (results / hidden("file")).write_bytes(b"x")
-    handed: list[list[str]] = []
-
-    def settle(found: list[str]) -> list[str]:
-        handed.append(found)
-        return []
-
-    dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        judged = {
-            name: verdict.content.value
-            for name, _, verdict in cache.inspect_all(dir_fd, settle=settle)
-            if isinstance(verdict, ContentVerdict)
-        }
-    finally:
-        os.close(dir_fd)
+    handed, found = scan_handing(results)
+    judged = {
+        name: verdict.content.value
+        for name, _, verdict in found
+        if isinstance(verdict, ContentVerdict)
+    }
     assert handed == [[hidden("file")]]
     assert judged == {hidden(n): "not-a-file" for n in ("dir", "fifo", "link")}
     assert stat.S_ISFIFO(os.lstat(results / hidden("fifo")).st_mode)
@@ -507,9 +508,7 @@ def test_a_kill_in_a_multus_move_is_finished_in_the_same_boot_and_redone_in_the_
 def test_the_text_report_escapes_a_hidden_name_with_a_newline(
     tmp_path: Path, other_fs: Path
 ) -> None:
-    node = NodeTree(tmp_path / "node")
-    node.write_boot_world(btime=1_700_000_000)
-    bin_dir = node.fake_plugin_network("net", "done", DEL_DONE)
+    node, bin_dir = earlier_boots_node(tmp_path)
     forged = "x\nwarning: all clean"
     path = node.write_result(hidden(forged), b"kept")
     argv = json_run_argv(node, bin_dir, other_fs / "state")

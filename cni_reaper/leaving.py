@@ -14,10 +14,13 @@ and the next real run settles them before it judges the dir:
 - the quarantine of this boot holds a copy of it, with the same bytes and a sidecar naming it:
   the move was done but for the unlink, which is made;
 - otherwise it goes back under its name, when that is free, and is judged as any file is;
-- with its name taken by another file and no copy of it, both are left, and said.
-A dry run says which of these a real run would do, and changes nothing. Settling undoes or
-finishes the reaper's own step, so it is done even where a runtime has started since: a file
-put back is where libcni left it, a hidden name dropped is one libcni never reads.
+- with its name taken by another file and no copy of it, both are left, and said (exit 65).
+A name is settled only when it could be the reaper's: one the scan of its dir would take under
+its original name, and a file that predates every runtime of the boot (invariant 1): all do
+while the first run of a boot takes its pre-runtime record; a later run settles only the file
+that record holds under the original's name, whose inode, size and mtime the hiding rename
+kept. The rest are left alone, and said (exit 65); one that cannot be removed or put back is a
+failure (exit 73). A dry run says which of these a real run would do, and changes nothing.
 """
 
 from __future__ import annotations

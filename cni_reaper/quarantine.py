@@ -465,6 +465,10 @@ class Quarantine:
             return
         with contextlib.suppress(OSError):
             os.unlink(dest + SIDECAR_SUFFIX, dir_fd=fd)
+        # Durable at once: a copy a power cut brought back would stay, beside a sidecar that
+        # says it moved, where the report said it stayed.
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
 
     def flush(self) -> None:
         """Make every move so far durable: one fsync of each directory involved."""

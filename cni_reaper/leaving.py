@@ -31,6 +31,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 
+from cni_reaper import nonce
 from cni_reaper.record import Record
 
 SUFFIX = ".cni-reaper-leaving"
@@ -39,8 +40,9 @@ _MAX_NAME_BYTES = 255  # NAME_MAX of every Linux file system a results dir is on
 
 
 def hidden_name(name: str) -> str | None:
-    """A fresh hidden name for name, beside it; None when it would not fit in a file name."""
-    hidden = f".{name}.{os.urandom(_TAG_DIGITS // 2).hex()}{SUFFIX}"
+    """A fresh hidden name for name, beside it (the caller tries another where one is taken:
+    a leftover a run left alone); None when it would not fit in a file name."""
+    hidden = f".{name}.{nonce.tag(_TAG_DIGITS // 2)}{SUFFIX}"
     return hidden if len(os.fsencode(hidden)) <= _MAX_NAME_BYTES else None
 
 

@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 
-from cni_reaper import __version__
+from cni_reaper import __version__, nonce
 from cni_reaper.content import Content
 from cni_reaper.escape import printable
 from cni_reaper.multus import DELEGATE_RESULT, SCRATCH_FILE
@@ -59,6 +59,7 @@ RESERVATION_ACTION_OUTCOMES: tuple[tuple[str, str], ...] = (
 # cli.py's "unknown" for an address no reservation was planned for).
 POOL_OWNERS = ("runtime", "current-boot", "alive", "left", "failed", "damaged", "unknown")
 FILE_MODE = 0o644  # node_exporter's user reads it; only root writes the directory
+_NAME_ATTEMPTS = 8  # temp names tried before a write fails
 
 
 def _number(value: float) -> str:
@@ -233,10 +234,17 @@ def render_failure(exit_code: int, dry_run: bool, started: float, finished: floa
 def write(path: str, text: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     # A name no one can have put anything at beforehand (the textfile dir may belong to
-    # node_exporter's user), made by this open alone, never through a link or a FIFO.
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(8).hex()}.tmp")
+    # node_exporter's user), made by this open alone, never through a link or a FIFO; one
+    # taken (a guess, early in a boot: nonce.py) makes the next.
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(tmp, flags, FILE_MODE)
+    for attempt in range(_NAME_ATTEMPTS):
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{nonce.tag(8)}.tmp")
+        try:
+            fd = os.open(tmp, flags, FILE_MODE)
+            break
+        except FileExistsError:
+            if attempt + 1 == _NAME_ATTEMPTS:
+                raise
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             # The open's mode went through the umask; this one does not.

@@ -438,6 +438,8 @@ class Quarantine:
         else writes, checked there, and only then unlinked (leaving.py): an unlink by name
         after a check by name could take a file that replaced it in between."""
         hidden = leaving.hidden_name(move.name) if self._hide else None
+        while hidden is not None and _exists(move.dir_fd, hidden):
+            hidden = leaving.hidden_name(move.name)  # a leftover's: never renamed over
         if hidden is None:
             # The name has no room for the suffix (or the owner's lock guards it): by name.
             os.unlink(move.name, dir_fd=move.dir_fd)

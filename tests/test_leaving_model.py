@@ -18,7 +18,6 @@ import hashlib
 import itertools
 import json
 import os
-import stat
 import tempfile
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from cni_reaper import cache, leaving
 from cni_reaper.boot import FirstReading
 from cni_reaper.pre_runtime import DirRecord, FileIdentities, PreRuntimeRecord, Proof
 from cni_reaper.quarantine import Quarantine
+from tests.test_leaving_attacks import tree
 
 NAME = "net-" + "cd" * 32 + "-eth0"
 HIDDEN = f".{NAME}.89abcdef{leaving.SUFFIX}"
@@ -42,22 +42,6 @@ PROOFS = ("taking", "holds-it", "holds-another", "holds-nothing", "missing")
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def snapshot(*roots: Path) -> dict[str, tuple[int, int, bytes]]:
-    """Every entry under roots: (inode, mode, bytes or link target)."""
-    found: dict[str, tuple[int, int, bytes]] = {}
-    for root in roots:
-        for path in [root, *root.rglob("*")]:
-            st_ = os.lstat(path)
-            if stat.S_ISREG(st_.st_mode):
-                data = path.read_bytes()
-            elif stat.S_ISLNK(st_.st_mode):
-                data = os.readlink(path).encode()
-            else:
-                data = b""
-            found[str(path)] = (st_.st_ino, st_.st_mode, data)
-    return found
 
 
 def quarantined(qdir: Path) -> set[bytes]:
@@ -165,7 +149,7 @@ def check(kind: str, data: bytes, original: str, copy: str, proof: str, dry_run:
             (results / NAME).write_bytes(b"libcni's own")
         plant_copy(top / BOX, outside, copy, data)
         the_proof = proof_for(proof, results, os.lstat(hidden))
-        before = snapshot(base)
+        before = tree(base)
         bytes_before = {
             p.read_bytes() for p in results.iterdir() if p.is_file() and not p.is_symlink()
         }
@@ -197,14 +181,14 @@ def check(kind: str, data: bytes, original: str, copy: str, proof: str, dry_run:
             os.close(dir_fd)
 
         fate = expected(kind, original, copy, proof, dry_run)
-        after = snapshot(base)
+        after = tree(base)
         outcomes = [s.outcome for s in said]
         # Nothing outside the two dirs changes, nor the quarantine: a settle only reads it.
         for path, entry in before.items():
-            if not path.startswith(str(results)):
+            if not path.startswith("results"):
                 assert after.get(path) == entry, path
-        assert {p for p in after if not p.startswith(str(results))} == {
-            p for p in before if not p.startswith(str(results))
+        assert {p for p in after if not p.startswith("results")} == {
+            p for p in before if not p.startswith("results")
         }
         # Its original's name, if it held another file, holds it still.
         if name_before is not None:
@@ -232,6 +216,6 @@ def check(kind: str, data: bytes, original: str, copy: str, proof: str, dry_run:
             assert outcomes == [leaving.DONE]
             assert not hidden.exists()
             assert (results / NAME).read_bytes() == data
-            assert os.lstat(results / NAME).st_ino == before[str(hidden)][0]
+            assert os.lstat(results / NAME).st_ino == before[f"results/{HIDDEN}"][0]
             assert NAME in judged
             assert said[0].line.endswith(f": put back as {NAME}")

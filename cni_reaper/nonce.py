@@ -17,14 +17,16 @@ _COUNT = itertools.count()
 
 
 def tag(nbytes: int) -> str:
-    """nbytes, as 2 * nbytes lower-case hex digits, never the same twice in a process."""
+    """nbytes, as 2 * nbytes lower-case hex digits: a tag a name taken before is unlikely to
+    hold, never a promise that it does not (the callers look)."""
     try:
         return os.getrandom(nbytes, os.GRND_NONBLOCK).hex()
-    except (BlockingIOError, OSError):
+    except OSError:  # BlockingIOError where the pool is not ready; ENOSYS before Linux 3.17
         return fallback(nbytes)
 
 
 def fallback(nbytes: int) -> str:
-    """The tag where the pool is not ready: from the clock, the process and a count."""
+    """The tag where the pool is not ready: from the clock, the process (in tags of 6 bytes
+    and more) and a count."""
     mixed = time.monotonic_ns() ^ (os.getpid() << 40) ^ (next(_COUNT) << 20)
     return (mixed & ((1 << (8 * nbytes)) - 1)).to_bytes(nbytes, "big").hex()

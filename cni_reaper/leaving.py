@@ -32,6 +32,7 @@ import stat
 from collections.abc import Callable, Sequence
 
 from cni_reaper import nonce
+from cni_reaper.read_only import read_only_noted
 from cni_reaper.record import Record
 
 SUFFIX = ".cni-reaper-leaving"
@@ -179,6 +180,4 @@ def _put_back(dir_fd: int, name: str, original: str, at: str) -> Settled:
 
 def _noted(problem: str, error: OSError) -> str:
     """problem, the system's words, and where the file system is read-only, the unit's."""
-    from cni_reaper.quarantine import read_only_noted  # noqa: PLC0415 (it imports this)
-
     return read_only_noted(f"{problem}: {error.strerror or error}; left", error)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from cni_reaper import __version__, failpoint, leaving
 from cni_reaper.boot import iso
 from cni_reaper.filestat import FileStat
+from cni_reaper.read_only import read_only_noted
 from cni_reaper.record import Record
 
 TYPE_CHECKING = False
@@ -55,21 +56,6 @@ SIDECAR_SUFFIX = ".json"
 # Threads that fsync the dirs of a flush at once. Past a few, they share commits anyway. (A
 # batch's sidecars need none: see _write_temp.)
 FSYNC_LANES = 8
-
-
-# Under the unit's ProtectSystem=strict every other path is read-only: a dir a config names
-# outside these (a Multus cniDir, a host-local dataDir) fails its moves with EROFS alone.
-READ_ONLY_HINT = (
-    "under cni-reaper.service only /var/lib/cni, /run and the state dir are writable "
-    "(ProtectSystem=strict): name a dir elsewhere in ReadWritePaths= in a drop-in; "
-    "otherwise its file system is mounted read-only"
-)
-
-
-def read_only_noted(problem: str, error: OSError) -> str:
-    """problem, and where the file system is read-only, the unit's sandbox, which makes it so
-    for every dir it does not name."""
-    return f"{problem}; {READ_ONLY_HINT}" if error.errno == errno.EROFS else problem
 
 
 def failed_move(error: OSError) -> str:

@@ -25,9 +25,9 @@ from cni_reaper.quarantine import (
     Move,
     Quarantine,
     failed_move,
-    read_only_noted,
     sidecar,
 )
+from cni_reaper.read_only import read_only_noted
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled, handed_over
 

@@ -38,12 +38,12 @@ from cni_reaper.errors import ExitCode
 from cni_reaper.filestat import FileStat
 from cni_reaper.quarantine import (
     COPY_IN_PLACE,
-    READ_ONLY_HINT,
     FileChanged,
     Move,
     Quarantine,
     failed_move,
 )
+from cni_reaper.read_only import READ_ONLY_HINT
 from tests.nodetree import CONTAINER_IDS, NodeTree, host_local_conflist
 from tests.private_node import cannot_run, unshare
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cni_reaper.errors import ExitCode
-from cni_reaper.quarantine import READ_ONLY_HINT
+from cni_reaper.read_only import READ_ONLY_HINT
 from tests.nodetree import CONTAINER_IDS, NodeTree, host_local_conflist
 from tests.private_node import cannot_run, unshare
 

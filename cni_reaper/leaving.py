@@ -40,11 +40,35 @@ _TAG_DIGITS = 8
 _MAX_NAME_BYTES = 255  # NAME_MAX of every Linux file system a results dir is on
 
 
-def hidden_name(name: str) -> str | None:
-    """A fresh hidden name for name, beside it (the caller tries another where one is taken:
-    a leftover a run left alone); None when it would not fit in a file name."""
-    hidden = f".{name}.{nonce.tag(_TAG_DIGITS // 2)}{SUFFIX}"
-    return hidden if len(os.fsencode(hidden)) <= _MAX_NAME_BYTES else None
+def hidden_name(dir_fd: int, name: str) -> str | None:
+    """A fresh hidden name for name, beside it in dir_fd, that no file holds (a leftover a run
+    left alone is never renamed over); None when it would not fit in a file name."""
+    while True:
+        hidden = f".{name}.{nonce.tag(_TAG_DIGITS // 2)}{SUFFIX}"
+        if len(os.fsencode(hidden)) > _MAX_NAME_BYTES:
+            return None
+        try:
+            os.stat(hidden, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return hidden
+
+
+def put_back(from_fd: int, name: str, to_fd: int, original: str) -> tuple[bool, OSError | None]:
+    """The file at name (in from_fd) under original (in to_fd) again, never over a file that
+    took original meanwhile (link() does not replace), then name unlinked: whether it is under
+    original again, and what stopped the rest. The link's error leaves name as it was
+    (FileExistsError: original is taken); the unlink's leaves both names to the file."""
+    try:
+        os.link(name, original, src_dir_fd=from_fd, dst_dir_fd=to_fd, follow_symlinks=False)
+    except OSError as e:
+        return False, e
+    try:
+        os.unlink(name, dir_fd=from_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        return True, e
+    return True, None
 
 
 def original_of(name: str) -> str | None:
@@ -159,23 +183,18 @@ def settle(
 
 
 def _put_back(dir_fd: int, name: str, original: str, at: str) -> Settled:
-    """name under original again, never over a file that took original meanwhile."""
-    try:
-        os.link(name, original, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-    except FileExistsError:
+    """name under original again (put_back), and what became of it."""
+    back, error = put_back(dir_fd, name, dir_fd, original)
+    if error is None:
+        return Settled(DONE, f"{at}: put back as {original}")
+    if back:
+        # Both names hold the file: the next run, finding its name holds it again, drops this.
+        return Settled(FAILED, _noted(f"{at}; put back as {original}, but cannot remove it", error))
+    if isinstance(error, FileExistsError):
         return Settled(
             LEFT, f"{at}; {original} appeared meanwhile: both left; compare them by hand"
         )
-    except OSError as e:
-        return Settled(FAILED, _noted(f"{at}; cannot put it back as {original}", e))
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        # Both names hold the file: the next run, finding its name holds it again, drops this.
-        return Settled(FAILED, _noted(f"{at}; put back as {original}, but cannot remove it", e))
-    return Settled(DONE, f"{at}: put back as {original}")
+    return Settled(FAILED, _noted(f"{at}; cannot put it back as {original}", error))
 
 
 def _noted(problem: str, error: OSError) -> str:

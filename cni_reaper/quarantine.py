@@ -347,9 +347,8 @@ class Quarantine:
     def _put_back(self, move: Move, fd: int, dest: str, change: str) -> OSError | FileChanged:
         """A file that changed on its way out goes back, but never over a file that appeared
         under its name meanwhile: link() does not replace."""
-        try:
-            os.link(dest, move.name, src_dir_fd=fd, dst_dir_fd=move.dir_fd, follow_symlinks=False)
-        except FileExistsError:
+        back, error = leaving.put_back(fd, dest, move.dir_fd, move.name)
+        if isinstance(error, FileExistsError) and not back:
             # It stays here, with a sidecar that says what it holds now and why it is here.
             record = _record(move.sidecar(os.path.join(self.dir, dest), sha256_of(fd, dest) or ""))
             record["problems"] = [*record.get("problems", []), change]
@@ -357,7 +356,8 @@ class Quarantine:
             return QuarantineError(
                 errno.EEXIST, f"{change}, and a new {move.name} appeared meanwhile: left in {dest}"
             )
-        os.unlink(dest, dir_fd=fd)
+        if error is not None:
+            raise error
         _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
         return FileChanged(f"{change}; put back")
 
@@ -423,9 +423,7 @@ class Quarantine:
         copied; why not, if not (it is then where it was). Hidden first under a name no one
         else writes, checked there, and only then unlinked (leaving.py): an unlink by name
         after a check by name could take a file that replaced it in between."""
-        hidden = leaving.hidden_name(move.name) if self._hide else None
-        while hidden is not None and _exists(move.dir_fd, hidden):
-            hidden = leaving.hidden_name(move.name)  # a leftover's: never renamed over
+        hidden = leaving.hidden_name(move.dir_fd, move.name) if self._hide else None
         if hidden is None:
             # The name has no room for the suffix (or the owner's lock guards it): by name.
             os.unlink(move.name, dir_fd=move.dir_fd)
@@ -512,20 +510,16 @@ def _still_held(move: Move, file: _Held) -> str | None:
 
 
 def _unhide(move: Move, hidden: str) -> str:
-    """A file hidden on its way out back under its name, never over a file that took the name
-    meanwhile (link() does not replace): what became of it, to end a report's line. One left
-    hidden, the next real run settles (leaving.settle)."""
-    try:
-        os.link(
-            hidden, move.name, src_dir_fd=move.dir_fd, dst_dir_fd=move.dir_fd, follow_symlinks=False
-        )
-    except OSError as e:
-        if e.errno == errno.EEXIST:
-            return f", and a new {move.name} appeared meanwhile: left as {hidden}"
-        return f"; it could not go back ({e.strerror}): left as {hidden}"
-    with contextlib.suppress(OSError):
-        os.unlink(hidden, dir_fd=move.dir_fd)  # if not, a second name that settle() drops
-    return "; put back"
+    """A file hidden on its way out back under its name (leaving.put_back): what became of it,
+    to end a report's line. One left hidden, the next real run settles (leaving.settle); a
+    hidden name whose unlink failed is a second name of the file, which settle drops."""
+    back, error = leaving.put_back(move.dir_fd, hidden, move.dir_fd, move.name)
+    if back:
+        return "; put back"
+    assert error is not None  # what kept it from going back
+    if isinstance(error, FileExistsError):
+        return f", and a new {move.name} appeared meanwhile: left as {hidden}"
+    return f"; it could not go back ({error.strerror}): left as {hidden}"
 
 
 def _arrived_unchanged(file: _Held, fd: int, dest: str) -> str | None:

@@ -67,11 +67,18 @@ def hidden_in(dir_path: Path) -> list[str]:
 # --- the names --------------------------------------------------------------------------
 
 
-def test_a_hidden_name_says_its_original_and_nothing_else_is_taken_for_one() -> None:
-    hidden = leaving.hidden_name(NAME)
-    assert hidden is not None
-    assert leaving.original_of(hidden) == NAME
-    assert hidden != leaving.hidden_name(NAME)  # fresh each time: never one a leftover holds
+def test_a_hidden_name_says_its_original_and_nothing_else_is_taken_for_one(
+    tmp_path: Path,
+) -> None:
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        hidden = leaving.hidden_name(dir_fd, NAME)
+        assert hidden is not None
+        assert leaving.original_of(hidden) == NAME
+        (tmp_path / hidden).write_bytes(b"")  # a leftover
+        assert hidden != leaving.hidden_name(dir_fd, NAME)  # fresh: never one a leftover holds
+    finally:
+        os.close(dir_fd)
     for not_hidden in [
         NAME,
         f".{NAME}{leaving.SUFFIX}",  # no tag
@@ -83,9 +90,13 @@ def test_a_hidden_name_says_its_original_and_nothing_else_is_taken_for_one() -> 
         assert leaving.original_of(not_hidden) is None, not_hidden
 
 
-def test_a_name_with_no_room_for_the_suffix_gets_no_hidden_name() -> None:
-    assert leaving.hidden_name("n" * 226) is not None
-    assert leaving.hidden_name("n" * 227) is None  # 1 + 227 + 9 + 19 bytes: past NAME_MAX
+def test_a_name_with_no_room_for_the_suffix_gets_no_hidden_name(tmp_path: Path) -> None:
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert leaving.hidden_name(dir_fd, "n" * 226) is not None
+        assert leaving.hidden_name(dir_fd, "n" * 227) is None  # 1 + 227 + 9 + 19: past NAME_MAX
+    finally:
+        os.close(dir_fd)
 
 
 def test_hidden_names_are_found_among_a_sorted_listing_of_any_names() -> None:

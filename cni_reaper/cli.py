@@ -565,9 +565,11 @@ def _pipeline(run: _Run) -> Report:
     )
     run.made.append(report)
     stores = list(host_local.stores(run.configs, paths.root))
-    # Every address reserved before any DEL: the pools' "before" (pool.py), kept compact.
+    # Every address reserved before any DEL: the pools' "before" (pool.py), kept compact. A
+    # dry run changes no store: the listing its inventory takes is its before and its after.
     reserved_before = {
-        network: pool.ListedAddresses(host_local.address_names(store)) for network, store in stores
+        network: pool.ListedAddresses(host_local.address_names(store))
+        for network, store in (() if args.dry_run else stores)
     }
     delegates = _Delegates(run, boot_ctx, proof, report)
     fates = EntryFates()  # what became of each entry; told of the results dir once it is open
@@ -1229,10 +1231,15 @@ def _reservations(
     kept: list[PlannedReservation] = []
     # store -> address -> its owner's state, and whether it is planned to be released
     states: dict[str, pool.AddressStates] = {}
+    # A dry run's stores as its inventory listed them (reserved_before holds none).
+    listings: dict[str, pool.ListedAddresses] = {}
     verbose = args.verbose
     for network, store in stores:
         add = states.setdefault(store, pool.AddressStates()).add_listed
-        for r in host_local.inventory(network, store, boot_ctx, proof):
+        listing = pool.ListedAddresses() if args.dry_run else None
+        if listing is not None:
+            listings[network] = listing
+        for r in host_local.inventory(network, store, boot_ctx, proof, listing):
             p = planner(r)
             action = p.action
             if action in CHANGING_RESERVATIONS:
@@ -1265,7 +1272,7 @@ def _reservations(
         report.add_reservation(doc)
         run.events.emit(reservation_fields(doc, args.dry_run))
     del settled, shown, left, kept  # every reservation reported: only the counts are left
-    report.pools = _pool_health(run, stores, reserved_before, states)
+    report.pools = _pool_health(run, stores, {**reserved_before, **listings}, states)
 
 
 def _owner_alive(
@@ -1304,17 +1311,31 @@ def _pool_health(
                     if problem:
                         run.warnings.append(f"pool of {network}: {problem}")
                     break
-        after = _held_now(states.get(store), store, run.args.dry_run)
-        before = reserved_before.get(network) or pool.ListedAddresses()
+        before = reserved_before.get(network)
+        if run.args.dry_run and not before:
+            # A store the inventory did not list (gone, or refused as untrusted) is counted as
+            # a real run counts it.
+            before = pool.ListedAddresses(host_local.address_names(store))
+        after = _held_now(states.get(store), store, run.args.dry_run, before)
+        before = before or pool.ListedAddresses()
         if sets or before or after:
             pools.extend(pool.health(network, sets, before, after))
     return pools
 
 
-def _held_now(state: pool.AddressStates | None, store: str, dry_run: bool) -> pool.AddressStates:
+def _held_now(
+    state: pool.AddressStates | None,
+    store: str,
+    dry_run: bool,
+    listed: pool.ListedAddresses | None,
+) -> pool.AddressStates:
     """Each address the store holds now -> its owner's state ("unknown" if the inventory saw
-    no such reservation); a dry run's planned away are counted as released."""
+    no such reservation); a dry run's planned away are counted as released. A dry run changed
+    nothing since it listed the store: its listing (listed) is what the store holds now, and
+    what it released is what it plans, not what a runtime released meanwhile."""
     known = pool.AddressStates() if state is None else state
+    if dry_run and listed is not None:
+        return known.held_now(listed.items(), away_released=True)
     return known.held_now(host_local.address_names(store), away_released=dry_run)
 
 

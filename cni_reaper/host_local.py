@@ -15,17 +15,20 @@ import stat
 import sys
 from collections.abc import Iterable, Iterator
 
+from cni_reaper import failpoint
 from cni_reaper.boot import BootContext, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object
 from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
-from cni_reaper.pool import is_address, listed
+from cni_reaper.pool import ListedAddresses, is_address, listed
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 MAX_RESERVATION_BYTES = 4096
+# A store listed by the inventory, none of it read yet: for a test, a runtime's write then.
+STORE_LISTED = failpoint.declare("host-local.store-listed", step=False)
 # What host-local's DEL needs besides the owner's container ID; an ID-only reservation (plugins
 # before v0.8.0) does not say it, and host-local then releases by the ID alone whatever ifname
 # comes (ReleaseByID's fallback). Kubernetes names the pod's interface eth0.
@@ -250,9 +253,17 @@ def data_dirs(configs: NetworkConfigs) -> set[str]:
     return {data_dir for _, data_dir in _data_dirs(configs)}
 
 
-def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iterator[Reservation]:
+def inventory(
+    network: str,
+    store: str,
+    boot: BootContext,
+    proof: Proof,
+    listing: ListedAddresses | None = None,
+) -> Iterator[Reservation]:
     """Every reservation of one store, in name order; never through a symlink. When each was
-    written is the pre-runtime record's to say (pre_runtime.py)."""
+    written is the pre-runtime record's to say (pre_runtime.py). Every address the store
+    lists, whatever it holds, is also added to listing, when given: the pools' count of the
+    store as this run saw it."""
     try:
         dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -262,7 +273,11 @@ def inventory(network: str, store: str, boot: BootContext, proof: Proof) -> Iter
         if untrusted(dir_st):
             return
         proof.open_dir(store, dir_st)
-        for name, number in listed(sorted(os.listdir(dir_fd))):  # not lock, last_reserved_ip.N
+        names = listed(sorted(os.listdir(dir_fd)))  # not lock, last_reserved_ip.N
+        failpoint.hit(STORE_LISTED)
+        for name, number in names:
+            if listing is not None:
+                listing.add(name, number)
             found = read_reservation(name, dir_fd)
             if found is None or found[0].st_size > MAX_RESERVATION_BYTES:
                 continue

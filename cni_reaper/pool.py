@@ -116,10 +116,22 @@ class ListedAddresses:
         self.numbers = array("Q")
         self.others: list[str] = []
         for name, number in names:
-            if number is None:
-                self.others.append(name)
-            else:
-                self.numbers.append(number)
+            self.add(name, number)
+
+    def add(self, name: str, number: int | None) -> None:
+        """name, as listed() gives it with its number."""
+        if number is None:
+            self.others.append(name)
+        else:
+            self.numbers.append(number)
+
+    def items(self) -> Iterator[tuple[str, int | None]]:
+        """Each address as listed() gave it, a dotted quad's name left out ("": its number
+        stands for it, as in AddressStates)."""
+        for number in self.numbers:
+            yield "", number
+        for name in self.others:
+            yield name, None
 
     def __len__(self) -> int:
         return len(self.numbers) + len(self.others)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cni_reaper import cli
+from cni_reaper import cli, failpoint, host_local
 from cni_reaper.errors import ExitCode
 from cni_reaper.journal import EventLog
 from tests.bolt_writer import containerd_sandbox, write_db
@@ -322,3 +322,67 @@ def test_a_delegates_address_multus_will_release_is_no_orphan(
     assert list(crashed.ips().values()) == [f"{known}\r\neth0"]
     assert len(held) == 2
     assert (delegates / f"hl-{known}-eth0").exists()
+
+
+def _store_of_every_kind(crashed: Crashed) -> dict[str, str]:
+    """Two orphans (their results entries lost in the crash), one reservation a whole entry
+    keeps, one whose content names no owner (no DEL can release it: it goes to the
+    quarantine), one too large to read (left): and host-local's own lock and
+    last_reserved_ip files, which are no addresses."""
+    for container_id in CONTAINER_IDS[:3]:
+        crashed.add(container_id)
+    for container_id in CONTAINER_IDS[:2]:
+        os.unlink(crashed.node.results / f"hl-{container_id}-eth0")
+    store = crashed.ipam / "hl"
+    (store / "10.22.0.200").write_bytes(b"\x00\x01 not an owner")
+    (store / "10.22.0.201").write_bytes(b"x" * 5000)
+    assert {"lock", "last_reserved_ip.0"} <= set(os.listdir(store))
+    crashed.reboot()
+    return crashed.ips()
+
+
+def test_a_dry_run_counts_the_pools_as_the_real_run_then_leaves_them(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dry run counts the store from the listing its inventory took (it changes nothing
+    before or after it): what it says of each pool is what the real run then does."""
+    held = _store_of_every_kind(crashed)
+
+    code, dry = crashed.run(capsys, "--dry-run")
+    assert code == ExitCode.OK
+    assert crashed.ips() == held
+    code, real = crashed.run(capsys)
+
+    assert code == ExitCode.OK
+    assert len(crashed.ips()) == len(held) - 3
+    (pool,) = dry["pools"]
+    assert (pool["reserved_before"], pool["released"], pool["left"]) == (5, 3, 2)
+    assert dry["pools"] == real["pools"]
+
+
+def test_a_dry_run_counts_what_it_plans_not_what_a_runtime_released_meanwhile(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run by hand on a live node, a dry run races the runtime's own ADDs and DELs. Its pools
+    say what it would release, of the store it judged: not an address the runtime released
+    after the listing, nor one it reserved since."""
+    held = _store_of_every_kind(crashed)
+    store = crashed.ipam / "hl"
+    kept = next(ip for ip, owner in held.items() if CONTAINER_IDS[2] in owner)
+
+    def runtime_at_work() -> None:
+        os.unlink(store / kept)  # the runtime's DEL of the kept attachment
+        (store / "10.22.0.99").write_bytes(f"{CONTAINER_IDS[5]}\r\neth0".encode())
+
+    failpoint.interfere(host_local.STORE_LISTED, runtime_at_work)
+    try:
+        code, dry = crashed.run(capsys, "--dry-run")
+    finally:
+        failpoint.interfere(host_local.STORE_LISTED, None)
+
+    assert code == ExitCode.OK
+    planned = {r["ip"]: r["action"] for r in dry["host_local"] if r["outcome"] == "planned"}
+    assert planned.keys() == set(held) - {kept, "10.22.0.201"}
+    (pool,) = dry["pools"]
+    assert (pool["reserved_before"], pool["released"], pool["left"]) == (5, 3, 2)
+    assert "10.22.0.99" in crashed.ips()  # a dry run leaves the runtime's work as it found it

@@ -131,7 +131,7 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
             "host-local",
             f"every plugin exited 0, but {store} still holds {', '.join(left)} for this attachment",
         )
-        return outcome._replace(errors=(error,))
+        return outcome._replace(errors=(error,), left=tuple(left))
     return outcome._replace(released=held)
 
 

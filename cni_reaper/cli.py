@@ -847,7 +847,8 @@ def _note_fate(result: EntryResult, fates: EntryFates) -> None:
     elif result.outcome is Outcome.FAILED and planned.cached and not result.quarantined_to:
         fate = EntryFate.LEFT  # a whole entry whose DEL did not run: for the next run's
     elif result.del_outcome is not None and not result.del_outcome.ok:
-        fate = EntryFate.DEL_FAILED
+        # Every plugin exited 0 and the store still holds it: the DEL ran, and left it.
+        fate = EntryFate.DELETED if result.del_outcome.left else EntryFate.DEL_FAILED
     fates.note(split.network, split.container_id, split.ifname, fate)
 
 

@@ -51,6 +51,9 @@ class DelOutcome(Record):
     plugins_run: tuple[str, ...]
     errors: tuple[PluginError, ...]
     released: tuple[str, ...] = ()  # addresses seen released from host-local's store
+    # addresses host-local's store still held for the attachment after every plugin exited 0
+    # (the one error then is the reaper's, saying so)
+    left: tuple[str, ...] = ()
     # False: the run's time was up (the deadline, an interruption, a plugin that keeps timing
     # out) before it could start; nothing says it would fail next time
     attempted: bool = True

@@ -17,7 +17,7 @@ from cni_reaper.errors import ExitCode
 from cni_reaper.journal import EventLog
 from tests.bolt_writer import containerd_sandbox, write_db
 from tests.crashed import Crashed
-from tests.nodetree import CONTAINER_IDS, cache_entry_bytes, snapshot
+from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, cache_entry_bytes, snapshot
 
 QUARANTINE_BOOT = "11111111-2222-3333-4444-555555555555"
 
@@ -386,3 +386,43 @@ def test_a_dry_run_counts_what_it_plans_not_what_a_runtime_released_meanwhile(
     (pool,) = dry["pools"]
     assert (pool["reserved_before"], pool["released"], pool["left"]) == (5, 3, 2)
     assert "10.22.0.99" in crashed.ips()  # a dry run leaves the runtime's work as it found it
+
+
+def test_an_address_a_del_that_exited_0_left_is_said_to_be_still_reserved_after_it(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugin that exits 0 on DEL but never hands the DEL to its IPAM (a failure mode no
+    real plugin shows on cue): the DEL ran, every plugin exited 0, and the address is still
+    reserved. The entry's DEL failed, and says why; the address goes to the quarantine, and
+    its reason says the DEL ran and left it, not that it failed or could not run."""
+    bin_dir = crashed.node.fake_plugin_network("forgetful", "forgetful", "exit 0\n")
+    shutil.copy2(Path(PLUGIN_DIR) / "host-local", bin_dir)  # there, and never called
+    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.30.0.0/24"}]]}
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "forgetful",
+        "plugins": [{"type": "forgetful", "ipam": ipam}],
+    }
+    crashed.node.write_conf("60-forgetful.conflist", json.dumps(conf).encode())
+    store = crashed.ipam / "forgetful"
+    store.mkdir(parents=True)
+    (store / "10.30.0.2").write_bytes(f"{CONTAINER_IDS[0]}\r\neth0".encode())
+    crashed.node.results.mkdir(parents=True)
+    (crashed.node.results / f"forgetful-{CONTAINER_IDS[0]}-eth0").write_bytes(b"")
+    crashed.reboot()
+
+    code = cli.run(
+        ["--json", "--root", str(crashed.node.root), "--bin-dir", str(bin_dir)],
+        clock=lambda: crashed.t0 + 60,
+        environ={},
+    )
+    report = json.loads(capsys.readouterr().out)
+
+    assert code == ExitCode.ACTION_FAILED
+    (entry,) = report["entries"]
+    assert (entry["outcome"], entry["del"]["plugins_run"]) == ("failed", ["forgetful"])
+    assert f"every plugin exited 0, but {store} still holds 10.30.0.2" in json.dumps(entry)
+    (held,) = report["host_local"]
+    assert (held["ip"], held["action"], held["outcome"]) == ("10.30.0.2", "quarantine", "done")
+    assert held["reason"] == "still reserved after the DEL of its results entry"
+    assert not (store / "10.30.0.2").exists()

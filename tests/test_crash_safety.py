@@ -202,12 +202,15 @@ def crash_everywhere(tmp_path: Path, state_parent: Path | None) -> tuple[list[st
 
 def test_sigkill_at_every_step_then_a_rerun_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
     tried, reached = crash_everywhere(tmp_path, None)
-    same_device = set(failpoint.registered()) - {
+    steps = set(failpoint.registered())
+    same_device = steps - {
         "quarantine.copy-written",
         "quarantine.copy-in-place",
         "quarantine.original-hidden",
     }
-    assert reached == same_device
+    # Every step of a repair on one file system; points that are no step (for a test's
+    # interference) are crashed at too, when reached.
+    assert reached & steps == same_device
     print(f"{len(tried)} crashes, each followed by a rerun: {', '.join(tried)}")
 
 

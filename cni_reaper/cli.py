@@ -670,15 +670,7 @@ def _pipeline(run: _Run) -> Report:
         def delegate_alive(container_id: str) -> str | None:
             return planner.alive(container_id) or mounted(container_id)
 
-        settle = _settling(
-            run,
-            report,
-            proof,
-            results_fd,
-            paths.results_dir,
-            paths.quarantine_dir,
-            boot_ctx.boot_id,
-        )
+        settle = _settling(run, report, proof, results_fd, paths.results_dir, boot_ctx.boot_id)
         entries = cached_configs.noting(
             cache.inventory(results_fd, run.configs.networks.keys(), settle)
         )
@@ -744,23 +736,20 @@ def _settling(
     proof: pre_runtime.Proof,
     dir_fd: int,
     where: str,
-    top: str,
-    box: str,
+    boot_id: str,
+    box: str | None = None,
     path_of: Callable[[str], str] = lambda name: name,
 ) -> cache.Settle:
     """What a scan of the dir at where (open at dir_fd) hands the names a move cut short hid
-    (leaving.py): settled against the quarantine that move was for (Quarantine(top, box)),
-    whose sidecars name a file by path_of(its name), if proof holds it as its original; said
-    in a dry run. Each is a warning, and counts as the report's entries do."""
+    (leaving.py): settled against the quarantine that move was for, in this boot's dir or an
+    earlier boot's (quarantine.copy_finder: box, path_of), if proof holds it as its original;
+    said in a dry run. Each is a warning, and counts as the report's entries do."""
 
     def settle(hidden: list[str]) -> list[str]:
-        from cni_reaper.quarantine import Quarantine  # noqa: PLC0415 (where a run was cut short)
+        from cni_reaper.quarantine import copy_finder  # noqa: PLC0415 (a run was cut short)
 
-        place = Quarantine(top, box)
+        copy_of = copy_finder(run.paths.quarantine_dir, boot_id, box, dir_fd, path_of)
         dir_st = os.fstat(dir_fd)
-
-        def copy_of(name: str, original: str) -> str | None:
-            return place.copy_of(dir_fd, name, original, path_of(original))
 
         def predates(st: os.stat_result, original: str) -> str | None:
             return proof.held_before(where, dir_st, original, st)
@@ -1066,14 +1055,13 @@ class _Delegates:
         and the results dir's entries; a whole delegate result of it, in any of the caches,
         may name a netns too."""
         run, proof, at = self._run, self._proof, self._boot
-        top = os.path.join(run.paths.quarantine_dir, at.boot_id or "unknown-boot")
 
         def settle(fd: int | None, where: str) -> cache.Settle | None:
             if fd is None:
                 return None
             path_of = functools.partial(os.path.join, where)
             box = multus.QUARANTINE_SUBDIR
-            return _settling(run, self._report, proof, fd, where, top, box, path_of)
+            return _settling(run, self._report, proof, fd, where, at.boot_id, box, path_of)
 
         entries = [
             found.entries(run.configs.networks.keys(), settle(found.fd, found.results_dir))

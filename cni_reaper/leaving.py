@@ -11,8 +11,10 @@ A run killed between that rename and the unlink leaves the hidden name: a regula
 .<name>.<8 hex digits>.cni-reaper-leaving. Every scan of a dir sets such names aside (cache.py),
 and the next real run settles them before it judges the dir:
 - its name holds the same file again (a put-back was cut short): the hidden name goes;
-- the quarantine of this boot holds a copy of it, with the same bytes and a sidecar naming it:
-  the move was done but for the unlink, which is made;
+- the quarantine holds a copy of it, with the same bytes and a sidecar naming it: the move was
+  done but for the unlink, which is made. This boot's dir is looked in first, then every
+  earlier boot's: a run killed in this step, then a power cut, leaves the copy in the dir of
+  a boot that is over;
 - otherwise it goes back under its name, when that is free, and is judged as any file is;
 - with its name taken by another file and no copy of it, both are left, and said (exit 65).
 A name is settled only when it could be the reaper's: one the scan of its dir would take under
@@ -161,8 +163,8 @@ def settle(
             said.append(
                 Settled(
                     LEFT,
-                    f"{at}; {original} is another file now, and the quarantine of this boot "
-                    "holds no copy of it: both left; compare them by hand",
+                    f"{at}; {original} is another file now, and no boot's quarantine holds "
+                    "a copy of it: both left; compare them by hand",
                 )
             )
         elif dry_run:

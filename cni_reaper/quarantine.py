@@ -16,6 +16,7 @@ import importlib
 import itertools
 import json
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
@@ -227,13 +228,10 @@ class Quarantine:
                 return candidate
         return None
 
-    def copy_of(self, dir_fd: int, name: str, original: str, path: str) -> str | None:
-        """Where this quarantine holds a copy of the file at name in dir_fd (a name a move
-        cut short hid it under: leaving.py) made from original, whose sidecar's path is path:
-        the same bytes, as its sidecar says too. Makes no dir."""
-        digest = sha256_of(dir_fd, name)
-        if digest is None:
-            return None
+    def holding(self, digest: str, original: str, path: str) -> str | None:
+        """Where this quarantine holds a copy of a file called original whose bytes have this
+        sha256, as its sidecar says too, whose sidecar's path is path (copy_finder). Makes no
+        dir."""
         try:
             fd = os.open(self.dir, DIR_FLAGS)
         except OSError:
@@ -679,6 +677,60 @@ def _read_sidecar(dir_fd: int, name: str) -> dict[str, Any]:
         except (ValueError, RecursionError):
             return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def copy_finder(
+    quarantine_dir: str,
+    boot_id: str,
+    box: str | None,
+    dir_fd: int,
+    path_of: Callable[[str], str],
+) -> Callable[[str, str], str | None]:
+    """leaving.settle's copy_of for the dir open at dir_fd, whose files a move takes to the box
+    of a boot's dir (None: the boot's dir itself), their sidecars naming each by path_of(its
+    name): of a hidden file and its original's name, where a true copy of it is, in this boot's
+    dir or, failing that, in any earlier boot's (a run killed in its last step, then a power
+    cut, leaves the copy in the dir of a boot that is over)."""
+    places = [
+        Quarantine(os.path.join(quarantine_dir, boot), box)
+        if box is not None
+        else Quarantine(quarantine_dir, boot)
+        for boot in boot_dirs(quarantine_dir, boot_id or "unknown-boot")
+    ]
+
+    def copy_of(name: str, original: str) -> str | None:
+        digest = sha256_of(dir_fd, name)
+        if digest is None:
+            return None
+        path = path_of(original)
+        for place in places:
+            found = place.holding(digest, original, path)
+            if found is not None:
+                return found
+        return None
+
+    return copy_of
+
+
+def boot_dirs(quarantine_dir: str, boot_id: str) -> list[str]:
+    """The boots whose dirs the quarantine holds: this one first (whether or not it has a dir
+    yet), then every other by name. A name that is no directory, a symlink among them, is no
+    boot's."""
+    try:
+        names = sorted(os.listdir(quarantine_dir))
+    except OSError:
+        names = []
+    others = []
+    for name in names:
+        if name == boot_id:
+            continue
+        try:
+            st = os.stat(os.path.join(quarantine_dir, name), follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            others.append(name)
+    return [boot_id, *others]
 
 
 def sha256_of(dir_fd: int, name: str) -> str | None:

@@ -12,6 +12,7 @@ or in the next one.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -277,20 +278,58 @@ def test_a_rerun_in_the_same_boot_finishes_the_move_the_killed_run_began(
     ]
 
 
-def test_a_run_in_the_next_boot_puts_the_file_back_and_moves_it_again(
+def test_a_run_in_the_next_boot_finishes_the_move_from_the_earlier_boots_copy(
     tmp_path: Path, other_fs: Path
 ) -> None:
-    """The copy is in the earlier boot's quarantine, which a new boot does not search: the
-    hidden file goes back under its name, is judged as any file of the earlier boot, and is
-    moved once more. A second copy, never a loss."""
+    """Killed in the last step, then the node went down: the copy is in the earlier boot's
+    quarantine dir, where the next boot's run finds it, and the hidden name goes. No second
+    copy, and no second DEL."""
     node, argv = crashed_in_the_last_step(tmp_path, other_fs)
     (hidden,) = hidden_in(node.results)
     node.write_boot_world(btime=1_700_000_600, boot_id=NEXT_BOOT)
+    quarantined = other_fs / "state/quarantine" / FIRST_BOOT / NAME
 
     dry = run_private({"argv": [*argv, "--dry-run"]})
     assert dry.code == ExitCode.OK, dry.stderr
     assert hidden_in(node.results) == [hidden]  # a dry run changes nothing
     assert [e["path"] for e in dry.doc()["entries"]] == [SECOND]
+    assert cut_short(dry) == [
+        f"{node.results / hidden}: left by a move cut short before its last step; its bytes "
+        f"are in {quarantined}: a real run removes it"
+    ]
+
+    again = run_private({"argv": argv})
+
+    assert again.code == ExitCode.OK, again.stderr
+    assert cut_short(again) == [
+        f"{node.results / hidden}: left by a move cut short before its last step; its bytes "
+        f"are in {quarantined}: removed it"
+    ]
+    assert [e["path"] for e in again.doc()["entries"]] == [SECOND]
+    assert os.listdir(node.results) == []
+    # The killed run had written the second file's sidecar, not yet in place: its temp stays
+    # in that boot's dir.
+    (tmp,) = (other_fs / "state/quarantine" / FIRST_BOOT).glob(".*")
+    assert tmp.name == f".{SECOND}.json.tmp"
+    tmp.unlink()
+    copies = assert_every_copy_has_a_true_sidecar(other_fs / "state/quarantine")
+    assert sorted(copies) == [f"{FIRST_BOOT}/{NAME}", f"{NEXT_BOOT}/{SECOND}"]
+
+
+def test_with_the_earlier_boots_copy_removed_the_file_goes_back_and_moves_again(
+    tmp_path: Path, other_fs: Path
+) -> None:
+    """The earlier boot's quarantine dir removed by hand (the README lets an operator do so):
+    no boot's quarantine holds a copy, so the hidden file goes back under its name, is judged
+    as any file of the earlier boot, and is moved once more. Never a loss."""
+    node, argv = crashed_in_the_last_step(tmp_path, other_fs)
+    (hidden,) = hidden_in(node.results)
+    node.write_boot_world(btime=1_700_000_600, boot_id=NEXT_BOOT)
+    shutil.rmtree(other_fs / "state/quarantine" / FIRST_BOOT)
+
+    dry = run_private({"argv": [*argv, "--dry-run"]})
+    assert dry.code == ExitCode.OK, dry.stderr
+    assert hidden_in(node.results) == [hidden]
     assert cut_short(dry) == [
         f"{node.results / hidden}: left by a move cut short before its last step; no copy of "
         "it in the quarantine: a real run puts it back"
@@ -306,26 +345,21 @@ def test_a_run_in_the_next_boot_puts_the_file_back_and_moves_it_again(
     assert sorted(e["path"] for e in again.doc()["entries"]) == [NAME, SECOND]
     assert all(e["outcome"] == "done" for e in again.doc()["entries"])
     assert os.listdir(node.results) == []
-    # The killed run had written the second file's sidecar, not yet in place: its temp stays
-    # in that boot's dir, as it did before the hidden step.
-    (tmp,) = (other_fs / "state/quarantine" / FIRST_BOOT).glob(".*")
-    assert tmp.name == f".{SECOND}.json.tmp"
-    tmp.unlink()
     copies = assert_every_copy_has_a_true_sidecar(other_fs / "state/quarantine")
-    assert sorted(copies) == sorted(
-        [f"{FIRST_BOOT}/{NAME}", f"{NEXT_BOOT}/{NAME}", f"{NEXT_BOOT}/{SECOND}"]
-    )
-    assert copies[f"{FIRST_BOOT}/{NAME}"] == copies[f"{NEXT_BOOT}/{NAME}"] == b""
+    assert sorted(copies) == [f"{NEXT_BOOT}/{NAME}", f"{NEXT_BOOT}/{SECOND}"]
+    assert copies[f"{NEXT_BOOT}/{NAME}"] == b""
 
 
 def test_a_hidden_name_beside_another_file_of_its_name_leaves_both(
     tmp_path: Path, other_fs: Path
 ) -> None:
-    """No copy of the hidden file anywhere this boot, and its name holds another file: which
-    one libcni should have is not the reaper's to guess."""
+    """No copy of the hidden file in any boot's quarantine (the earlier boot's dir removed by
+    hand), and its name holds another file: which one libcni should have is not the reaper's
+    to guess."""
     node, argv = crashed_in_the_last_step(tmp_path, other_fs)
     (hidden,) = hidden_in(node.results)
     node.write_boot_world(btime=1_700_000_600, boot_id=NEXT_BOOT)
+    shutil.rmtree(other_fs / "state/quarantine" / FIRST_BOOT)
     (node.results / NAME).write_bytes(b"another")
 
     again = run_private({"argv": argv})
@@ -333,8 +367,8 @@ def test_a_hidden_name_beside_another_file_of_its_name_leaves_both(
     assert (node.results / hidden).read_bytes() == b""  # untouched
     assert cut_short(again) == [
         f"{node.results / hidden}: left by a move cut short before its last step; {NAME} is "
-        "another file now, and the quarantine of this boot holds no copy of it: both left; "
-        "compare them by hand"
+        "another file now, and no boot's quarantine holds a copy of it: both left; compare "
+        "them by hand"
     ]
     assert hidden not in {e["path"] for e in again.doc()["entries"]}
     # The other file is judged as any file is (here: damage from the earlier boot, moved).

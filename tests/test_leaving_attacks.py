@@ -1,6 +1,7 @@
 """An attacker's and an unlucky operator's review of 7698df7: a copy's original leaves its dir by
 way of a hidden name (.<name>.<8 hex>.cni-reaper-leaving), and the next real run settles what a
-run killed in that step left (leaving.settle, Quarantine.copy_of, cache.inspect_all, cli._settling).
+run killed in that step left (leaving.settle, quarantine.copy_finder, cache.inspect_all,
+cli._settling).
 
 Each scenario asserts what someone would care about: where a file is, its bytes, an exit code,
 a report line. The review (2026-12-06) found four defects, each a strict xfail until mended and
@@ -20,6 +21,7 @@ temp dirs otherwise; a move killed in process is had by raising at quarantine.or
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import time
@@ -32,7 +34,7 @@ from cni_reaper import cache, failpoint, leaving
 from cni_reaper.content import ContentVerdict, Identity
 from cni_reaper.errors import ExitCode
 from cni_reaper.filestat import FileStat
-from cni_reaper.quarantine import ORIGINAL_HIDDEN, Move, Quarantine
+from cni_reaper.quarantine import ORIGINAL_HIDDEN, Move, Quarantine, copy_finder
 from cni_reaper.read_only import READ_ONLY_HINT
 from tests.nodetree import CONTAINER_IDS, NodeTree, snapshot
 from tests.private_node import cannot_run
@@ -118,17 +120,14 @@ def anything(st: os.stat_result, original: str) -> str | None:
 
 
 def settle_in(
-    results: Path, place: Quarantine, dry_run: bool = False
+    results: Path, top: Path, boot: str, dry_run: bool = False
 ) -> tuple[list[str], list[str]]:
-    """leaving.settle of results' hidden names against place, as cli._settling wires it for
-    the results dir (a sidecar names a file by its bare name)."""
+    """leaving.settle of results' hidden names against the quarantine at top in boot, as
+    cli._settling wires it for the results dir (a sidecar names a file by its bare name)."""
     dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
     try:
         names = leaving.hidden_among(sorted(os.listdir(dir_fd)))
-
-        def copy_of(name: str, original: str) -> str | None:
-            return place.copy_of(dir_fd, name, original, original)
-
+        copy_of = copy_finder(str(top), boot, None, dir_fd, lambda name: name)
         put_back, said = leaving.settle(dir_fd, str(results), names, copy_of, anything, dry_run)
         return put_back, [settled.line for settled in said]
     finally:
@@ -185,14 +184,14 @@ def test_a_hidden_name_of_dot_or_dot_dot_is_left_and_nothing_outside_moves(
     planted.write_bytes(b"planted")
     before = tree(tmp_path)
 
-    put_back, said = settle_in(results, Quarantine(str(other_fs / "q"), "boot"))
+    put_back, said = settle_in(results, other_fs / "q", "boot")
 
     assert put_back == []
     assert tree(tmp_path) == before
     assert said == [
         f"{planted}: left by a move cut short before its last step; {original} is another "
-        "file now, and the quarantine of this boot holds no copy of it: both left; compare "
-        "them by hand"
+        "file now, and no boot's quarantine holds a copy of it: both left; compare them by "
+        "hand"
     ]
     assert not (other_fs / "q").exists()
 
@@ -245,7 +244,7 @@ def test_a_hidden_hard_link_to_a_file_outside_the_dir_goes_back_and_the_outside_
     outside.write_bytes(b"outside bytes")
     os.link(outside, results / hidden(NAME))
 
-    put_back, _ = settle_in(results, Quarantine(str(other_fs / "q"), "boot"))
+    put_back, _ = settle_in(results, other_fs / "q", "boot")
 
     assert put_back == [NAME]
     assert os.listdir(results) == [NAME]
@@ -299,7 +298,7 @@ def test_a_planted_copy_or_sidecar_never_has_a_hidden_file_dropped(
         qdir.mkdir(parents=True)
         (qdir / NAME).write_bytes(data)
 
-    put_back, said = settle_in(results, Quarantine(str(other_fs / "q"), "boot"))
+    put_back, said = settle_in(results, other_fs / "q", "boot")
 
     assert put_back == [NAME]
     assert os.listdir(results) == [NAME]
@@ -327,10 +326,8 @@ def test_a_dry_run_settles_nothing_in_any_state_and_makes_no_quarantine_dir(
     (results / "d").write_bytes(b"another d")
     before = (tree(tmp_path), tree(other_fs))
 
-    put_back, said = settle_in(results, Quarantine(str(other_fs / "q"), "boot"), dry_run=True)
-    _, said_of_next_boot = settle_in(
-        results, Quarantine(str(other_fs / "q"), "next-boot"), dry_run=True
-    )
+    put_back, said = settle_in(results, other_fs / "q", "boot", dry_run=True)
+    _, said_of_next_boot = settle_in(results, other_fs / "q", "next-boot", dry_run=True)
 
     assert (tree(tmp_path), tree(other_fs)) == before
     assert not (other_fs / "q/next-boot").exists()
@@ -340,12 +337,13 @@ def test_a_dry_run_settles_nothing_in_any_state_and_makes_no_quarantine_dir(
         f"{at % 'a'}; its bytes are in {other_fs}/q/boot/a: a real run removes it",
         f"{at % 'b'}; b holds the same file again: a real run removes it",
         f"{at % 'c'}; no copy of it in the quarantine: a real run puts it back",
-        f"{at % 'd'}; d is another file now, and the quarantine of this boot holds no copy of "
-        "it: both left; compare them by hand",
+        f"{at % 'd'}; d is another file now, and no boot's quarantine holds a copy of it: "
+        "both left; compare them by hand",
     ]
+    # The next boot finds the copy in the dir of the boot whose run was cut short.
     assert (
         said_of_next_boot[0]
-        == f"{at % 'a'}; no copy of it in the quarantine: a real run puts it back"
+        == f"{at % 'a'}; its bytes are in {other_fs}/q/boot/a: a real run removes it"
     )
 
 
@@ -388,7 +386,7 @@ def test_two_hidden_names_of_one_original_keep_both_files(tmp_path: Path, other_
     (results / f".{NAME}.00000000{leaving.SUFFIX}").write_bytes(b"first")
     (results / f".{NAME}.ffffffff{leaving.SUFFIX}").write_bytes(b"second")
 
-    put_back, said = settle_in(results, Quarantine(str(other_fs / "q"), "boot"))
+    put_back, said = settle_in(results, other_fs / "q", "boot")
 
     assert put_back == [NAME]
     assert sorted(files_under(results).values()) == [b"first", b"second"]
@@ -410,7 +408,7 @@ def test_a_killed_move_of_a_name_the_quarantine_shortens_is_finished_by_the_next
     (left,) = hidden_in(results)
     assert leaving.original_of(left) == long_name
 
-    put_back, said = settle_in(results, Quarantine(str(other_fs / "q"), "boot"))
+    put_back, said = settle_in(results, other_fs / "q", "boot")
 
     assert put_back == []
     assert os.listdir(results) == []
@@ -450,6 +448,12 @@ def test_a_dry_run_after_the_kill_in_the_same_boot_changes_nothing_and_says_what
     ]
 
 
+def copies_removed_by_hand(other_fs: Path) -> None:
+    """The earlier boot's quarantine dir removed, as the README lets an operator do once it is
+    no longer needed as evidence: no boot's quarantine holds the killed run's copy."""
+    shutil.rmtree(other_fs / "state/quarantine" / FIRST_BOOT)
+
+
 def _multus_node(tmp_path: Path) -> tuple[NodeTree, Path, Path, Path]:
     """A node whose only damage is Multus's: an empty scratch file and an empty delegate
     result, both of the earlier boot; the scratch dir, the delegate's dir, the plugin dir."""
@@ -468,7 +472,7 @@ def _multus_node(tmp_path: Path) -> tuple[NodeTree, Path, Path, Path]:
 
 
 @pytest.mark.parametrize("which", ["scratch", "delegate"])
-def test_a_kill_in_a_multus_move_is_finished_in_the_same_boot_and_redone_in_the_next(
+def test_a_kill_in_a_multus_move_is_finished_in_the_same_boot_and_in_the_next(
     tmp_path: Path, other_fs: Path, which: str
 ) -> None:
     node, bin_dir, scratch_dir, delegates = _multus_node(tmp_path)
@@ -494,16 +498,20 @@ def test_a_kill_in_a_multus_move_is_finished_in_the_same_boot_and_redone_in_the_
     copies = assert_every_copy_has_a_true_sidecar(other_fs / "state/quarantine")
     assert sorted(copies) == sorted(f"{FIRST_BOOT}/multus/{n}" for n in (SCRATCH_ID, DELEGATE))
 
-    # The same state in the next boot: the hidden file goes back, and moves once more.
+    # The same state in the next boot: the copy is in the earlier boot's box, and the hidden
+    # file goes, with no second copy.
     (where / left).write_bytes(b"")
     os.utime(where / left, (OLD, OLD))
     node.write_boot_world(btime=1_700_000_600, boot_id=NEXT_BOOT)
     next_boot = run_private({"argv": argv})
     assert next_boot.code == ExitCode.OK, next_boot.stderr
-    assert cut_short(next_boot)[0].endswith(f"no copy of it in the quarantine: put back as {name}")
+    assert cut_short(next_boot) == [
+        f"{where / left}: left by a move cut short before its last step; its bytes are in "
+        f"{box / name}: removed it"
+    ]
     assert os.listdir(where) == (["results"] if which == "scratch" else [])
     copies = assert_every_copy_has_a_true_sidecar(other_fs / "state/quarantine")
-    assert copies[f"{NEXT_BOOT}/multus/{name}"] == copies[f"{FIRST_BOOT}/multus/{name}"] == b""
+    assert sorted(copies) == sorted(f"{FIRST_BOOT}/multus/{n}" for n in (SCRATCH_ID, DELEGATE))
 
 
 def test_the_text_report_escapes_a_hidden_name_with_a_newline(
@@ -571,6 +579,7 @@ def test_an_append_only_results_dir_in_the_next_boot_is_said_and_the_run_goes_on
     node, argv = crashed_in_the_last_step(tmp_path, other_fs)
     (left,) = hidden_in(node.results)
     node.write_boot_world(btime=1_700_000_600, boot_id=NEXT_BOOT)
+    copies_removed_by_hand(other_fs)  # so it is put back: link(), then the unlink
     subprocess.run(["chattr", "+a", str(node.results)], check=True)
 
     ran = run_private({"argv": argv})
@@ -591,6 +600,7 @@ def test_a_hidden_file_left_beside_another_of_its_name_is_no_clean_exit(
     node, argv = crashed_in_the_last_step(tmp_path, other_fs)
     (left,) = hidden_in(node.results)
     node.write_boot_world(btime=1_700_000_600, boot_id=NEXT_BOOT)
+    copies_removed_by_hand(other_fs)
     (node.results / NAME).write_bytes(b"another")
 
     ran = run_private({"argv": argv})

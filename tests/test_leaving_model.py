@@ -1,8 +1,10 @@
 """A model test of settling what a move cut short left (leaving.settle, through the scan that
 hands it the hidden names, cache.inspect_all, wired as cli._settling wires it): hypothesis draws
 the hidden file (a regular file, or a symlink, FIFO or dir under its name), what its original's
-name holds, what the quarantine holds, what this boot's pre-runtime record says, and whether the
-run is a dry run; the model says what must become of it, and the invariants hold for every draw:
+name holds, what the quarantine holds and in which boot's dir (this boot's, an earlier one's, or
+a symlink among them that names a boot), what this boot's pre-runtime record says, and whether
+the run is a dry run; the model says what must become of it, and the invariants hold for every
+draw:
 - a dry run changes nothing anywhere;
 - no bytes are lost: each regular file's bytes are, after it, in the results dir or in a
   quarantined copy beside a sidecar naming them;
@@ -27,28 +29,37 @@ from hypothesis import strategies as st
 from cni_reaper import cache, leaving
 from cni_reaper.boot import FirstReading
 from cni_reaper.pre_runtime import DirRecord, FileIdentities, PreRuntimeRecord, Proof
-from cni_reaper.quarantine import Quarantine
+from cni_reaper.quarantine import copy_finder
 from tests.test_leaving_attacks import tree
 
 NAME = "net-" + "cd" * 32 + "-eth0"
 HIDDEN = f".{NAME}.89abcdef{leaving.SUFFIX}"
-BOX = "boot"
+BOOT = "boot"
 
 KINDS = ("regular", "symlink", "fifo", "dir")
 ORIGINALS = ("absent", "same-file", "other-file")
 COPIES = ("none", "true", "other-path", "other-sha", "no-sidecar", "other-bytes", "symlink")
 PROOFS = ("taking", "holds-it", "holds-another", "holds-nothing", "missing")
+# Which boot's dir the copy is in: this boot's, an earlier one's, or a dir outside that a
+# symlink in the quarantine, named like a boot, points to (never followed). Multus's files go
+# to a box of the boot's dir, the results dir's to the boot's dir itself.
+WHERE = ("this-boot", "earlier-boot", "linked-boot")
+BOXES = (None, "multus")
 
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def quarantined(qdir: Path) -> set[bytes]:
-    """The bytes of every regular copy beside a sidecar whose sha256 names them."""
+def quarantined(top: Path) -> set[bytes]:
+    """The bytes of every regular copy, in any boot's dir, beside a sidecar whose sha256 names
+    them."""
     found = set()
-    if qdir.is_dir():
-        for path in qdir.iterdir():
+    qdirs = top.iterdir() if top.is_dir() else iter(())
+    for boot in qdirs:
+        if boot.is_symlink() or not boot.is_dir():
+            continue
+        for path in itertools.chain(boot.iterdir(), (boot / "multus").glob("*")):
             sidecar = path.with_name(path.name + ".json")
             if path.suffix == ".json" or path.is_symlink() or not sidecar.is_file():
                 continue
@@ -58,9 +69,18 @@ def quarantined(qdir: Path) -> set[bytes]:
     return found
 
 
-def plant_copy(qdir: Path, outside: Path, how: str, data: bytes) -> None:
+def plant_copy(
+    top: Path, where: str, box: str | None, outside: Path, how: str, data: bytes
+) -> None:
     if how == "none":
         return
+    if where == "linked-boot":
+        qdir = outside.with_name("elsewhere")
+        top.mkdir()
+        (top / "linked-boot").symlink_to(qdir)
+    else:
+        qdir = top / {"this-boot": BOOT, "earlier-boot": "an-earlier-boot"}[where]
+    qdir = qdir / box if box is not None else qdir
     qdir.mkdir(parents=True)
     copy, sidecar = qdir / NAME, qdir / (NAME + ".json")
     held = {"other-bytes": data + b"~"}.get(how, data)
@@ -92,13 +112,13 @@ def proof_for(how: str, results: Path, hidden: os.stat_result) -> Proof:
     return Proof.loaded(PreRuntimeRecord("boot", 0.0, FirstReading(None, None), dirs))
 
 
-def expected(kind: str, original: str, copy: str, proof: str, dry_run: bool) -> str:
+def expected(kind: str, original: str, copy: str, where: str, proof: str, dry_run: bool) -> str:
     """The model: what becomes of the hidden name."""
     if kind != "regular":
         return "judged"  # never handed to settle: the scan judges it as what it is
     if proof not in ("taking", "holds-it"):
         return "left"
-    if original == "same-file" or copy == "true":
+    if original == "same-file" or (copy == "true" and where != "linked-boot"):
         return "planned" if dry_run else "dropped"
     if original == "other-file":
         return "left"
@@ -111,24 +131,44 @@ def expected(kind: str, original: str, copy: str, proof: str, dry_run: bool) -> 
     data=st.sampled_from([b"", b"\0\0\0\0", b'{"kind":"cniCacheV1","containerId":"cd']),
     original=st.sampled_from(ORIGINALS),
     copy=st.sampled_from(COPIES),
+    where=st.sampled_from(WHERE),
+    box=st.sampled_from(BOXES),
     proof=st.sampled_from(PROOFS),
     dry_run=st.booleans(),
 )
 def test_settling_any_leftover_loses_nothing_and_touches_only_what_is_proven(
-    kind: str, data: bytes, original: str, copy: str, proof: str, dry_run: bool
+    kind: str,
+    data: bytes,
+    original: str,
+    copy: str,
+    where: str,
+    box: str | None,
+    proof: str,
+    dry_run: bool,
 ) -> None:
-    check(kind, data, original, copy, proof, dry_run)
+    check(kind, data, original, copy, where, box, proof, dry_run)
 
 
 def test_each_case_is_reached() -> None:
     """Every draw but the bytes, once, by hand: the model test draws them, this shows none
     is out of its reach."""
-    for case in itertools.product(KINDS, ORIGINALS, COPIES, PROOFS, (False, True)):
-        kind, original, copy, proof, dry_run = case
-        check(kind, b"", original, copy, proof, dry_run)
+    for case in itertools.product(KINDS, ORIGINALS, COPIES, WHERE, BOXES, PROOFS, (False, True)):
+        kind, original, copy, where, box, proof, dry_run = case
+        if copy == "none" and (where, box) != ("this-boot", None):
+            continue  # no copy is nowhere, whichever dir it is not in
+        check(kind, b"", original, copy, where, box, proof, dry_run)
 
 
-def check(kind: str, data: bytes, original: str, copy: str, proof: str, dry_run: bool) -> None:
+def check(
+    kind: str,
+    data: bytes,
+    original: str,
+    copy: str,
+    where: str,
+    box: str | None,
+    proof: str,
+    dry_run: bool,
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         results, top, outside = base / "results", base / "quarantine", base / "outside"
@@ -147,7 +187,7 @@ def check(kind: str, data: bytes, original: str, copy: str, proof: str, dry_run:
             os.link(hidden, results / NAME)
         elif original != "absent":
             (results / NAME).write_bytes(b"libcni's own")
-        plant_copy(top / BOX, outside, copy, data)
+        plant_copy(top, where, box, outside, copy, data)
         the_proof = proof_for(proof, results, os.lstat(hidden))
         before = tree(base)
         bytes_before = {
@@ -160,10 +200,8 @@ def check(kind: str, data: bytes, original: str, copy: str, proof: str, dry_run:
         def settle(names: list[str]) -> list[str]:
             # As cli._settling wires it for the results dir (a sidecar names its bare name).
             handed.append(names)
-            place, dir_st = Quarantine(str(top), BOX), os.fstat(dir_fd)
-
-            def copy_of(name: str, original: str) -> str | None:
-                return place.copy_of(dir_fd, name, original, original)
+            copy_of = copy_finder(str(top), BOOT, box, dir_fd, lambda name: name)
+            dir_st = os.fstat(dir_fd)
 
             def predates(st_: os.stat_result, original: str) -> str | None:
                 return the_proof.held_before(str(results), dir_st, original, st_)
@@ -180,7 +218,7 @@ def check(kind: str, data: bytes, original: str, copy: str, proof: str, dry_run:
         finally:
             os.close(dir_fd)
 
-        fate = expected(kind, original, copy, proof, dry_run)
+        fate = expected(kind, original, copy, where, proof, dry_run)
         after = tree(base)
         outcomes = [s.outcome for s in said]
         # Nothing outside the two dirs changes, nor the quarantine: a settle only reads it.
@@ -199,7 +237,7 @@ def check(kind: str, data: bytes, original: str, copy: str, proof: str, dry_run:
         bytes_after = {
             p.read_bytes() for p in results.iterdir() if p.is_file() and not p.is_symlink()
         }
-        assert bytes_before <= bytes_after | quarantined(top / BOX)
+        assert bytes_before <= bytes_after | quarantined(top)
         if fate == "judged":
             assert handed == [] and said == []
             assert HIDDEN in judged

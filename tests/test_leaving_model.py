@@ -22,6 +22,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -112,8 +113,20 @@ def proof_for(how: str, results: Path, hidden: os.stat_result) -> Proof:
     return Proof.loaded(PreRuntimeRecord("boot", 0.0, FirstReading(None, None), dirs))
 
 
-def expected(kind: str, original: str, copy: str, where: str, proof: str, dry_run: bool) -> str:
+class Case(NamedTuple):
+    kind: str  # of KINDS
+    data: bytes  # the hidden file's
+    original: str  # of ORIGINALS
+    copy: str  # of COPIES
+    where: str  # of WHERE
+    box: str | None  # of BOXES
+    proof: str  # of PROOFS
+    dry_run: bool
+
+
+def expected(case: Case) -> str:
     """The model: what becomes of the hidden name."""
+    kind, _, original, copy, where, _, proof, dry_run = case
     if kind != "regular":
         return "judged"  # never handed to settle: the scan judges it as what it is
     if proof not in ("taking", "holds-it"):
@@ -127,26 +140,20 @@ def expected(kind: str, original: str, copy: str, where: str, proof: str, dry_ru
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    kind=st.sampled_from(KINDS),
-    data=st.sampled_from([b"", b"\0\0\0\0", b'{"kind":"cniCacheV1","containerId":"cd']),
-    original=st.sampled_from(ORIGINALS),
-    copy=st.sampled_from(COPIES),
-    where=st.sampled_from(WHERE),
-    box=st.sampled_from(BOXES),
-    proof=st.sampled_from(PROOFS),
-    dry_run=st.booleans(),
+    st.builds(
+        Case,
+        kind=st.sampled_from(KINDS),
+        data=st.sampled_from([b"", b"\0\0\0\0", b'{"kind":"cniCacheV1","containerId":"cd']),
+        original=st.sampled_from(ORIGINALS),
+        copy=st.sampled_from(COPIES),
+        where=st.sampled_from(WHERE),
+        box=st.sampled_from(BOXES),
+        proof=st.sampled_from(PROOFS),
+        dry_run=st.booleans(),
+    )
 )
-def test_settling_any_leftover_loses_nothing_and_touches_only_what_is_proven(
-    kind: str,
-    data: bytes,
-    original: str,
-    copy: str,
-    where: str,
-    box: str | None,
-    proof: str,
-    dry_run: bool,
-) -> None:
-    check(kind, data, original, copy, where, box, proof, dry_run)
+def test_settling_any_leftover_loses_nothing_and_touches_only_what_is_proven(case: Case) -> None:
+    check(case)
 
 
 def test_each_case_is_reached() -> None:
@@ -156,19 +163,11 @@ def test_each_case_is_reached() -> None:
         kind, original, copy, where, box, proof, dry_run = case
         if copy == "none" and (where, box) != ("this-boot", None):
             continue  # no copy is nowhere, whichever dir it is not in
-        check(kind, b"", original, copy, where, box, proof, dry_run)
+        check(Case(kind, b"", original, copy, where, box, proof, dry_run))
 
 
-def check(
-    kind: str,
-    data: bytes,
-    original: str,
-    copy: str,
-    where: str,
-    box: str | None,
-    proof: str,
-    dry_run: bool,
-) -> None:
+def check(case: Case) -> None:
+    kind, data, original, copy, where, box, proof, dry_run = case
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         results, top, outside = base / "results", base / "quarantine", base / "outside"
@@ -218,7 +217,7 @@ def check(
         finally:
             os.close(dir_fd)
 
-        fate = expected(kind, original, copy, where, proof, dry_run)
+        fate = expected(case)
         after = tree(base)
         outcomes = [s.outcome for s in said]
         # Nothing outside the two dirs changes, nor the quarantine: a settle only reads it.

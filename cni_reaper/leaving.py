@@ -90,8 +90,8 @@ def hidden_among(names: Sequence[str]) -> list[str]:
 
 
 # (hidden name, its original's name) -> where the quarantine holds a copy of its bytes made
-# from that original, or None
-CopyOf = Callable[[str, str], "str | None"]
+# from that original, or None; and what kept it from looking everywhere, or ""
+CopyOf = Callable[[str, str], "tuple[str | None, str]"]
 # (a hidden file's stat, its original's name) -> why it may not be taken for the file that name
 # held before any runtime of this boot started, or None
 Predates = Callable[[os.stat_result, str], "str | None"]
@@ -141,11 +141,13 @@ def settle(
             now = os.stat(original, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             now = None
+        unsure = ""  # what kept the look for a copy from looking everywhere
         if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
             why, drop = f"{original} holds the same file again", True
         else:
-            copy = copy_of(name, original)
+            copy, unsure = copy_of(name, original)
             why, drop = f"its bytes are in {copy}", copy is not None
+        unsure = f" ({unsure})" if unsure else ""
         if drop:
             if dry_run:
                 said.append(Settled(PLANNED, f"{at}; {why}: a real run removes it"))
@@ -164,15 +166,20 @@ def settle(
                 Settled(
                     LEFT,
                     f"{at}; {original} is another file now, and no boot's quarantine holds "
-                    "a copy of it: both left; compare them by hand",
+                    f"a copy of it{unsure}: both left; compare them by hand",
                 )
             )
         elif dry_run:
             said.append(
-                Settled(PLANNED, f"{at}; no copy of it in the quarantine: a real run puts it back")
+                Settled(
+                    PLANNED,
+                    f"{at}; no copy of it in the quarantine{unsure}: a real run puts it back",
+                )
             )
         else:
-            done = _put_back(dir_fd, name, original, f"{at}; no copy of it in the quarantine")
+            done = _put_back(
+                dir_fd, name, original, f"{at}; no copy of it in the quarantine{unsure}"
+            )
             if done.outcome == DONE:
                 put_back.append(original)
             changed = changed or done.outcome != LEFT

@@ -189,20 +189,11 @@ class Quarantine:
             os.close(self._fd)
             self._fd = None
 
-    def _names(self, name: str) -> Iterator[str]:
-        """The names a file may take here, in order. None ends like a sidecar: a file named
-        X.json would be written over by the sidecar of a file named X."""
-        base = _short(name)
-        if not base.endswith(SIDECAR_SUFFIX):
-            yield base
-        for n in itertools.count(1):
-            yield f"{base}.{n}"
-
     def _free_name(self, fd: int, name: str, taken: set[str]) -> str:
         """The first name not taken by a quarantined file, nor by a file of this batch. A
         sidecar alone is what a move interrupted before its rename left behind: it is written
         anew."""
-        return next(c for c in self._names(name) if c not in taken and not _exists(fd, c))
+        return next(c for c in _names(name) if c not in taken and not _exists(fd, c))
 
     def _copied_earlier(self, fd: int, move: Move, sha256: str) -> str | None:
         """A quarantined copy of this very file whose original was never unlinked: the same
@@ -211,36 +202,7 @@ class Quarantine:
         def path(candidate: str) -> object:
             return _record(move.sidecar(os.path.join(self.dir, candidate), sha256)).get("path")
 
-        return self._copy_named(fd, move.name, sha256, path)
-
-    def _copy_named(
-        self, fd: int, name: str, sha256: str, path: Callable[[str], object]
-    ) -> str | None:
-        """The quarantined copy of a file called name holding these bytes, as its sidecar says
-        too, whose sidecar's path is path(the copy's name)."""
-        for candidate in self._names(name):
-            if not _exists(fd, candidate):
-                return None
-            recorded = _read_sidecar(fd, candidate + SIDECAR_SUFFIX)
-            if recorded.get("sha256") != sha256 or sha256_of(fd, candidate) != sha256:
-                continue
-            if recorded.get("path") == path(candidate):
-                return candidate
-        return None
-
-    def holding(self, digest: str, original: str, path: str) -> str | None:
-        """Where this quarantine holds a copy of a file called original whose bytes have this
-        sha256, as its sidecar says too, whose sidecar's path is path (copy_finder). Makes no
-        dir."""
-        try:
-            fd = os.open(self.dir, DIR_FLAGS)
-        except OSError:
-            return None
-        try:
-            found = self._copy_named(fd, original, digest, lambda _: path)
-        finally:
-            os.close(fd)
-        return None if found is None else os.path.join(self.dir, found)
+        return _copy_named(fd, move.name, sha256, path)
 
     def move(self, move: Move) -> str:
         """One file: the path it now has; raises why it could not move, or FileChanged."""
@@ -553,6 +515,30 @@ def _short(name: str) -> str:
     return os.fsdecode(raw[:160]) + "~" + sha256(raw).hexdigest()[:16]
 
 
+def _names(name: str) -> Iterator[str]:
+    """The names a file may take in a quarantine dir, in order. None ends like a sidecar: a
+    file named X.json would be written over by the sidecar of a file named X."""
+    base = _short(name)
+    if not base.endswith(SIDECAR_SUFFIX):
+        yield base
+    for n in itertools.count(1):
+        yield f"{base}.{n}"
+
+
+def _copy_named(fd: int, name: str, sha256: str, path: Callable[[str], object]) -> str | None:
+    """The copy, in the quarantine dir open at fd, of a file called name holding these bytes,
+    as its sidecar says too, whose sidecar's path is path(the copy's name)."""
+    for candidate in _names(name):
+        if not _exists(fd, candidate):
+            return None
+        recorded = _read_sidecar(fd, candidate + SIDECAR_SUFFIX)
+        if recorded.get("sha256") != sha256 or sha256_of(fd, candidate) != sha256:
+            continue
+        if recorded.get("path") == path(candidate):
+            return candidate
+    return None
+
+
 def _exists(dir_fd: int, name: str) -> bool:
     try:
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -666,15 +652,34 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _read_sidecar(dir_fd: int, name: str) -> dict[str, Any]:
+def _open_regular(dir_fd: int, name: str) -> int | None:
+    """A descriptor for name in dir_fd if it is a regular file; None for anything else (a
+    symlink, never followed; a dir; a FIFO or a device, never waited on nor read endlessly)
+    and for what cannot be opened. Looked at before the open, as a device's open may act; and
+    after it, as the name may have changed hands in between."""
     try:
+        if not stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+            return None
         fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _read_sidecar(dir_fd: int, name: str) -> dict[str, Any]:
+    fd = _open_regular(dir_fd, name)
+    if fd is None:
         return {}
     with os.fdopen(fd, "rb") as f:
         try:
             doc = json.loads(f.read(1 << 20))
-        except (ValueError, RecursionError):
+        except (OSError, ValueError, RecursionError):
             return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -685,31 +690,68 @@ def copy_finder(
     box: str | None,
     dir_fd: int,
     path_of: Callable[[str], str],
-) -> Callable[[str, str], str | None]:
+) -> Callable[[str, str], tuple[str | None, str]]:
     """leaving.settle's copy_of for the dir open at dir_fd, whose files a move takes to the box
     of a boot's dir (None: the boot's dir itself), their sidecars naming each by path_of(its
     name): of a hidden file and its original's name, where a true copy of it is, in this boot's
     dir or, failing that, in any earlier boot's (a run killed in its last step, then a power
-    cut, leaves the copy in the dir of a boot that is over)."""
-    places = [
-        Quarantine(os.path.join(quarantine_dir, boot), box)
-        if box is not None
-        else Quarantine(quarantine_dir, boot)
-        for boot in boot_dirs(quarantine_dir, boot_id or "unknown-boot")
-    ]
+    cut, leaves the copy in the dir of a boot that is over); and what kept it from looking
+    everywhere, "" if nothing did. Every dir is opened below the one before it, never through
+    a symlink: one swapped in after the listing is refused, not followed."""
+    boots = boot_dirs(quarantine_dir, boot_id or "unknown-boot")
 
-    def copy_of(name: str, original: str) -> str | None:
+    def copy_of(name: str, original: str) -> tuple[str | None, str]:
         digest = sha256_of(dir_fd, name)
         if digest is None:
-            return None
+            return None, "it could not be read to compare"
         path = path_of(original)
-        for place in places:
-            found = place.holding(digest, original, path)
-            if found is not None:
-                return found
-        return None
+        try:
+            top = os.open(quarantine_dir, DIR_FLAGS)
+        except OSError as e:
+            return None, _unsearched(quarantine_dir, e)
+        unsearched = []
+        try:
+            for boot in boots:
+                where = os.path.join(quarantine_dir, boot, *(() if box is None else (box,)))
+                try:
+                    found = _copy_in(top, boot, box, original, digest, path)
+                except OSError as e:
+                    unsearched.append(_unsearched(where, e))
+                    continue
+                if found is not None:
+                    return os.path.join(where, found), ""
+        finally:
+            os.close(top)
+        return None, "; ".join(e for e in unsearched if e)
 
     return copy_of
+
+
+def _copy_in(
+    top: int, boot: str, box: str | None, original: str, digest: str, path: str
+) -> str | None:
+    """_copy_named in the box of a boot's dir (or the boot's dir) of the quarantine open at
+    top."""
+    fd = os.open(boot, DIR_FLAGS, dir_fd=top)
+    try:
+        if box is not None:
+            boot_fd, fd = fd, -1
+            try:
+                fd = os.open(box, DIR_FLAGS, dir_fd=boot_fd)
+            finally:
+                os.close(boot_fd)
+        return _copy_named(fd, original, digest, lambda _: path)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _unsearched(where: str, error: OSError) -> str:
+    """What a dir that could not be opened says of the search: nothing, where it is absent or
+    is no dir (a symlink among them: never followed), so holds no copy."""
+    if error.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+        return ""
+    return f"{where} not searched: {error.strerror or error}"
 
 
 def boot_dirs(quarantine_dir: str, boot_id: str) -> list[str]:
@@ -734,13 +776,16 @@ def boot_dirs(quarantine_dir: str, boot_id: str) -> list[str]:
 
 
 def sha256_of(dir_fd: int, name: str) -> str | None:
-    """The file's digest, read through dir_fd without following a symlink; None if unreadable."""
-    try:
-        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
-    except OSError:
+    """The regular file's digest, read through dir_fd without following a symlink; None if it
+    is no regular file (_open_regular), or unreadable."""
+    fd = _open_regular(dir_fd, name)
+    if fd is None:
         return None
     digest = sha256()
     with os.fdopen(fd, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 16), b""):
-            digest.update(chunk)
+        try:
+            for chunk in iter(lambda: f.read(1 << 16), b""):
+                digest.update(chunk)
+        except OSError:
+            return None
     return digest.hexdigest()

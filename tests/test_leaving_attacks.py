@@ -360,9 +360,9 @@ def test_a_file_that_takes_the_name_while_settle_looks_for_a_copy_is_never_overw
     (results / hidden(NAME)).write_bytes(b"old")
     dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
 
-    def libcni_writes_meanwhile(name: str, original: str) -> str | None:
+    def libcni_writes_meanwhile(name: str, original: str) -> tuple[str | None, str]:
         (results / original).write_bytes(b"new")
-        return None
+        return None, ""
 
     try:
         put_back, settled = leaving.settle(

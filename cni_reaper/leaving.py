@@ -147,7 +147,7 @@ def settle(
         else:
             copy, unsure = copy_of(name, original)
             why, drop = f"its bytes are in {copy}", copy is not None
-        unsure = f" ({unsure})" if unsure else ""
+        note = f" ({unsure})" if unsure else ""
         if drop:
             if dry_run:
                 said.append(Settled(PLANNED, f"{at}; {why}: a real run removes it"))
@@ -166,20 +166,18 @@ def settle(
                 Settled(
                     LEFT,
                     f"{at}; {original} is another file now, and no boot's quarantine holds "
-                    f"a copy of it{unsure}: both left; compare them by hand",
+                    f"a copy of it{note}: both left; compare them by hand",
                 )
             )
         elif dry_run:
             said.append(
                 Settled(
                     PLANNED,
-                    f"{at}; no copy of it in the quarantine{unsure}: a real run puts it back",
+                    f"{at}; no copy of it in the quarantine{note}: a real run puts it back",
                 )
             )
         else:
-            done = _put_back(
-                dir_fd, name, original, f"{at}; no copy of it in the quarantine{unsure}"
-            )
+            done = _put_back(dir_fd, name, original, f"{at}; no copy of it in the quarantine{note}")
             if done.outcome == DONE:
                 put_back.append(original)
             changed = changed or done.outcome != LEFT

@@ -1300,13 +1300,16 @@ def _pool_health(
                     if problem:
                         run.warnings.append(f"pool of {network}: {problem}")
                     break
-        before = reserved_before.get(network)
-        if run.args.dry_run and not before:
+        dry_run = run.args.dry_run
+        before = reserved_before.get(network) or pool.ListedAddresses()
+        if dry_run and not before:
             # A store the inventory did not list (gone, or refused as untrusted) is counted as
             # a real run counts it.
             before = pool.ListedAddresses(host_local.address_names(store))
-        after = _held_now(states.get(store), store, run.args.dry_run, before)
-        before = before or pool.ListedAddresses()
+        # A dry run changed nothing since it listed the store: that listing is what the store
+        # holds now, and what it released is what it plans, not what a runtime released since.
+        now = before.items() if dry_run else host_local.address_names(store)
+        after = _held_now(states.get(store), now, dry_run)
         if sets or before or after:
             pools.extend(pool.health(network, sets, before, after))
     return pools
@@ -1314,18 +1317,14 @@ def _pool_health(
 
 def _held_now(
     state: pool.AddressStates | None,
-    store: str,
+    now: Iterable[tuple[str, int | None]],
     dry_run: bool,
-    listed: pool.ListedAddresses | None,
 ) -> pool.AddressStates:
-    """Each address the store holds now -> its owner's state ("unknown" if the inventory saw
-    no such reservation); a dry run's planned away are counted as released. A dry run changed
-    nothing since it listed the store: its listing (listed) is what the store holds now, and
-    what it released is what it plans, not what a runtime released meanwhile."""
+    """Each address the store holds now (as pool.listed() gives them) -> its owner's state
+    ("unknown" if the inventory saw no such reservation); a dry run's planned away are counted
+    as released."""
     known = pool.AddressStates() if state is None else state
-    if dry_run and listed is not None:
-        return known.held_now(listed.items(), away_released=True)
-    return known.held_now(host_local.address_names(store), away_released=dry_run)
+    return known.held_now(now, away_released=dry_run)
 
 
 def console(argv: Sequence[str] | None = None, clock: boot.Clock = time.time) -> NoReturn:

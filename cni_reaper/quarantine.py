@@ -708,7 +708,7 @@ def copy_finder(
         try:
             top = os.open(quarantine_dir, DIR_FLAGS)
         except OSError as e:
-            return None, _unsearched(quarantine_dir, e)
+            return None, "" if e.errno in _NO_DIR_THERE else _unsearched(quarantine_dir, e)
         unsearched = []
         try:
             for boot in boots:
@@ -716,13 +716,14 @@ def copy_finder(
                 try:
                     found = _copy_in(top, boot, box, original, digest, path)
                 except OSError as e:
-                    unsearched.append(_unsearched(where, e))
+                    if e.errno not in _NO_DIR_THERE:
+                        unsearched.append(_unsearched(where, e))
                     continue
                 if found is not None:
                     return os.path.join(where, found), ""
         finally:
             os.close(top)
-        return None, "; ".join(e for e in unsearched if e)
+        return None, "; ".join(unsearched)
 
     return copy_of
 
@@ -746,33 +747,23 @@ def _copy_in(
             os.close(fd)
 
 
+# A dir that is absent, or is no dir (a symlink among them: never followed), holds no copy.
+_NO_DIR_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
 def _unsearched(where: str, error: OSError) -> str:
-    """What a dir that could not be opened says of the search: nothing, where it is absent or
-    is no dir (a symlink among them: never followed), so holds no copy."""
-    if error.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-        return ""
     return f"{where} not searched: {error.strerror or error}"
 
 
 def boot_dirs(quarantine_dir: str, boot_id: str) -> list[str]:
-    """The boots whose dirs the quarantine holds: this one first (whether or not it has a dir
-    yet), then every other by name. A name that is no directory, a symlink among them, is no
-    boot's."""
+    """The names of the boots' dirs the quarantine holds: this one first (whether or not it has
+    a dir yet), then every other by name. Which are dirs the open says (_copy_in): O_DIRECTORY
+    and O_NOFOLLOW refuse a symlink, a FIFO or a device before anything is opened."""
     try:
-        names = sorted(os.listdir(quarantine_dir))
+        names = os.listdir(quarantine_dir)
     except OSError:
         names = []
-    others = []
-    for name in names:
-        if name == boot_id:
-            continue
-        try:
-            st = os.stat(os.path.join(quarantine_dir, name), follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            others.append(name)
-    return [boot_id, *others]
+    return [boot_id, *sorted(name for name in names if name != boot_id)]
 
 
 def sha256_of(dir_fd: int, name: str) -> str | None:

@@ -131,7 +131,7 @@ def carry_out(
         planned, entry = plan[i], plan[i].entry
         vet = same_damage(entry.content, verdict)
         moves.append(Move(dir_fd, entry.name, entry.file, record_of(planned), vet))
-    place = Quarantine(os.path.join(quarantine_dir, boot_id or "unknown-boot"), QUARANTINE_SUBDIR)
+    place = Quarantine(quarantine_dir, boot_id, QUARANTINE_SUBDIR)
     unsynced = None
     try:
         moved = place.move_all(moves)

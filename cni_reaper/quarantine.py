@@ -145,29 +145,47 @@ def _open_or_make_dir(parent_fd: int | None, path: str) -> int:
     return os.open(path, DIR_FLAGS, dir_fd=parent_fd)
 
 
-def _open_dir_chain(path: str) -> int:
-    """A descriptor for path, creating missing components; no component may be a symlink
-    below the first one that exists (the parts above belong to the system, not to us)."""
+def _open_dir_chain(top: str, below: Sequence[str]) -> int:
+    """A descriptor for top/below..., making each missing dir 0700. The parts above top are the
+    system's (/var/lib may be a symlink to a bigger disk) and are followed; top and every dir
+    below it are ours, each opened below the one before it and never through a symlink.
+    Raises the OSError of the first dir that could not be opened, named by its path."""
     missing: list[str] = []
-    head = os.path.abspath(path)
+    head = os.path.abspath(top)
     while not os.path.lexists(head):
         head, tail = os.path.split(head)
         missing.append(tail)
-    fd = os.open(head, DIR_FLAGS)
-    for name in reversed(missing):
+    where = head
+    try:
+        fd = os.open(head, DIR_FLAGS if not missing else _SYSTEM_DIR_FLAGS)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, where) from None
+    for name in (*reversed(missing), *below):
+        where = os.path.join(where, name)
         try:
             child = _open_or_make_dir(fd, name)
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, where) from None
         finally:
             os.close(fd)
         fd = child
     return fd
 
 
+_SYSTEM_DIR_FLAGS = DIR_FLAGS & ~os.O_NOFOLLOW
+
+
 class Quarantine:
-    def __init__(self, quarantine_dir: str, boot_id: str, *, owner_locks: bool = False) -> None:
-        """owner_locks: the dirs files leave are locked by their owner through every move
-        (host-local's store), so no name changes hands between a check and an unlink."""
-        self.dir = os.path.join(quarantine_dir, boot_id or "unknown-boot")
+    def __init__(
+        self, quarantine_dir: str, boot_id: str, *box: str, owner_locks: bool = False
+    ) -> None:
+        """Files go to the boot's dir of the quarantine, or to the box below it (Multus's,
+        or host-local's and its network's). owner_locks: the dirs files leave are locked by
+        their owner through every move (host-local's store), so no name changes hands between
+        a check and an unlink."""
+        self._top = quarantine_dir
+        self._below = (boot_id or "unknown-boot", *box)
+        self.dir = os.path.join(quarantine_dir, *self._below)
         self._hide = not owner_locks
         self._fd: int | None = None
         self._dirty: set[int] = set()  # source dirs with moves not yet fsynced
@@ -175,10 +193,13 @@ class Quarantine:
     def _dir_fd(self) -> int:
         if self._fd is None:
             try:
-                self._fd = _open_dir_chain(self.dir)
+                self._fd = _open_dir_chain(self._top, self._below)
             except OSError as e:
+                why = e.strerror
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    why = f"{why} (not a dir of its own: a symlink is never followed)"
                 raise QuarantineError(
-                    e.errno, f"cannot open quarantine dir {self.dir}: {e.strerror}"
+                    e.errno, f"cannot open quarantine dir {e.filename}: {why}"
                 ) from None
         return self._fd
 

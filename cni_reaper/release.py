@@ -194,9 +194,7 @@ def _quarantine(
         by_store[s.planned.reservation.store].append(s)
     for store, items in by_store.items():
         network = items[0].planned.reservation.network
-        place = Quarantine(
-            os.path.join(quarantine_dir, boot_id, "host-local"), network, owner_locks=True
-        )
+        place = Quarantine(quarantine_dir, boot_id, "host-local", network, owner_locks=True)
         try:
             lock = StoreLock(store, budget)
         except OSError as e:

@@ -373,6 +373,29 @@ def test_a_file_already_in_the_multus_quarantine_is_never_overwritten(
     assert code == ExitCode.OK
 
 
+def test_a_boot_dir_swapped_for_a_symlink_takes_no_multus_file_out_of_the_state_dir(
+    multus_node: MultusNode, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The quarantine's boot dir is a symlink to a dir elsewhere that already holds multus/:
+    the move is refused and says why, the file stays, nothing lands where the symlink points."""
+    crashed = multus_node.crashed
+    result = multus_node.crash_damages_a_known_pods_delegate("empty")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "multus").mkdir(parents=True)
+    boot_dir = multus_node.quarantine.parent
+    boot_dir.parent.mkdir(parents=True, mode=0o700)
+    boot_dir.symlink_to(elsewhere)
+
+    code, report = crashed.run(capsys)
+
+    doc = delegates(report)[result.name]
+    assert (doc["outcome"], doc["quarantined_to"]) == ("failed", None), doc
+    assert str(boot_dir) in doc["problem"] and "symlink" in doc["problem"], doc
+    assert result.exists()
+    assert list(elsewhere.rglob("*")) == [elsewhere / "multus"]
+    assert code == ExitCode.ACTION_FAILED
+
+
 def test_a_same_bytes_copy_in_the_quarantine_is_not_taken_for_this_file(
     multus_node: MultusNode, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,0 +1,104 @@
+"""Every dir a move takes a file to is opened below the one before it, never through a symlink:
+the boot's dir, Multus's box in it, host-local's box and its network's dir. A symlink put at any
+of them (by an operator's mistake, or by someone who may write the state dir) is refused; the
+file stays where it was, and nothing lands where the symlink points."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from cni_reaper.filestat import FileStat
+from cni_reaper.quarantine import Move, Quarantine, QuarantineError
+
+NAME = "net-" + "ab" * 32 + "-eth0"
+BOXES = {"the boot's dir": (), "multus": ("multus",), "host-local": ("host-local", "net")}
+CASES = [
+    (box, depth)
+    for box, parts in BOXES.items()
+    for depth in range(len(parts) + 2)  # the quarantine dir, the boot's dir, each box's part
+]
+
+
+def _move_one(results: Path, place: Quarantine) -> object:
+    scanned = FileStat.of(os.stat(results / NAME, follow_symlinks=False))
+    dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        (outcome,) = place.move_all(
+            [Move(dir_fd, NAME, scanned, lambda dest, digest: {"path": NAME, "to": dest})]
+        )
+    finally:
+        place.close()
+        os.close(dir_fd)
+    return outcome
+
+
+@pytest.mark.parametrize(("box", "depth"), CASES)
+def test_a_symlink_anywhere_below_the_state_dir_is_refused_not_followed(
+    tmp_path: Path, box: str, depth: int
+) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / NAME).write_bytes(b"")
+    chain = ["quarantine", "boot", *BOXES[box]]
+    state = tmp_path / "state"
+    elsewhere = tmp_path / "elsewhere"
+    # The real path down to the symlink, and the symlink's target with the rest of the chain
+    # already made, so that following it would succeed.
+    (state / Path(*chain[:depth])).mkdir(parents=True)
+    (elsewhere / Path(*chain[depth + 1 :])).mkdir(parents=True)
+    (state / Path(*chain[: depth + 1])).symlink_to(elsewhere)
+
+    place = Quarantine(str(state / "quarantine"), "boot", *BOXES[box])
+    outcome = _move_one(results, place)
+
+    assert isinstance(outcome, QuarantineError), outcome
+    assert outcome.errno in (errno.ELOOP, errno.ENOTDIR)  # Linux says ENOTDIR
+    assert str(state / Path(*chain[: depth + 1])) in str(outcome)
+    assert "symlink" in str(outcome)
+    assert (results / NAME).exists()
+    assert [p for p in elsewhere.rglob("*") if not p.is_dir()] == []
+
+
+@pytest.mark.parametrize("box", BOXES)
+def test_each_missing_dir_is_made_private_and_the_file_lands_in_the_box(
+    tmp_path: Path, box: str
+) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / NAME).write_bytes(b"")
+    state = tmp_path / "state"
+    state.mkdir()
+
+    place = Quarantine(str(state / "quarantine"), "boot", *BOXES[box])
+    outcome = _move_one(results, place)
+
+    where = state / "quarantine" / "boot" / Path(*BOXES[box])
+    assert outcome == str(where / NAME)
+    assert (where / NAME).read_bytes() == b""
+    assert not (results / NAME).exists()
+    made = [state / "quarantine", *(state / "quarantine" / Path(*p) for p in _prefixes(box))]
+    assert [oct(d.stat().st_mode & 0o777) for d in made] == ["0o700"] * len(made)
+
+
+def test_the_system_s_own_symlink_above_the_quarantine_dir_is_followed(tmp_path: Path) -> None:
+    """/var/lib may be a symlink to a bigger disk: that is the system's choice, not ours."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / NAME).write_bytes(b"")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (tmp_path / "state").symlink_to(disk)
+
+    outcome = _move_one(results, Quarantine(str(tmp_path / "state" / "quarantine"), "boot"))
+
+    assert outcome == str(tmp_path / "state" / "quarantine" / "boot" / NAME)
+    assert (disk / "quarantine" / "boot" / NAME).exists()
+
+
+def _prefixes(box: str) -> list[tuple[str, ...]]:
+    chain = ("boot", *BOXES[box])
+    return [chain[: i + 1] for i in range(len(chain))]

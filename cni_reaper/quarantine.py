@@ -25,6 +25,7 @@ from cni_reaper.boot import iso
 from cni_reaper.filestat import FileStat
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.record import Record
+from cni_reaper.trust import untrusted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -138,34 +139,48 @@ _quoted = json.encoder.encode_basestring_ascii
 _VERSION = _quoted(__version__)
 
 
-def _open_or_make_dir(parent_fd: int | None, path: str) -> int:
-    """Open (creating it 0700 if absent) a directory, refusing a symlink at the last step."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700, dir_fd=parent_fd)
-    return os.open(path, DIR_FLAGS, dir_fd=parent_fd)
+def _our_dir(name: str, where: str, parent_fd: int | None = None, *, make: bool = False) -> int:
+    """The dir name (below parent_fd, or by path), never through a symlink at its last step,
+    made 0700 first when make and missing; an OSError names it by where. Refused (EPERM)
+    unless only root or the reaper's user may write it: anyone else could plant a FIFO under a
+    sidecar's temp name, whose open would hang the boot, or a copy and sidecar that pass for a
+    hidden file's, which would then be let go."""
+    try:
+        if make:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=parent_fd)
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, where) from None
+    why = untrusted(os.fstat(fd))
+    if why is not None:
+        os.close(fd)
+        raise OSError(errno.EPERM, f"{why}, so not trusted to hold a quarantine", where)
+    return fd
 
 
 def _open_dir_chain(top: str, below: Sequence[str]) -> int:
     """A descriptor for top/below..., making each missing dir 0700. The parts above top are the
     system's (/var/lib may be a symlink to a bigger disk) and are followed; top and every dir
-    below it are ours, each opened below the one before it and never through a symlink.
-    Raises the OSError of the first dir that could not be opened, named by its path."""
+    below it are ours (_our_dir), each opened below the one before it. Raises the OSError of
+    the first dir that could not be opened, named by its path."""
     missing: list[str] = []
     head = os.path.abspath(top)
     while not os.path.lexists(head):
         head, tail = os.path.split(head)
         missing.append(tail)
+    if not missing:
+        fd = _our_dir(head, head)
+    else:
+        try:
+            fd = os.open(head, _SYSTEM_DIR_FLAGS)
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, head) from None
     where = head
-    try:
-        fd = os.open(head, DIR_FLAGS if not missing else _SYSTEM_DIR_FLAGS)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, where) from None
     for name in (*reversed(missing), *below):
         where = os.path.join(where, name)
         try:
-            child = _open_or_make_dir(fd, name)
-        except OSError as e:
-            raise OSError(e.errno, e.strerror, where) from None
+            child = _our_dir(name, where, fd, make=True)
         finally:
             os.close(fd)
         fd = child
@@ -727,21 +742,20 @@ def copy_finder(
             return None, "it could not be read to compare"
         path = path_of(original)
         try:
-            top = os.open(quarantine_dir, DIR_FLAGS)
+            top = _our_dir(quarantine_dir, quarantine_dir)
         except OSError as e:
-            return None, "" if e.errno in _NO_DIR_THERE else _unsearched(quarantine_dir, e)
+            return None, "" if e.errno in _NO_DIR_THERE else _unsearched(e)
         unsearched = []
         try:
             for boot in boots:
-                where = os.path.join(quarantine_dir, boot, *(() if box is None else (box,)))
                 try:
-                    found = _copy_in(top, boot, box, original, digest, path)
+                    found = _copy_in(top, quarantine_dir, boot, box, original, digest, path)
                 except OSError as e:
                     if e.errno not in _NO_DIR_THERE:
-                        unsearched.append(_unsearched(where, e))
+                        unsearched.append(_unsearched(e))
                     continue
                 if found is not None:
-                    return os.path.join(where, found), ""
+                    return found, ""
         finally:
             os.close(top)
         return None, "; ".join(unsearched)
@@ -750,19 +764,22 @@ def copy_finder(
 
 
 def _copy_in(
-    top: int, boot: str, box: str | None, original: str, digest: str, path: str
+    top: int, quarantine_dir: str, boot: str, box: str | None, original: str, digest: str, path: str
 ) -> str | None:
     """_copy_named in the box of a boot's dir (or the boot's dir) of the quarantine open at
-    top."""
-    fd = os.open(boot, DIR_FLAGS, dir_fd=top)
+    top: the copy's path, or None."""
+    where = os.path.join(quarantine_dir, boot)
+    fd = _our_dir(boot, where, top)
     try:
         if box is not None:
             boot_fd, fd = fd, -1
+            where = os.path.join(where, box)
             try:
-                fd = os.open(box, DIR_FLAGS, dir_fd=boot_fd)
+                fd = _our_dir(box, where, boot_fd)
             finally:
                 os.close(boot_fd)
-        return _copy_named(fd, original, digest, lambda _: path)
+        found = _copy_named(fd, original, digest, lambda _: path)
+        return None if found is None else os.path.join(where, found)
     finally:
         if fd >= 0:
             os.close(fd)
@@ -772,8 +789,8 @@ def _copy_in(
 _NO_DIR_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 
 
-def _unsearched(where: str, error: OSError) -> str:
-    return f"{where} not searched: {error.strerror or error}"
+def _unsearched(error: OSError) -> str:
+    return f"{error.filename} not searched: {error.strerror or error}"
 
 
 def boot_dirs(quarantine_dir: str, boot_id: str) -> list[str]:

@@ -1,7 +1,9 @@
 """Every dir a move takes a file to is opened below the one before it, never through a symlink:
 the boot's dir, Multus's box in it, host-local's box and its network's dir. A symlink put at any
 of them (by an operator's mistake, or by someone who may write the state dir) is refused; the
-file stays where it was, and nothing lands where the symlink points."""
+file stays where it was, and nothing lands where the symlink points. So is a dir someone other
+than root may write: they could plant a FIFO where a sidecar is written, or a copy that lets a
+hidden file go."""
 
 from __future__ import annotations
 
@@ -13,6 +15,14 @@ import pytest
 
 from cni_reaper.filestat import FileStat
 from cni_reaper.quarantine import Move, Quarantine, QuarantineError
+from tests.test_leaving import NAME as HIDDEN_NAME
+from tests.test_leaving_cross_boot_attacks import (
+    EARLIER,
+    THIS_BOOT,
+    a_hidden_file,
+    plant,
+    settle_at,
+)
 
 NAME = "net-" + "ab" * 32 + "-eth0"
 BOXES = {"the boot's dir": (), "multus": ("multus",), "host-local": ("host-local", "net")}
@@ -102,3 +112,66 @@ def test_the_system_s_own_symlink_above_the_quarantine_dir_is_followed(tmp_path:
 def _prefixes(box: str) -> list[tuple[str, ...]]:
     chain = ("boot", *BOXES[box])
     return [chain[: i + 1] for i in range(len(chain))]
+
+
+@pytest.mark.parametrize(("box", "depth"), CASES)
+@pytest.mark.parametrize("how", ["open to all", "another owner"])
+def test_a_quarantine_dir_others_may_write_is_refused(
+    tmp_path: Path, box: str, depth: int, how: str
+) -> None:
+    if how == "another owner" and os.geteuid() != 0:
+        pytest.skip("giving a dir to another user needs root")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / NAME).write_bytes(b"")
+    chain = ["quarantine", "boot", *BOXES[box]]
+    state = tmp_path / "state"
+    open_dir = state / Path(*chain[: depth + 1])
+    open_dir.mkdir(parents=True)
+    if how == "open to all":
+        open_dir.chmod(0o777)
+    else:
+        os.chown(open_dir, 1000, 1000)
+    # What someone who may write it could plant: a FIFO under the name the sidecar's temp file
+    # would take, whose open would wait for a reader for ever.
+    os.mkfifo(open_dir / f".{NAME}.json.tmp")
+
+    outcome = _move_one(results, Quarantine(str(state / "quarantine"), "boot", *BOXES[box]))
+
+    assert isinstance(outcome, QuarantineError), outcome
+    assert str(open_dir) in str(outcome) and "not trusted" in str(outcome), outcome
+    assert (results / NAME).exists()
+    assert not any(p.is_file() for p in state.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("box", "which"),
+    [
+        (box, which)
+        for box in (None, "multus")
+        for which in ("the quarantine dir", "an earlier boot's dir", "its box")
+        if box is not None or which != "its box"  # the results dir's files have no box
+    ],
+)
+def test_a_copy_planted_where_others_may_write_never_lets_a_hidden_file_go(
+    tmp_path: Path, box: str | None, which: str
+) -> None:
+    """Every empty file has one sha256: whoever may write a quarantine dir could plant an empty
+    'copy' beside a sidecar naming the file, and a hidden empty file would be removed on its
+    word. A dir others may write is not searched, and says so; the file goes back."""
+    results, top = tmp_path / "results", tmp_path / "q"
+    a_hidden_file(results, b"")
+    path = HIDDEN_NAME if box is None else str(results / HIDDEN_NAME)
+    planted = plant(top / EARLIER / (box or ""), HIDDEN_NAME, b"", path)
+    opened = {"the quarantine dir": top, "an earlier boot's dir": top / EARLIER}.get(
+        which, top / EARLIER / (box or "")
+    )
+    opened.chmod(0o777)
+
+    put_back, said = settle_at(results, top, THIS_BOOT, box)
+
+    assert put_back == [HIDDEN_NAME]
+    assert (results / HIDDEN_NAME).read_bytes() == b""
+    (line,) = said
+    assert f"{opened} not searched: is writable by group or others" in line, line
+    assert planted.exists()

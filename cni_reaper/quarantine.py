@@ -145,6 +145,8 @@ def _our_dir(name: str, where: str, parent_fd: int | None = None, *, make: bool 
     unless only root or the reaper's user may write it: anyone else could plant a FIFO under a
     sidecar's temp name, whose open would hang the boot, or a copy and sidecar that pass for a
     hidden file's, which would then be let go."""
+    if parent_fd is not None and (name in ("", ".", "..") or "/" in name):
+        raise OSError(errno.EINVAL, "not one name of a dir below the one before it", where)
     try:
         if make:
             with contextlib.suppress(FileExistsError):
@@ -165,7 +167,9 @@ def _open_dir_chain(top: str, below: Sequence[str]) -> int:
     below it are ours (_our_dir), each opened below the one before it. Raises the OSError of
     the first dir that could not be opened, named by its path."""
     missing: list[str] = []
-    head = os.path.abspath(top)
+    # Not normalized: "link/.." is where the kernel takes it, as every path said of a moved
+    # file (self.dir joined) is read; a ".." left among the dirs to make is refused.
+    head = os.path.join(os.getcwd(), top.rstrip("/") or "/")
     while not os.path.lexists(head):
         head, tail = os.path.split(head)
         missing.append(tail)
@@ -203,9 +207,12 @@ class Quarantine:
         self.dir = os.path.join(quarantine_dir, *self._below)
         self._hide = not owner_locks
         self._fd: int | None = None
+        self._failed: QuarantineError | None = None
         self._dirty: set[int] = set()  # source dirs with moves not yet fsynced
 
     def _dir_fd(self) -> int:
+        if self._failed is not None:
+            raise self._failed  # tried once: a batch of 64 files is not 64 tries
         if self._fd is None:
             try:
                 self._fd = _open_dir_chain(self._top, self._below)
@@ -213,9 +220,10 @@ class Quarantine:
                 why = e.strerror
                 if e.errno in (errno.ELOOP, errno.ENOTDIR):
                     why = f"{why} (not a dir of its own: a symlink is never followed)"
-                raise QuarantineError(
+                self._failed = QuarantineError(
                     e.errno, f"cannot open quarantine dir {e.filename}: {why}"
-                ) from None
+                )
+                raise self._failed from None
         return self._fd
 
     def close(self) -> None:
@@ -261,12 +269,6 @@ class Quarantine:
         its sidecar. A power cut before flush() may undo some moves; the next run redoes
         them, DEL being idempotent.
         """
-        if not moves:
-            return []  # no quarantine dir made for nothing
-        try:
-            fd = self._dir_fd()
-        except QuarantineError as e:
-            return [e for _ in moves]
         moved: list[str | OSError | FileChanged] = []
         held: list[_Held] = []
         staged: list[tuple[int, str, _Held]] = []  # (index in moves, dest, the file)
@@ -281,6 +283,7 @@ class Quarantine:
                     continue
                 held.append(file)
                 try:
+                    fd = self._dir_fd()  # made only once a file is to move
                     earlier = self._copied_earlier(fd, move, file.sha256)
                     if earlier is not None:
                         moved.append(self._finish_copy(move, file, earlier, ours=False))
@@ -297,6 +300,7 @@ class Quarantine:
             while temps:
                 os.close(temps.pop())
             for (index, dest, file), error in zip(staged, synced):
+                fd = self._dir_fd()  # open: a file is staged in it
                 if error is not None:
                     _drop_temp(fd, dest + SIDECAR_SUFFIX)
                 moved[index] = error or self._put_in_place(fd, moves[index], dest, file)

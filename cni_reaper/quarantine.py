@@ -212,7 +212,7 @@ class Quarantine:
 
     def _dir_fd(self) -> int:
         if self._failed is not None:
-            raise self._failed  # tried once: a batch of 64 files is not 64 tries
+            raise self._failed  # a batch of 64 files is not 64 tries
         if self._fd is None:
             try:
                 self._fd = _open_dir_chain(self._top, self._below)
@@ -269,6 +269,7 @@ class Quarantine:
         its sidecar. A power cut before flush() may undo some moves; the next run redoes
         them, DEL being idempotent.
         """
+        self._failed = None  # a dir that could not be opened is tried again once a batch
         moved: list[str | OSError | FileChanged] = []
         held: list[_Held] = []
         staged: list[tuple[int, str, _Held]] = []  # (index in moves, dest, the file)

@@ -175,3 +175,33 @@ def test_a_copy_planted_where_others_may_write_never_lets_a_hidden_file_go(
     (line,) = said
     assert f"{opened} not searched: is writable by group or others" in line, line
     assert planted.exists()
+
+
+def test_a_dir_refused_in_one_batch_is_tried_again_in_the_next(tmp_path: Path) -> None:
+    """A run keeps one quarantine for all its batches: a dir it could not open (here a symlink
+    the operator then removed) does not fail the rest of the run."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / NAME).write_bytes(b"")
+    top = tmp_path / "state" / "quarantine"
+    top.mkdir(parents=True)
+    (top / "boot").symlink_to(tmp_path)
+    place = Quarantine(str(top), "boot")
+    dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+
+        def batch() -> object:
+            scanned = FileStat.of(os.stat(NAME, dir_fd=dir_fd, follow_symlinks=False))
+            (moved,) = place.move_all([Move(dir_fd, NAME, scanned, lambda dest, digest: {})])
+            return moved
+
+        first = batch()
+        (top / "boot").unlink()
+        second = batch()
+    finally:
+        place.close()
+        os.close(dir_fd)
+
+    assert isinstance(first, QuarantineError), first
+    assert second == str(top / "boot" / NAME)
+    assert (top / "boot" / NAME).exists() and not (results / NAME).exists()

@@ -23,6 +23,7 @@ from tests.test_leaving_cross_boot_attacks import (
     plant,
     settle_at,
 )
+from tests.test_multus_scratch_attacks import no_longer_than
 
 NAME = "net-" + "ab" * 32 + "-eth0"
 BOXES = {"the boot's dir": (), "multus": ("multus",), "host-local": ("host-local", "net")}
@@ -33,13 +34,16 @@ CASES = [
 ]
 
 
-def _move_one(results: Path, place: Quarantine) -> object:
-    scanned = FileStat.of(os.stat(results / NAME, follow_symlinks=False))
+def move_one(results: Path, place: Quarantine, name: str = NAME) -> object:
+    """One file of results moved by place, as a run moves it: its outcome. A move that would
+    hang the boot (an open that waits on a FIFO) fails instead."""
+    scanned = FileStat.of(os.stat(results / name, follow_symlinks=False))
     dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        (outcome,) = place.move_all(
-            [Move(dir_fd, NAME, scanned, lambda dest, digest: {"path": NAME, "to": dest})]
-        )
+        with no_longer_than(20):
+            (outcome,) = place.move_all(
+                [Move(dir_fd, name, scanned, lambda dest, digest: {"path": name, "to": dest})]
+            )
     finally:
         place.close()
         os.close(dir_fd)
@@ -63,7 +67,7 @@ def test_a_symlink_anywhere_below_the_state_dir_is_refused_not_followed(
     (state / Path(*chain[: depth + 1])).symlink_to(elsewhere)
 
     place = Quarantine(str(state / "quarantine"), "boot", *BOXES[box])
-    outcome = _move_one(results, place)
+    outcome = move_one(results, place)
 
     assert isinstance(outcome, QuarantineError), outcome
     assert outcome.errno in (errno.ELOOP, errno.ENOTDIR)  # Linux says ENOTDIR
@@ -84,7 +88,7 @@ def test_each_missing_dir_is_made_private_and_the_file_lands_in_the_box(
     state.mkdir()
 
     place = Quarantine(str(state / "quarantine"), "boot", *BOXES[box])
-    outcome = _move_one(results, place)
+    outcome = move_one(results, place)
 
     where = state / "quarantine" / "boot" / Path(*BOXES[box])
     assert outcome == str(where / NAME)
@@ -103,7 +107,7 @@ def test_the_system_s_own_symlink_above_the_quarantine_dir_is_followed(tmp_path:
     disk.mkdir()
     (tmp_path / "state").symlink_to(disk)
 
-    outcome = _move_one(results, Quarantine(str(tmp_path / "state" / "quarantine"), "boot"))
+    outcome = move_one(results, Quarantine(str(tmp_path / "state" / "quarantine"), "boot"))
 
     assert outcome == str(tmp_path / "state" / "quarantine" / "boot" / NAME)
     assert (disk / "quarantine" / "boot" / NAME).exists()
@@ -136,7 +140,7 @@ def test_a_quarantine_dir_others_may_write_is_refused(
     # would take, whose open would wait for a reader for ever.
     os.mkfifo(open_dir / f".{NAME}.json.tmp")
 
-    outcome = _move_one(results, Quarantine(str(state / "quarantine"), "boot", *BOXES[box]))
+    outcome = move_one(results, Quarantine(str(state / "quarantine"), "boot", *BOXES[box]))
 
     assert isinstance(outcome, QuarantineError), outcome
     assert str(open_dir) in str(outcome) and "not trusted" in str(outcome), outcome

@@ -24,12 +24,10 @@ import contextlib
 import errno
 import json
 import os
-import signal
 import stat
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +50,9 @@ from tests.test_leaving_cross_boot_attacks import (
     plant,
     settle_in_child,
 )
+from tests.test_multus_scratch_attacks import no_longer_than
+from tests.test_quarantine_dirs import NAME, move_one
 
-NAME = "net-" + "cd" * 32 + "-eth0"
 BYTES = b'{"kind":"cniCacheV1"'
 OTHER_UID = 1000
 NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
@@ -74,37 +73,6 @@ def a_results_file(tmp_path: Path, data: bytes = BYTES) -> Path:
     results.mkdir(exist_ok=True)
     (results / NAME).write_bytes(data)
     return results
-
-
-@contextlib.contextmanager
-def no_longer_than(seconds: int) -> Iterator[None]:
-    """A blocking call (a FIFO's open) interrupted after seconds, as a failure, not a hang."""
-
-    def expired(signum: int, frame: object) -> None:
-        raise TimeoutError(f"still waiting after {seconds}s: the run would hang the boot")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def move_one(results: Path, place: Quarantine, name: str = NAME) -> object:
-    """One file of results moved by place, as a run moves it: its outcome."""
-    scanned = FileStat.of(os.stat(results / name, follow_symlinks=False))
-    dir_fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        with no_longer_than(20):
-            (outcome,) = place.move_all(
-                [Move(dir_fd, name, scanned, lambda dest, digest: {"path": name, "to": dest})]
-            )
-    finally:
-        place.close()
-        os.close(dir_fd)
-    return outcome
 
 
 def files_under(root: Path) -> dict[str, bytes]:

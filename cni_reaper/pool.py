@@ -19,7 +19,8 @@ import ipaddress
 # inet_aton is _socket's own.
 from _socket import inet_aton
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from cni_reaper.netconf import go_field, go_pairs
 from cni_reaper.record import Record
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from typing import Any, Union
 
     Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+    Span = tuple[int, int, int]  # (IP version, first, last), as address_value() numbers them
 
 
 class AddressRange(Record):
@@ -136,6 +138,17 @@ class ListedAddresses:
     def __len__(self) -> int:
         return len(self.numbers) + len(self.others)
 
+    def by_version(self) -> dict[int, list[int]]:
+        """The addresses as each IP version's sorted numbers (address_value())."""
+        values: dict[int, list[int]] = {4: list(self.numbers)}
+        for name in self.others:
+            value = address_value(name)
+            if value is not None:
+                values.setdefault(value[0], []).append(value[1])
+        for found in values.values():
+            found.sort()
+        return values
+
 
 class AddressStates:
     """Each address of a store -> its owner's state, and whether it is planned away: a few
@@ -145,6 +158,7 @@ class AddressStates:
     quad has one spelling (is_dotted_quad), so its number stands for its name."""
 
     _AWAY = 0x80
+    _STATE = _AWAY - 1  # the bits of a code that name the state
 
     def __init__(self) -> None:
         self._v4 = array("Q")
@@ -188,12 +202,15 @@ class AddressStates:
             return self._others.get(name)
         return self._number_code(number)
 
+    def _sorted_v4(self) -> array[int]:
+        if not self._sorted:
+            self._v4 = array("Q", sorted(self._v4))
+            self._sorted = True
+        return self._v4
+
     def _number_code(self, number: int) -> int | None:
         """The code of the dotted quad of this number; None if it was never added."""
-        v4 = self._v4
-        if not self._sorted:
-            self._v4 = v4 = array("Q", sorted(v4))
-            self._sorted = True
+        v4 = self._sorted_v4()
         index = bisect.bisect_left(v4, number << 8)
         if index < len(v4) and v4[index] >> 8 == number:
             return int(v4[index] & 0xFF)
@@ -213,10 +230,6 @@ class AddressStates:
         """Whether name, whose dotted_quad_number() is number, was added."""
         return self._code(name, number) is not None
 
-    def has_number(self, number: int) -> bool:
-        """Whether the dotted quad of this number was added."""
-        return self._number_code(number) is not None
-
     def held_now(
         self, names: Iterable[tuple[str, int | None]], away_released: bool
     ) -> AddressStates:
@@ -227,27 +240,67 @@ class AddressStates:
         times: a store is listed whole."""
         now = AddressStates()
         now._states, now._codes = list(self._states), dict(self._codes)
+        # Each dotted quad's code by its number: one lookup a name, where a bisection of the
+        # sorted array took three calls.
+        coded = {item >> 8: item & 0xFF for item in self._v4}
+        v4, others = now._v4, now._others
         for name, number in names:
-            code = self._code(name, number)
+            code = self._others.get(name) if number is None else coded.get(number)
             if code is None:
                 code = now._state_code("unknown")
             elif code & self._AWAY:
                 if away_released:
                     continue
-                code &= ~self._AWAY
-            now._put(name, number, code)
+                code &= self._STATE
+            if number is None:
+                others[name] = code
+            else:
+                v4.append(number << 8 | code)
+        now._sorted = False
         return now
 
     def __len__(self) -> int:
         return len(self._v4) + len(self._others)
 
-    def values(self) -> Iterator[tuple[tuple[int, int] | None, str]]:
-        """(address_value() of each name, its owner's state)."""
-        states = self._states
-        for item in self._v4:
-            yield (4, item >> 8), states[item & 0xFF & ~self._AWAY]
+    def numbers(self) -> set[int]:
+        """The number of every dotted quad added."""
+        return {item >> 8 for item in self._v4}
+
+    def states_in(self, spans: Iterable[Span]) -> tuple[list[dict[str, int]], dict[str, int]]:
+        """How many addresses each owner state holds in each of spans (disjoint), and in none
+        of them (a name that spells no address among these): an address's state read from the
+        items of a sorted array by slices between bisections, not one address at a time."""
+        by_version: dict[int, Sequence[int]] = {4: self._sorted_v4()}
+        outside: list[int] = []
+        more: dict[int, list[int]] = {}
         for name, code in self._others.items():
-            yield address_value(name), states[code & ~self._AWAY]
+            value = address_value(name)
+            if value is None:
+                outside.append(code)
+            else:
+                more.setdefault(value[0], []).append(value[1] << 8 | code)
+        for version, added in more.items():
+            by_version[version] = sorted([*by_version.get(version, ()), *added])
+        inside: list[dict[str, int]] = []
+        cuts: dict[int, list[tuple[int, int]]] = {version: [] for version in by_version}
+        for version, first, last in spans:
+            items = by_version.get(version, ())
+            lo = bisect.bisect_left(items, first << 8)
+            hi = bisect.bisect_left(items, (last + 1) << 8)
+            inside.append(self._tally(items[lo:hi]))
+            cuts.setdefault(version, []).append((lo, hi))
+        for version, items in by_version.items():
+            # What lies between the spans' slices: the addresses no span holds.
+            start = 0
+            for lo, hi in sorted(cuts[version]):
+                outside.extend(items[start:lo])
+                start = hi
+            outside.extend(items[start:])
+        return inside, self._tally(outside)
+
+    def _tally(self, items: Iterable[int]) -> dict[str, int]:
+        counts = Counter(map(self._STATE.__and__, items))
+        return {self._states[code]: n for code, n in counts.items()}
 
     @classmethod
     def of(cls, states: Mapping[str, str]) -> AddressStates:
@@ -326,6 +379,31 @@ def range_sets(
     return tuple(found), None
 
 
+def spans(sets: Iterable[RangeSet]) -> list[tuple[int, int, int, int]]:
+    """(set number, IP version, first, last) of each set's ranges, less every range before
+    them, of that set or an earlier one: disjoint, and an address is in the span of the first
+    set that holds it."""
+    found: list[tuple[int, int, int, int]] = []
+    taken: list[tuple[int, int, int]] = []
+    for s in sets:
+        for r in s.ranges:
+            version, first, last = r.start.version, int(r.start), int(r.end)
+            if first > last:
+                continue  # holds no address
+            pieces = [(first, last)]
+            for v, lo, hi in taken:
+                if v == version:
+                    pieces = [
+                        piece
+                        for a, b in pieces
+                        for piece in ((a, min(b, lo - 1)), (max(a, hi + 1), b))
+                        if piece[0] <= piece[1]
+                    ]
+            found.extend((s.number, version, a, b) for a, b in pieces)
+            taken.append((version, first, last))
+    return found
+
+
 class PoolHealth(Record):
     """One range set of one network, before and after the run."""
 
@@ -363,42 +441,35 @@ def health(
     before: ListedAddresses,
     after: Mapping[str, str] | AddressStates,  # address -> its owner's state
 ) -> list[PoolHealth]:
-    """Each range set's counts; addresses in no set are counted under set -1."""
+    """Each range set's counts; addresses in no set are counted under set -1. An address
+    counts for the first set that holds it (RangeSet.holds), so each set's ranges are taken
+    less those before them (spans()), and each span's addresses counted by bisection."""
     sets = list(sets)
     if not isinstance(after, AddressStates):
         after = AddressStates.of(after)
+    held = after.numbers()
+    released = ListedAddresses()
+    released.numbers.extend(n for n in before.numbers if n not in held)
+    released.others.extend(n for n in before.others if not after.has(n, None))
+    placed = spans(sets)
     before_by_set: dict[int, int] = {}
-    after_by_set: dict[int, dict[str, int]] = {}
     released_by_set: dict[int, int] = {}
-
-    # Each set's ranges as numbers: a store's every address is placed, before and after.
-    bounds = [
-        (s.number, [(r.start.version, int(r.start), int(r.end)) for r in s.ranges]) for s in sets
-    ]
-
-    def set_of(value: tuple[int, int] | None) -> int:
-        """The first set holding the address_value() value (RangeSet.holds), -1 if none."""
-        if value is not None:
-            version, number = value
-            for index, ranges in bounds:
-                for range_version, start, end in ranges:
-                    if range_version == version and start <= number <= end:
-                        return index
-        return -1
-
-    def count_before(value: tuple[int, int] | None, released: bool) -> None:
-        index = set_of(value)
-        before_by_set[index] = before_by_set.get(index, 0) + 1
-        if released:
-            released_by_set[index] = released_by_set.get(index, 0) + 1
-
-    for number in before.numbers:
-        count_before((4, number), not after.has_number(number))
-    for name in before.others:
-        count_before(address_value(name), not after.has(name, None))
-    for value, state in after.values():
-        counts = after_by_set.setdefault(set_of(value), {})
-        counts[state] = counts.get(state, 0) + 1
+    after_by_set: dict[int, dict[str, int]] = {}
+    for counts, addresses in ((before_by_set, before), (released_by_set, released)):
+        values = addresses.by_version()
+        outside = len(addresses)
+        for number, version, first, last in placed:
+            found = values.get(version, ())
+            n = bisect.bisect_right(found, last) - bisect.bisect_left(found, first)
+            counts[number] = counts.get(number, 0) + n
+            outside -= n
+        counts[-1] = outside
+    inside, after_outside = after.states_in((v, first, last) for _, v, first, last in placed)
+    for (number, *_), states in zip(placed, inside):
+        into = after_by_set.setdefault(number, {})
+        for state, n in states.items():
+            into[state] = into.get(state, 0) + n
+    after_by_set[-1] = after_outside
     pools = [
         PoolHealth(
             network,
@@ -409,7 +480,7 @@ def health(
         )
         for s in sets
     ]
-    if -1 in before_by_set or -1 in after_by_set:
+    if before_by_set[-1] or after_by_set[-1]:
         pools.append(
             PoolHealth(
                 network,

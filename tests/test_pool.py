@@ -4,6 +4,7 @@ leaves reserved in it."""
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,10 +13,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cni_reaper.pool import (
+    AddressRange,
     AddressStates,
     ListedAddresses,
+    RangeSet,
     address_of,
-    address_value,
     dotted_quad_number,
     health,
     is_address,
@@ -224,9 +226,7 @@ def test_address_states_answer_as_a_dict_of_names_would(
     for name in [*states, *probes]:
         assert table.find(name) == states.get(name), name
         assert (name in table) == (name in states)
-    assert sorted(table.values(), key=repr) == sorted(
-        ((address_value(n), s) for n, (s, _) in states.items()), key=repr
-    )
+    assert table.states_in(()) == ([], dict(Counter(s for s, _ in states.values())))
 
 
 @given(
@@ -265,6 +265,67 @@ def test_the_table_of_a_store_listed_now_is_each_name_added_as_found(
     assert len(now) == len(expected)
     for name in [*states, *listed]:
         assert now.find(name) == expected.get(name), name
-    assert sorted(now.values(), key=repr) == sorted(
-        ((address_value(n), s) for n, (s, _) in expected.items()), key=repr
+    assert now.states_in(()) == ([], dict(Counter(s for s, _ in expected.values())))
+
+
+UNIVERSE = [
+    *(f"10.0.0.{n}" for n in range(12)),
+    *(f"fd00::{n:x}" for n in range(12)),
+    "10.0.0.01",  # no address: host-local never writes it
+    "lock",
+]
+
+
+def _range(version: int, first: int, last: int) -> AddressRange:
+    base = ipaddress.ip_address("10.0.0.0" if version == 4 else "fd00::")
+    return AddressRange(base + first, base + last, None)
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.sampled_from([4, 6]), st.integers(0, 11), st.integers(0, 11)),
+            min_size=1,
+            max_size=3,
+        ),
+        max_size=3,
+    ),
+    st.lists(st.sampled_from(UNIVERSE), unique=True),
+    st.dictionaries(
+        st.sampled_from(UNIVERSE),
+        st.tuples(st.sampled_from(["runtime", "alive", "unknown"]), st.booleans()),
+    ),
+)
+@settings(max_examples=500)
+def test_health_counts_as_placing_each_address_in_the_first_set_that_holds_it(
+    drawn: list[list[tuple[int, int, int]]],
+    before: list[str],
+    after: dict[str, tuple[str, bool]],
+) -> None:
+    """Over range sets that overlap (within a set and across sets, IPv4 and IPv6), ranges that
+    hold nothing (start after end), and names that spell no address: the counts by span and
+    bisection are those of placing each address, one at a time, in the first set holding it
+    (RangeSet.holds), released when the store no longer holds its name."""
+    sets = [RangeSet(i, tuple(_range(*r) for r in ranges)) for i, ranges in enumerate(drawn)]
+    table = AddressStates()
+    for name, (state, away) in after.items():
+        table.add(name, state, away)
+
+    def set_of(name: str) -> int:
+        address = address_of(name)
+        holding = [s.number for s in sets if address is not None and s.holds(address)]
+        return holding[0] if holding else -1
+
+    expected: dict[int, tuple[int, int, dict[str, int]]] = {s.number: (0, 0, {}) for s in sets}
+    for name in (n for n in before if is_address(n)):
+        reserved, released, left = expected.get(set_of(name), (0, 0, {}))
+        expected[set_of(name)] = (reserved + 1, released + (name not in after), left)
+    for name, (state, _) in after.items():
+        reserved, released, left = expected.get(set_of(name), (0, 0, {}))
+        expected[set_of(name)] = (reserved, released, {**left, state: left.get(state, 0) + 1})
+
+    counted = health("net", sets, ListedAddresses(listed(before)), table)
+
+    assert {p.range_set.number: (p.reserved_before, p.released, p.left) for p in counted} == (
+        expected
     )

@@ -167,8 +167,8 @@ def _open_dir_chain(top: str, below: Sequence[str]) -> int:
     below it are ours (_our_dir), each opened below the one before it. Raises the OSError of
     the first dir that could not be opened, named by its path."""
     missing: list[str] = []
-    # Not normalized: "link/.." is where the kernel takes it, as every path said of a moved
-    # file (self.dir joined) is read; a ".." left among the dirs to make is refused.
+    # Not normalized: the kernel takes "link/.." through the link, and so does whoever reads
+    # the paths a move reports (self.dir joined); a ".." among the dirs to make is refused.
     head = os.path.join(os.getcwd(), top.rstrip("/") or "/")
     while not os.path.lexists(head):
         head, tail = os.path.split(head)
@@ -212,7 +212,7 @@ class Quarantine:
 
     def _dir_fd(self) -> int:
         if self._failed is not None:
-            raise self._failed  # a batch of 64 files is not 64 tries
+            raise self._failed.with_traceback(None)  # a batch of 64 files is not 64 tries
         if self._fd is None:
             try:
                 self._fd = _open_dir_chain(self._top, self._below)

@@ -24,6 +24,7 @@ from cni_reaper.evidence.previous_boot import Account, PreviousBootVerdict
 from cni_reaper.evidence.shutdown_marker import ShutdownEvidence, ShutdownState
 from cni_reaper.paths import NodePaths
 from cni_reaper.record import Record
+from cni_reaper.unopened import NotRegularFile, refuse_unless_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -471,6 +472,7 @@ def _says(boots: Sequence[Boot], found: bool) -> str:
 
 def read_btime(proc_stat: str) -> float | None:
     try:
+        refuse_unless_regular(proc_stat, follow=True)  # a tree's own proc/stat, perhaps
         with open(proc_stat, encoding="ascii", errors="replace") as lines:
             for line in lines:
                 if line.startswith("btime "):
@@ -488,6 +490,7 @@ _BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 def read_boot_id(path: str) -> str:
     """This boot's id, "" if it cannot be read or is not a UUID as the kernel writes it."""
     try:
+        refuse_unless_regular(path, follow=True)
         with open(path, encoding="ascii") as f:
             text = f.read(64).strip()
     except (OSError, UnicodeDecodeError):
@@ -502,8 +505,12 @@ def read_wtmp(files: Sequence[str]) -> tuple[list[wtmp.WtmpRecord], list[str]]:
     found = False
     for path in files:
         try:
+            refuse_unless_regular(path)
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
+            continue
+        except NotRegularFile as e:
+            warnings.append(f"{path} is not a regular file (a {e.kind}, never opened); ignored")
             continue
         except OSError as e:
             warnings.append(f"cannot read {path}: {e.strerror}")

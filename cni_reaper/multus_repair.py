@@ -24,6 +24,7 @@ from cni_reaper.quarantine import (
     failed_move,
     sidecar,
 )
+from cni_reaper.unopened import refuse_unless_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ def moved_earlier(quarantine_dir: str) -> dict[str, frozenset[str]] | None:
 def _original(dir_fd: int, name: str) -> str | None:
     """Where the file a sidecar describes was: its record's path."""
     try:
+        refuse_unless_regular(name, dir_fd)
         fd = os.open(
             name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
         )

@@ -17,6 +17,8 @@ import re
 import stat
 from collections import deque
 
+from cni_reaper.unopened import refuse_unless_regular_mode
+
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 # Where plugins look for the node's CNI state when their config does not say otherwise: under
@@ -98,6 +100,8 @@ def open_inside(root: str, node_path: str, *, directory: bool = False) -> tuple[
                 walked.append(os.open(name, DIR_FLAGS, dir_fd=walked[-1]))
                 names.append(name)
                 continue
+            if not directory:
+                refuse_unless_regular_mode(st.st_mode, host_path(root, node_path))
             fd = os.open(name, DIR_FLAGS if directory else FILE_FLAGS, dir_fd=walked[-1])
             return fd, "/" + "/".join([*names, name])
         if not directory:

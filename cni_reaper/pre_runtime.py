@@ -24,13 +24,14 @@ import struct
 from array import array
 from collections.abc import Callable
 
-from cni_reaper import failpoint
+from cni_reaper import failpoint, new_file
 from cni_reaper.boot import BootContext, FirstReading, Written, WrittenVerdict, iso
 from cni_reaper.evidence import time_read
 from cni_reaper.filestat import FileStat
 from cni_reaper.pool import dotted_quad_number
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
+from cni_reaper.unopened import refuse_unless_regular
 
 RECORD_DIR = "cni-reaper/pre-runtime"  # under ROOT/run
 _MAGIC = b"cni-reaper pre-runtime record 1"
@@ -344,8 +345,7 @@ class _RecordWriter:
         problem = untrusted(os.fstat(self._dir_fd))
         if problem:
             raise PermissionError(f"{self.directory} {problem}: no record kept there")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        self._fd = os.open(self._temp, flags, 0o600, dir_fd=self._dir_fd)
+        self._fd = new_file.create(self._temp, self._dir_fd)
 
     def commit(self) -> None:
         self._flush()
@@ -457,6 +457,7 @@ def load(run_dir: str, boot_id: str) -> tuple[PreRuntimeRecord | None, str | Non
         try:
             # Never blocking on a FIFO put in its place, never a directory read as a file.
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            refuse_unless_regular(boot_id, dir_fd)
             fd = os.open(boot_id, flags, dir_fd=dir_fd)
         except FileNotFoundError:
             return None, None

@@ -20,7 +20,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from cni_reaper import __version__, failpoint, leaving
+from cni_reaper import __version__, failpoint, leaving, new_file
 from cni_reaper.boot import iso
 from cni_reaper.filestat import FileStat
 from cni_reaper.read_only import read_only_noted
@@ -53,7 +53,6 @@ sha256 = _interpreters_sha256()
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # temp files
 SIDECAR_SUFFIX = ".json"
 # Threads that fsync the dirs of a flush at once. Past a few, they share commits anyway. (A
 # batch's sidecars need none: see _write_temp.)
@@ -372,7 +371,7 @@ class Quarantine:
             _unlink_quietly(fd, dest + SIDECAR_SUFFIX)
             return FileChanged("its bytes changed as it was copied; left in place")
         try:
-            copy = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=fd)
+            copy = new_file.create(tmp, fd)
             try:
                 _write_all(copy, data)
                 os.fsync(copy)
@@ -625,7 +624,7 @@ def _write_temp(dir_fd: int, name: str, text: str) -> int:
     has its blocks allocated, so the first fsync's journal commit carries them all and the
     others find their data already durable, where each fsync started its own file's writeback
     and waited for a commit of its own. Only the fsync is relied on."""
-    fd = os.open(_temp_name(name), TEMP_FLAGS, 0o600, dir_fd=dir_fd)
+    fd = new_file.create(_temp_name(name), dir_fd)
     try:
         _write_all(fd, text.encode())
         # A hint: a file system that refuses it must not fail the move; the fsync decides.

@@ -9,6 +9,7 @@ a sidecar, under host-local's lock so that no plugin reserves while it moves.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -30,6 +31,7 @@ from cni_reaper.quarantine import (
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled, handed_over
+from cni_reaper.unopened import refuse_unless_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,6 +46,8 @@ class StoreLock:
     for until the run's deadline at most (a plugin stuck in an ADD may hold it for ever)."""
 
     def __init__(self, store: str, budget: Budget) -> None:
+        with contextlib.suppress(FileNotFoundError):  # made below, as host-local makes it
+            refuse_unless_regular(os.path.join(store, "lock"))
         self._fd = os.open(
             os.path.join(store, "lock"),
             os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,

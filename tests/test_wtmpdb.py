@@ -168,7 +168,7 @@ def test_a_fifo_is_not_read_and_does_not_hang(tmp_path: Path) -> None:
     os.mkfifo(path)
     boots, warnings = read_boots(tmp_path)
     assert boots == []
-    assert warnings == [f"wtmpdb {path} is not a regular file; ignored"]
+    assert warnings == [f"wtmpdb {path} is not a regular file (a FIFO, never opened); ignored"]
 
 
 def test_corrupt_bytes_are_a_warning(tmp_path: Path) -> None:

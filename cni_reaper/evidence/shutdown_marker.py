@@ -20,11 +20,12 @@ import json
 import os
 from collections.abc import Callable
 
-from cni_reaper import failpoint
+from cni_reaper import failpoint, new_file
 from cni_reaper.choice import Choice
 from cni_reaper.evidence import time_read
 from cni_reaper.paths import NodePaths
 from cni_reaper.record import Record
+from cni_reaper.unopened import refuse_unless_regular
 
 MARKER = "clean-shutdown"
 LAST_RUN = "last-run"
@@ -76,6 +77,7 @@ class ShutdownEvidence(Record):
 def _read_json(path: str) -> object:
     """A small JSON file, never through a symlink; None when absent or unreadable."""
     try:
+        refuse_unless_regular(path)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
@@ -101,7 +103,7 @@ def _write_durably(directory: str, name: str, doc: object) -> None:
     """Write to a temp file, fsync it, rename it over name, fsync the directory."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     tmp = os.path.join(directory, f".{name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = new_file.create(tmp)
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f)
         f.flush()

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from cni_reaper.node_root import LeavesRoot, host_path, open_inside
 from cni_reaper.record import Record
+from cni_reaper.unopened import NotRegularFile
 
 # upstream's path; Debian 13 makes it a symlink to /var/log/wtmp.db, whose rotated files
 # (logrotate's wtmp.db.1 ...) lie beside the link's target
@@ -118,6 +119,12 @@ def _read_one(root: str, node_path: str) -> tuple[bool, list[WtmpdbRow], str]:
         return False, [], ""
     except LeavesRoot as e:
         return False, [], f"wtmpdb {shown} refused: {e}"
+    except NotRegularFile as e:
+        return (
+            False,
+            [],
+            f"wtmpdb {shown} is not a regular file (a {e.kind}, never opened); ignored",
+        )
     except OSError as e:
         return False, [], f"cannot read wtmpdb {shown}: {e.strerror or e}"
     try:

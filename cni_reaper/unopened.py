@@ -1,0 +1,55 @@
+"""What lies under a name, seen before the name is opened for reading.
+
+Opening a device runs its driver's open: a watchdog's arms the machine's reset, a tape's rewinds
+it, a terminal's may make it the reader's controlling terminal. With --root on a node's disk
+the node decides what lies under every path the run reads there, down to a device's major and
+minor. An open with O_PATH runs no driver: what it finds is looked at first, and only a regular
+file, or a symlink that the caller's own open refuses or follows as before, is opened for real.
+
+Used where a run reads a file by a name it did not list: its markers, wtmp, a tree's /proc,
+configs. The results and the stores, whose every entry is read, are listed and looked at
+first, or opened with O_NONBLOCK and checked after: an O_PATH look at each of 100,000 entries
+was 2.3 us each.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+_KINDS = {
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFDIR: "directory",
+}
+
+
+class NotRegularFile(OSError):
+    """What lies under a name is no regular file (kind: what it is), and was not opened."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(errno.EINVAL, "not a regular file", name)
+        self.kind = kind
+
+
+def refuse_unless_regular(name: str, dir_fd: int | None = None, *, follow: bool = False) -> None:
+    """Raises NotRegularFile when what lies under name is neither a regular file nor, unless
+    follow, a symlink; the errors of a lookup (FileNotFoundError, ...) as an open would."""
+    flags = os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(name, flags, dir_fd=dir_fd)
+    try:
+        mode = os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+    if not follow and stat.S_ISLNK(mode):
+        return
+    refuse_unless_regular_mode(mode, name)
+
+
+def refuse_unless_regular_mode(mode: int, name: str) -> None:
+    """refuse_unless_regular() of a name already looked at (lstat), with this mode."""
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(_KINDS.get(stat.S_IFMT(mode), "special file"), name)

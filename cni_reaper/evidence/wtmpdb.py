@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from cni_reaper.node_root import LeavesRoot, host_path, open_inside
 from cni_reaper.record import Record
-from cni_reaper.unopened import NotRegularFile
+from cni_reaper.unopened import NotRegularFile, refuse_unless_regular
 
 # upstream's path; Debian 13 makes it a symlink to /var/log/wtmp.db, whose rotated files
 # (logrotate's wtmp.db.1 ...) lie beside the link's target
@@ -138,6 +138,9 @@ def _read_one(root: str, node_path: str) -> tuple[bool, list[WtmpdbRow], str]:
         path = host_path(root, resolved)
         if not _same(path, before):
             return False, [], f"wtmpdb {shown} changed while being opened; ignored"
+        odd = _odd_side_file(path)
+        if odd:
+            return False, [], f"wtmpdb {shown}: {odd}; ignored"
         rows, why = _query(path)
         if why:
             return False, [], f"wtmpdb {shown}: {why}"
@@ -146,6 +149,26 @@ def _read_one(root: str, node_path: str) -> tuple[bool, list[WtmpdbRow], str]:
         return True, rows, ""
     finally:
         os.close(fd)
+
+
+# The files sqlite opens beside a database by itself: a WAL's (read and write, made if absent)
+# and a rollback journal's.
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _odd_side_file(path: str) -> str:
+    """Which of the database's side files is no regular file (sqlite would open it, a device
+    a node's disk put there included), or ""."""
+    for suffix in _SIDE_FILES:
+        try:
+            refuse_unless_regular(path + suffix)
+        except FileNotFoundError:
+            continue
+        except NotRegularFile as e:
+            return f"its {suffix[1:]} file is not a regular file (a {e.kind}, never opened)"
+        except OSError as e:
+            return f"its {suffix[1:]} file cannot be looked at: {e.strerror or e}"
+    return ""
 
 
 def _same(path: str, st: os.stat_result) -> bool:

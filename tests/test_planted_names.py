@@ -18,6 +18,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,18 +44,21 @@ def plant(path: Path, kind: str) -> None:
         os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
 
 
-def run(crashed: Crashed) -> tuple[int, dict[str, Any], str]:
+def run(
+    crashed: Crashed, *extra: str, trace: Sequence[str] = (), bin_dir: Path | None = None
+) -> tuple[int, dict[str, Any], str]:
+    """A real run (or as extra says) as its own process, under trace when given, its plugins
+    from bin_dir when given; bounded in time."""
     reaper = [sys.executable, "-m", "tests.clocked_run", str(crashed.t0 + 60), "--"]
+    argv = crashed.argv("--json", *extra)
+    if bin_dir is not None:
+        argv = ["--root", str(crashed.node.root), "--bin-dir", str(bin_dir), "--json", *extra]
     try:
         proc = subprocess.run(
-            [*reaper, *crashed.argv("--json")],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=60,
+            [*trace, *reaper, *argv], capture_output=True, text=True, cwd=REPO, timeout=120
         )
     except subprocess.TimeoutExpired:
-        pytest.fail("the run still waited after 60 s: it opened what was planted")
+        pytest.fail("the run still waited after 120 s: it opened what was planted")
     report = json.loads(proc.stdout) if proc.stdout.strip() else {}
     return proc.returncode, report, proc.stderr
 
@@ -153,33 +157,40 @@ def opened_for_real(log: str, paths: set[str]) -> list[str]:
     return found
 
 
+def traced_runs(crashed: Crashed, tmp_path: Path, names: list[str]) -> list[str]:
+    """Devices planted at names; a real run and a dry run under strace. Each open of a planted
+    name without O_PATH, and asserts each run ends with its report."""
+    planted = set()
+    for name in names:
+        path = crashed.node.root / name
+        if os.path.lexists(path):
+            os.unlink(path)
+        plant(path, "device")
+        planted.add(str(path))
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    found: list[str] = []
+    log = tmp_path / "strace.log"
+    trace = ["strace", "-f", "-qq", "-y", "-s", "4096", "-o", str(log), "-e", "trace=open,openat"]
+    for extra in (["--dry-run"], []):
+        _, report, stderr = run(crashed, *extra, trace=trace, bin_dir=empty)
+        assert "Traceback" not in stderr, stderr
+        assert report["host_local"] is not None, report
+        found += opened_for_real(log.read_text(), planted)
+    return found
+
+
 def test_a_device_where_a_run_reads_a_file_by_name_is_never_opened(
     crashed: Crashed, tmp_path: Path
 ) -> None:
-    """A device node at each such name, the run seen by strace: each is looked at with O_PATH,
-    which runs no driver, and never opened for reading or writing. The run (its DEL cannot
-    run: no plugins, so an orphaned reservation goes to the quarantine under host-local's
-    lock) ends with its report."""
+    """A device node at each such name, a dry run and a real run seen by strace: each is
+    looked at with O_PATH, which runs no driver, and never opened for reading or writing. The
+    runs (no DEL can run: no plugins, so the real run's orphaned reservation goes to the
+    quarantine under host-local's lock) end with their reports."""
     if shutil.which("strace") is None:
         cannot_run("strace is not installed")
     orphan = crashed.add(CONTAINER_IDS[1])
     orphan.unlink()  # its reservation is an orphan: no results entry names it
     crashed.reboot()
-    planted = {str(crashed.node.root / p) for p in READ.values()}
-    for path in planted:
-        if os.path.lexists(path):
-            os.unlink(path)
-        plant(Path(path), "device")
-    empty = tmp_path / "empty-bin"
-    empty.mkdir()
-    log = tmp_path / "strace.log"
-    trace = ["strace", "-f", "-qq", "-y", "-s", "4096", "-o", str(log), "-e", "trace=open,openat"]
-    reaper = [sys.executable, "-m", "tests.clocked_run", str(crashed.t0 + 60), "--"]
-    argv = ["--root", str(crashed.node.root), "--bin-dir", str(empty), "--json"]
-    proc = subprocess.run(
-        [*trace, *reaper, *argv], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
 
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert json.loads(proc.stdout)["host_local"], proc.stdout  # the orphan, handled
-    assert opened_for_real(log.read_text(), planted) == []
+    assert traced_runs(crashed, tmp_path, list(READ.values())) == []

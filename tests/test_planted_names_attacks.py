@@ -12,12 +12,9 @@ reached in these trees is not asserted).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +22,7 @@ import pytest
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS
 from tests.private_node import cannot_run
-from tests.test_planted_names import REPO, opened_for_real, plant
+from tests.test_planted_names import traced_runs
 
 
 @pytest.fixture(autouse=True)
@@ -34,40 +31,6 @@ def _as_root_with_strace() -> None:
         cannot_run("needs root: a device node, and a real run that confines its plugins")
     if shutil.which("strace") is None:
         cannot_run("strace is not installed")
-
-
-def traced_runs(crashed: Crashed, tmp_path: Path, names: list[str]) -> list[str]:
-    """Devices planted at names; a real run and a dry run under strace. Each open of a planted
-    name without O_PATH, and asserts each run ends with its report."""
-    planted = set()
-    for name in names:
-        path = crashed.node.root / name
-        if os.path.lexists(path):
-            os.unlink(path)
-        plant(path, "device")
-        planted.add(str(path))
-    empty = tmp_path / "empty-bin"
-    empty.mkdir()
-    found: list[str] = []
-    for extra in (["--dry-run"], []):
-        log = tmp_path / "strace.log"
-        trace = ["strace", "-f", "-qq", "-y", "-s", "4096", "-o", str(log)]
-        reaper = [sys.executable, "-m", "tests.clocked_run", str(crashed.t0 + 60), "--"]
-        argv = ["--root", str(crashed.node.root), "--bin-dir", str(empty), "--json", *extra]
-        try:
-            proc = subprocess.run(
-                [*trace, "-e", "trace=open,openat", *reaper, *argv],
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-                timeout=120,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.fail("the run still waited after 120 s")
-        assert "Traceback" not in proc.stderr, proc.stderr
-        assert json.loads(proc.stdout)["host_local"] is not None, proc.stdout
-        found += opened_for_real(log.read_text(), planted)
-    return found
 
 
 @pytest.fixture

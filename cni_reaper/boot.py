@@ -10,7 +10,6 @@ import functools
 import math
 import os
 import re
-import stat
 import time
 from collections.abc import Sequence
 
@@ -24,7 +23,7 @@ from cni_reaper.evidence.previous_boot import Account, PreviousBootVerdict
 from cni_reaper.evidence.shutdown_marker import ShutdownEvidence, ShutdownState
 from cni_reaper.paths import NodePaths
 from cni_reaper.record import Record
-from cni_reaper.unopened import NotRegularFile, refuse_unless_regular
+from cni_reaper.unopened import NotRegularFile, open_regular, refuse_unless_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -505,8 +504,7 @@ def read_wtmp(files: Sequence[str]) -> tuple[list[wtmp.WtmpRecord], list[str]]:
     found = False
     for path in files:
         try:
-            refuse_unless_regular(path)
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = open_regular(path)
         except FileNotFoundError:
             continue
         except NotRegularFile as e:
@@ -514,10 +512,6 @@ def read_wtmp(files: Sequence[str]) -> tuple[list[wtmp.WtmpRecord], list[str]]:
             continue
         except OSError as e:
             warnings.append(f"cannot read {path}: {e.strerror}")
-            continue
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            warnings.append(f"{path} is not a regular file; ignored")
             continue
         with os.fdopen(fd, "rb") as f:
             data = f.read()

@@ -17,14 +17,17 @@ from cni_reaper.content import ContentVerdict, same_damage
 from cni_reaper.multus import QUARANTINE_SUBDIR
 from cni_reaper.plan import Action
 from cni_reaper.quarantine import (
+    NO_DIR_THERE,
     SIDECAR_SUFFIX,
     FileChanged,
     Move,
     Quarantine,
     failed_move,
+    open_box,
+    open_quarantine,
     sidecar,
 )
-from cni_reaper.unopened import refuse_unless_regular
+from cni_reaper.unopened import open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,7 +38,6 @@ if TYPE_CHECKING:
 # Sidecars read for moved_earlier(), at most: past them, every delegate counts as moved.
 MAX_SIDECARS = 100_000
 _SIDECAR_BYTES = 1 << 16
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _TooMany(Exception):
@@ -51,7 +53,7 @@ def moved_earlier(quarantine_dir: str) -> dict[str, frozenset[str]] | None:
     names: dict[str, set[str]] = {}
     read = 0
     try:
-        top = os.open(quarantine_dir, _DIR_FLAGS)
+        top = open_quarantine(quarantine_dir)
     except FileNotFoundError:
         return {}
     except OSError:
@@ -59,9 +61,12 @@ def moved_earlier(quarantine_dir: str) -> dict[str, frozenset[str]] | None:
     try:
         for boot in os.listdir(top):
             try:
-                sub = os.open(os.path.join(boot, QUARANTINE_SUBDIR), _DIR_FLAGS, dir_fd=top)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
+                # Never through a symlink, nor in a dir others may write: as the moves'.
+                sub, _ = open_box(top, quarantine_dir, boot, QUARANTINE_SUBDIR)
+            except OSError as e:
+                if e.errno in NO_DIR_THERE:
+                    continue
+                raise
             try:
                 for name in os.listdir(sub):
                     if not name.endswith(SIDECAR_SUFFIX):
@@ -86,10 +91,7 @@ def moved_earlier(quarantine_dir: str) -> dict[str, frozenset[str]] | None:
 def _original(dir_fd: int, name: str) -> str | None:
     """Where the file a sidecar describes was: its record's path."""
     try:
-        refuse_unless_regular(name, dir_fd)
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
+        fd = open_regular(name, dir_fd)
     except OSError:
         return None
     try:

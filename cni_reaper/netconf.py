@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from cni_reaper.content import no_constants
 from cni_reaper.record import Record
 from cni_reaper.trust import resolve_trusted, untrusted
-from cni_reaper.unopened import NotRegularFile, refuse_unless_regular
+from cni_reaper.unopened import NotRegularFile, open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -437,14 +437,11 @@ def _read_trusted(path: str) -> bytes:
     written: configs decide which plugin runs as root, and with what on its stdin. path has
     been walked (trust.resolve_trusted): no symlink is left in it."""
     try:
-        refuse_unless_regular(path)
+        fd = open_regular(path)
     except NotRegularFile as e:
         raise ConfigError(f"not a regular file (a {e.kind}, never opened)") from None
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())  # the file read, whatever the name pointed to before
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError("not a regular file")
         problem = untrusted(st)
         if problem:
             raise ConfigError(f"{path} {problem}; not read")

@@ -31,7 +31,7 @@ from cni_reaper.filestat import FileStat
 from cni_reaper.pool import dotted_quad_number
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
-from cni_reaper.unopened import refuse_unless_regular
+from cni_reaper.unopened import NotRegularFile, open_regular
 
 RECORD_DIR = "cni-reaper/pre-runtime"  # under ROOT/run
 _MAGIC = b"cni-reaper pre-runtime record 1"
@@ -456,18 +456,18 @@ def load(run_dir: str, boot_id: str) -> tuple[PreRuntimeRecord | None, str | Non
             return None, f"{directory} {problem}, so its record is not trusted"
         try:
             # Never blocking on a FIFO put in its place, never a directory read as a file.
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            refuse_unless_regular(boot_id, dir_fd)
-            fd = os.open(boot_id, flags, dir_fd=dir_fd)
+            fd = open_regular(boot_id, dir_fd)
         except FileNotFoundError:
             return None, None
+        except NotRegularFile:
+            return None, f"this boot's record in {directory} is not a file"
         except OSError as e:
             return None, f"cannot read this boot's record in {directory}: {e.strerror}"
         try:
             st = os.fstat(fd)
             problem = untrusted(st)
-            if problem or not stat.S_ISREG(st.st_mode):
-                return None, f"this boot's record in {directory} {problem or 'is not a file'}"
+            if problem:
+                return None, f"this boot's record in {directory} {problem}"
             with os.fdopen(os.dup(fd), "rb") as f:
                 data = f.read(MAX_RECORD_BYTES + 1)
         finally:

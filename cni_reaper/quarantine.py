@@ -16,7 +16,6 @@ import importlib
 import itertools
 import json
 import os
-import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
@@ -26,6 +25,7 @@ from cni_reaper.filestat import FileStat
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
+from cni_reaper.unopened import open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -698,18 +698,9 @@ def _open_regular(dir_fd: int, name: str) -> int | None:
     and for what cannot be opened. Looked at before the open, as a device's open may act; and
     after it, as the name may have changed hands in between."""
     try:
-        if not stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
-            return None
-        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+        return open_regular(name, dir_fd)
     except OSError:
         return None
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
 
 
 def _read_sidecar(dir_fd: int, name: str) -> dict[str, Any]:
@@ -746,16 +737,16 @@ def copy_finder(
             return None, "it could not be read to compare"
         path = path_of(original)
         try:
-            top = _our_dir(quarantine_dir, quarantine_dir)
+            top = open_quarantine(quarantine_dir)
         except OSError as e:
-            return None, "" if e.errno in _NO_DIR_THERE else _unsearched(e)
+            return None, "" if e.errno in NO_DIR_THERE else _unsearched(e)
         unsearched = []
         try:
             for boot in boots:
                 try:
                     found = _copy_in(top, quarantine_dir, boot, box, original, digest, path)
                 except OSError as e:
-                    if e.errno not in _NO_DIR_THERE:
+                    if e.errno not in NO_DIR_THERE:
                         unsearched.append(_unsearched(e))
                     continue
                 if found is not None:
@@ -767,30 +758,40 @@ def copy_finder(
     return copy_of
 
 
+def open_quarantine(quarantine_dir: str) -> int:
+    """The quarantine dir, for looking in its boots' dirs (open_box); raises as _our_dir."""
+    return _our_dir(quarantine_dir, quarantine_dir)
+
+
+def open_box(top: int, quarantine_dir: str, boot: str, box: str | None) -> tuple[int, str]:
+    """The box of a boot's dir (None: the boot's dir itself) of the quarantine open at top,
+    and its path: each dir opened below the one before it, as _our_dir opens it."""
+    where = os.path.join(quarantine_dir, boot)
+    fd = _our_dir(boot, where, top)
+    if box is None:
+        return fd, where
+    try:
+        where = os.path.join(where, box)
+        return _our_dir(box, where, fd), where
+    finally:
+        os.close(fd)
+
+
 def _copy_in(
     top: int, quarantine_dir: str, boot: str, box: str | None, original: str, digest: str, path: str
 ) -> str | None:
     """_copy_named in the box of a boot's dir (or the boot's dir) of the quarantine open at
     top: the copy's path, or None."""
-    where = os.path.join(quarantine_dir, boot)
-    fd = _our_dir(boot, where, top)
+    fd, where = open_box(top, quarantine_dir, boot, box)
     try:
-        if box is not None:
-            boot_fd, fd = fd, -1
-            where = os.path.join(where, box)
-            try:
-                fd = _our_dir(box, where, boot_fd)
-            finally:
-                os.close(boot_fd)
         found = _copy_named(fd, original, digest, lambda _: path)
-        return None if found is None else os.path.join(where, found)
     finally:
-        if fd >= 0:
-            os.close(fd)
+        os.close(fd)
+    return None if found is None else os.path.join(where, found)
 
 
 # A dir that is absent, or is no dir (a symlink among them: never followed), holds no copy.
-_NO_DIR_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+NO_DIR_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 
 
 def _unsearched(error: OSError) -> str:

@@ -53,3 +53,24 @@ def refuse_unless_regular_mode(mode: int, name: str) -> None:
     """refuse_unless_regular() of a name already looked at (lstat), with this mode."""
     if not stat.S_ISREG(mode):
         raise NotRegularFile(_KINDS.get(stat.S_IFMT(mode), "special file"), name)
+
+
+# Never through a symlink, never waiting on a FIFO swapped in, never taking a terminal.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def open_regular(name: str, dir_fd: int | None = None) -> int:
+    """A descriptor, for reading, of the regular file under name: looked at before the open
+    (refuse_unless_regular), and after it, as the name may have changed hands in between.
+    Raises NotRegularFile for anything else; a symlink fails the open (ELOOP)."""
+    refuse_unless_regular(name, dir_fd)
+    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(_KINDS.get(stat.S_IFMT(mode), "special file"), name)
+    return fd

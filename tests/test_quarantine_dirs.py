@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cni_reaper import multus_repair
 from cni_reaper.filestat import FileStat
 from cni_reaper.quarantine import Move, Quarantine, QuarantineError
 from tests.test_leaving import NAME as HIDDEN_NAME
@@ -209,3 +210,23 @@ def test_a_dir_refused_in_one_batch_is_tried_again_in_the_next(tmp_path: Path) -
     assert isinstance(first, QuarantineError), first
     assert second == str(top / "boot" / NAME)
     assert (top / "boot" / NAME).exists() and not (results / NAME).exists()
+
+
+def test_multus_names_moved_earlier_are_read_only_from_the_quarantines_own_dirs(
+    tmp_path: Path,
+) -> None:
+    """multus_repair.moved_earlier reads each boot's Multus box as the moves open it: a boot
+    dir that is a symlink holds no sidecar of the quarantine's, and a box others may write
+    says nothing trustworthy (None: every delegate then counts as moved)."""
+    top = tmp_path / "state" / "quarantine"
+    (top / "real" / "multus").mkdir(parents=True)
+    (top / "real" / "multus" / "a.json").write_text('{"path": "/cache/results/a"}')
+    elsewhere = tmp_path / "elsewhere" / "multus"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "b.json").write_text('{"path": "/cache/results/b"}')
+    (top / "linked").symlink_to(elsewhere.parent)
+
+    assert multus_repair.moved_earlier(str(top)) == {"/cache/results": frozenset({"a"})}
+
+    (top / "real" / "multus").chmod(0o777)
+    assert multus_repair.moved_earlier(str(top)) is None

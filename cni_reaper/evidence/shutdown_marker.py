@@ -25,7 +25,7 @@ from cni_reaper.choice import Choice
 from cni_reaper.evidence import time_read
 from cni_reaper.paths import NodePaths
 from cni_reaper.record import Record
-from cni_reaper.unopened import refuse_unless_regular
+from cni_reaper.unopened import open_regular
 
 MARKER = "clean-shutdown"
 LAST_RUN = "last-run"
@@ -77,8 +77,7 @@ class ShutdownEvidence(Record):
 def _read_json(path: str) -> object:
     """A small JSON file, never through a symlink; None when absent or unreadable."""
     try:
-        refuse_unless_regular(path)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_regular(path)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:

@@ -1,11 +1,11 @@
-"""A name a run writes and renames into place, or locks, found taken by what is no file of its
-own: a FIFO, whose open waits for a reader for ever, or a device node. With --root on a node's
-disk the node decides what lies under its /var/lib/cni-reaper and /run, down to a device's
-major and minor (its /proc, which some trees carry, even names the boot whose quarantine dir a
-run will write): an open with O_CREAT|O_TRUNC there would write the run's JSON into one of the
-rescue machine's own disks. Each such name is now made anew (cni_reaper/new_file.py), and the
-run's lock is refused unless it is a regular file.
-
+"""A name a run writes and renames into place, or locks, or reads, found taken by what is no
+file of its own: a FIFO, whose open waits for a reader for ever, a device node, a socket. With
+--root on a node's disk the node decides what lies under its /var/lib/cni-reaper and /run, down
+to a device's major and minor (its /proc, which some trees carry, even names the boot whose
+quarantine dir a run will write): an open with O_CREAT|O_TRUNC there would write the run's JSON
+into one of the rescue machine's own disks. Each such name is now made anew
+(cni_reaper/new_file.py), the run's lock is refused unless it is a regular file, and a name read
+is looked at with O_PATH, and opened only when it is a regular file (cni_reaper/unopened.py).
 The reaper runs as its own process, bounded in time: a run that hangs fails the test, and does
 not hang the suite.
 """
@@ -32,13 +32,17 @@ from tests.test_quarantine_durability import FD_PATH, calls
 
 REPO = Path(__file__).resolve().parent.parent
 BOOT = "11111111-2222-3333-4444-555555555555"  # the tree's own boot id (nodetree)
-KINDS = ("fifo", "device")
+KINDS = ("fifo", "device", "socket")
+KIND_MODES = {"fifo": stat.S_IFIFO, "device": stat.S_IFCHR, "socket": stat.S_IFSOCK}
 
 
 def plant(path: Path, kind: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if kind == "fifo":
         os.mkfifo(path, 0o600)
+    elif kind == "socket":
+        # No one listens on it; mknod makes the node without a bind, whatever the path's length.
+        os.mknod(path, 0o600 | stat.S_IFSOCK)
     else:
         # The null device: a write to it harms nothing, and is a write to a device all the same.
         os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
@@ -96,7 +100,7 @@ WRITTEN = {
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("what", WRITTEN)
-def test_a_name_the_run_writes_taken_by_a_fifo_or_a_device_is_made_anew_never_opened(
+def test_a_name_the_run_writes_taken_by_what_is_no_file_is_made_anew_never_opened(
     crashed: Crashed, what: str, kind: str
 ) -> None:
     result = damaged(crashed)
@@ -125,7 +129,7 @@ def test_a_lock_that_is_no_file_refuses_the_run_and_is_never_opened(
     assert code == ExitCode.DATA, stderr
     assert f"{lock} is not a regular file" in report["error"]["message"], report
     assert result.read_bytes() == b""  # nothing done
-    assert stat.S_IFMT(os.lstat(lock).st_mode) in (stat.S_IFIFO, stat.S_IFCHR)
+    assert stat.S_IFMT(os.lstat(lock).st_mode) == KIND_MODES[kind]
 
 
 # Files a run reads by a name it did not list, under the node's root.
@@ -157,15 +161,18 @@ def opened_for_real(log: str, paths: set[str]) -> list[str]:
     return found
 
 
-def traced_runs(crashed: Crashed, tmp_path: Path, names: list[str]) -> list[str]:
-    """Devices planted at names; a real run and a dry run under strace. Each open of a planted
-    name without O_PATH, and asserts each run ends with its report."""
+def traced_runs(
+    crashed: Crashed, tmp_path: Path, names: list[str], kind: str = "device"
+) -> list[str]:
+    """What kind says (a device unless told) planted at names; a real run and a dry run under
+    strace. Each open of a planted name without O_PATH, and asserts each run ends with its
+    report."""
     planted = set()
     for name in names:
         path = crashed.node.root / name
         if os.path.lexists(path):
             os.unlink(path)
-        plant(path, "device")
+        plant(path, kind)
         planted.add(str(path))
     empty = tmp_path / "empty-bin"
     empty.mkdir()
@@ -180,11 +187,12 @@ def traced_runs(crashed: Crashed, tmp_path: Path, names: list[str]) -> list[str]
     return found
 
 
-def test_a_device_where_a_run_reads_a_file_by_name_is_never_opened(
-    crashed: Crashed, tmp_path: Path
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_file_where_a_run_reads_a_file_by_name_is_ever_opened(
+    crashed: Crashed, tmp_path: Path, kind: str
 ) -> None:
-    """A device node at each such name, a dry run and a real run seen by strace: each is
-    looked at with O_PATH, which runs no driver, and never opened for reading or writing. The
+    """A device node (a FIFO, a socket) at each such name, a dry run and a real run seen by
+    strace: each is looked at with O_PATH, which runs no driver, and never opened. The
     runs (no DEL can run: no plugins, so the real run's orphaned reservation goes to the
     quarantine under host-local's lock) end with their reports."""
     if shutil.which("strace") is None:
@@ -193,4 +201,4 @@ def test_a_device_where_a_run_reads_a_file_by_name_is_never_opened(
     orphan.unlink()  # its reservation is an orphan: no results entry names it
     crashed.reboot()
 
-    assert traced_runs(crashed, tmp_path, list(READ.values())) == []
+    assert traced_runs(crashed, tmp_path, list(READ.values()), kind) == []

@@ -5,9 +5,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import stat
 
 from cni_reaper.errors import RefusedError, UnsafeInputError
+from cni_reaper.unopened import NotRegularFile, open_lock
 
 
 class RunLock:
@@ -17,7 +17,14 @@ class RunLock:
 
     def __enter__(self) -> RunLock:
         os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-        fd = _open_regular(self.path)
+        try:
+            # The open of a device can act (a watchdog's arms it), and with --root the node's
+            # disk decides what lies under its /run.
+            fd = open_lock(self.path, os.O_RDWR)
+        except NotRegularFile as e:
+            raise UnsafeInputError(
+                f"{self.path} is not a regular file (a {e.kind}): not used as the run's lock"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -31,24 +38,3 @@ class RunLock:
     def __exit__(self, *exc: object) -> None:
         os.close(self._fd)
         self._fd = -1
-
-
-_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
-def _open_regular(path: str) -> int:
-    """The lock file, made if absent; refused, and never opened, when something other than a
-    regular file lies there: the open of a device can act (a watchdog's arms it), and with
-    --root the node's disk decides what lies under its /run."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        pass
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeInputError(f"{path} is not a regular file: not opened as the run's lock")
-    fd = os.open(path, _FLAGS, 0o600)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # put there between the look and the open
-        os.close(fd)
-        raise UnsafeInputError(f"{path} is not a regular file: not used as the run's lock")
-    return fd

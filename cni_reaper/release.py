@@ -9,11 +9,9 @@ a sidecar, under host-local's lock so that no plugin reserves while it moves.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
-import stat
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -31,7 +29,7 @@ from cni_reaper.quarantine import (
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled, handed_over
-from cni_reaper.unopened import refuse_unless_regular
+from cni_reaper.unopened import NotRegularFile, open_lock
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,16 +44,12 @@ class StoreLock:
     for until the run's deadline at most (a plugin stuck in an ADD may hold it for ever)."""
 
     def __init__(self, store: str, budget: Budget) -> None:
-        with contextlib.suppress(FileNotFoundError):  # made below, as host-local makes it
-            refuse_unless_regular(os.path.join(store, "lock"))
-        self._fd = os.open(
-            os.path.join(store, "lock"),
-            os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-            0o600,
-        )
-        if not stat.S_ISREG(os.fstat(self._fd).st_mode):  # opening a FIFO would have waited
-            os.close(self._fd)
-            raise OSError(errno.EINVAL, f"{store}/lock is not a regular file")
+        try:
+            self._fd = open_lock(
+                os.path.join(store, "lock"), os.O_RDONLY
+            )  # made as host-local does
+        except NotRegularFile as e:
+            raise OSError(errno.EINVAL, f"its lock is a {e.kind}, not a regular file") from None
         while True:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -24,6 +24,7 @@ _KINDS = {
     stat.S_IFBLK: "block device",
     stat.S_IFSOCK: "socket",
     stat.S_IFDIR: "directory",
+    stat.S_IFLNK: "symlink",
 }
 
 
@@ -64,7 +65,30 @@ def open_regular(name: str, dir_fd: int | None = None) -> int:
     (refuse_unless_regular), and after it, as the name may have changed hands in between.
     Raises NotRegularFile for anything else; a symlink fails the open (ELOOP)."""
     refuse_unless_regular(name, dir_fd)
-    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    return _checked(os.open(name, _READ_FLAGS, dir_fd=dir_fd), name)
+
+
+def open_lock(name: str, access: int) -> int:
+    """A descriptor of the regular file under name, made (0600) if nothing is there, for a
+    lock: access is os.O_RDONLY or os.O_RDWR. What lies there is looked at first, as by
+    open_regular, and a symlink is refused too; a lock file is shared with others
+    (host-local's), so it is never made anew."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        pass
+    else:
+        try:
+            mode = os.fstat(fd).st_mode
+        finally:
+            os.close(fd)
+        refuse_unless_regular_mode(mode, name)
+    return _checked(os.open(name, access | os.O_CREAT | _READ_FLAGS, 0o600), name)
+
+
+def _checked(fd: int, name: str) -> int:
+    """fd, if it is of a regular file; else closed, and NotRegularFile raised: a name swapped
+    between the look and the open."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:

@@ -118,15 +118,21 @@ def test_a_fifo_named_like_an_address_does_not_hang_the_check_of_a_del(
     assert code == ExitCode.ACTION_FAILED
 
 
-def test_a_fifo_as_the_store_lock_does_not_hang_the_quarantine(
-    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("kind", ["FIFO", "symlink"])
+def test_a_store_lock_that_is_no_file_does_not_hang_the_quarantine_nor_is_followed(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], kind: str
 ) -> None:
-    """host-local's lock is a plain file; a FIFO in its place is not waited on."""
+    """host-local's lock is a plain file; a FIFO in its place is not waited on, a symlink not
+    followed (to the rescue machine's own store's lock, say), and no reservation moves."""
     store = crashed.ipam / "hl"
     store.mkdir(parents=True)
     (store / "10.22.0.7").write_bytes(b"")  # damaged: quarantined under the lock
     lock = store / "lock"
-    os.mkfifo(lock, 0o600)
+    if kind == "FIFO":
+        os.mkfifo(lock, 0o600)
+    else:
+        (store.parent / "theirs").write_bytes(b"")
+        os.symlink("../theirs", lock)
     crashed.reboot()
 
     code, report, opened = run_watched(crashed, capsys, [lock])
@@ -134,6 +140,7 @@ def test_a_fifo_as_the_store_lock_does_not_hang_the_quarantine(
     assert opened == [], "the run blocked opening a FIFO as host-local's lock"
     r = reservations_of(report)["10.22.0.7"]
     assert (r["action"], r["outcome"]) == ("quarantine", "failed")
+    assert r["problem"] == f"cannot lock {store}: its lock is a {kind}, not a regular file", r
     assert (store / "10.22.0.7").exists()
     assert code == ExitCode.ACTION_FAILED
 

@@ -33,13 +33,23 @@ from tests.test_quarantine_durability import FD_PATH, calls
 REPO = Path(__file__).resolve().parent.parent
 BOOT = "11111111-2222-3333-4444-555555555555"  # the tree's own boot id (nodetree)
 KINDS = ("fifo", "device", "socket")
-KIND_MODES = {"fifo": stat.S_IFIFO, "device": stat.S_IFCHR, "socket": stat.S_IFSOCK}
+KIND_MODES = {
+    "fifo": stat.S_IFIFO,
+    "device": stat.S_IFCHR,
+    "socket": stat.S_IFSOCK,
+    "symlink": stat.S_IFLNK,
+}
+THEIRS = b"a file the planted symlink names\n"
 
 
 def plant(path: Path, kind: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if kind == "fifo":
         os.mkfifo(path, 0o600)
+    elif kind == "symlink":
+        # To a file of the node's own, which a run that followed it would use.
+        (path.parent / "theirs").write_bytes(THEIRS)
+        os.symlink("theirs", path)
     elif kind == "socket":
         # No one listens on it; mknod makes the node without a bind, whatever the path's length.
         os.mknod(path, 0o600 | stat.S_IFSOCK)
@@ -116,7 +126,7 @@ def test_a_name_the_run_writes_taken_by_what_is_no_file_is_made_anew_never_opene
     assert not os.path.lexists(planted)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", (*KINDS, "symlink"))
 def test_a_lock_that_is_no_file_refuses_the_run_and_is_never_opened(
     crashed: Crashed, kind: str
 ) -> None:
@@ -130,6 +140,8 @@ def test_a_lock_that_is_no_file_refuses_the_run_and_is_never_opened(
     assert f"{lock} is not a regular file" in report["error"]["message"], report
     assert result.read_bytes() == b""  # nothing done
     assert stat.S_IFMT(os.lstat(lock).st_mode) == KIND_MODES[kind]
+    if kind == "symlink":
+        assert (lock.parent / "theirs").read_bytes() == THEIRS
 
 
 # Files a run reads by a name it did not list, under the node's root.

@@ -201,6 +201,26 @@ def json_state(text: str) -> JsonState:
 
 
 _UNDECODED = object()
+_CUT_OFF = object()  # what the decoder's error shows to be a cut-off start of a document
+
+# The C decoder's errors where the input ran out, everything before that point read as valid
+# JSON: at the very end of the text, or inside a string that runs to the end (raised only
+# there: a bad escape or a control character has an error of its own). Any other error, or
+# one elsewhere, is left to the grammar (json_state).
+_RAN_OUT = frozenset(
+    {
+        "Expecting value",
+        "Expecting property name enclosed in double quotes",
+        "Expecting ':' delimiter",
+        "Expecting ',' delimiter",
+    }
+)
+_UNTERMINATED = "Unterminated string starting at"
+
+
+def _cut_off(error: json.JSONDecodeError) -> bool:
+    """Whether the decoder's error shows its text to be a cut-off start of a document."""
+    return error.msg == _UNTERMINATED or (error.pos == len(error.doc) and error.msg in _RAN_OUT)
 
 
 def no_constants(name: str) -> Any:
@@ -382,20 +402,21 @@ def document(data: bytes) -> Any:
     if b"\0" in body:
         return ContentVerdict(Content.GARBAGE, "NUL bytes inside the data")
     text = body.decode("utf-8", "replace")
-    doc: Any = _UNDECODED
-    if not nul_tail:
-        # The common case, a whole document, decodes at C speed; only what fails to decode is
-        # scanned by the (pure Python) grammar to tell a cut-off document from garbage.
-        try:
-            # raw_decode: what decode() does less its whitespace regexes. A document that
-            # starts with whitespace fails here and is decoded below.
-            doc, end = _DECODER.raw_decode(text)
-            if end != len(text) and text[end:].strip(_WS):
-                doc = _UNDECODED
-        except (ValueError, RecursionError):
+    # The common case, a whole document, decodes at C speed, and so does the common damage,
+    # a document cut off: the decoder's error says so (_cut_off). Only what is left is scanned
+    # by the (pure Python) grammar to tell a cut-off document from garbage.
+    try:
+        # raw_decode: what decode() does less its whitespace regexes. A document that starts
+        # with whitespace fails here and is decoded below.
+        doc, end = _DECODER.raw_decode(text)
+        if nul_tail or (end != len(text) and text[end:].strip(_WS)):
             doc = _UNDECODED
-    if doc is _UNDECODED:
-        state = json_state(text)
+    except json.JSONDecodeError as e:
+        doc = _CUT_OFF if _cut_off(e) else _UNDECODED
+    except (ValueError, RecursionError):
+        doc = _UNDECODED
+    if doc is _UNDECODED or doc is _CUT_OFF:
+        state = JsonState.PREFIX if doc is _CUT_OFF else json_state(text)
         if state is JsonState.PREFIX:
             tail = f", then {nul_tail} NUL bytes" if nul_tail else ""
             return ContentVerdict(Content.TRUNCATED, f"JSON cut off after {len(body)} bytes{tail}")

@@ -227,3 +227,106 @@ def test_whole_json_past_gos_nesting_limit_is_garbage() -> None:
     depth = 100_000
     doc = b'{"kind": "cniCacheV1", "result": {"x": ' + b"[" * depth + b"]" * depth + b"}}"
     assert classify(doc).content is Content.GARBAGE
+
+
+def _judged_by_the_grammar(data: bytes) -> tuple[Content, str] | None:
+    """What the content verdict of data is when only json_state tells a cut-off document from
+    garbage (the judge before the decoder's errors were read, 2026-12-06); None for whole
+    JSON, which is judged on what it holds."""
+    if not data:
+        return Content.EMPTY, "0 bytes"
+    body = data.rstrip(b"\0")
+    if not body:
+        return Content.ZEROED, f"{len(data)} NUL bytes"
+    if b"\0" in body:
+        return Content.GARBAGE, "NUL bytes inside the data"
+    nul_tail = len(data) - len(body)
+    state = json_state(body.decode("utf-8", "replace"))
+    if state is JsonState.PREFIX:
+        tail = f", then {nul_tail} NUL bytes" if nul_tail else ""
+        return Content.TRUNCATED, f"JSON cut off after {len(body)} bytes{tail}"
+    if state is JsonState.INVALID:
+        return Content.GARBAGE, "not JSON"
+    if nul_tail:
+        return Content.GARBAGE, f"{nul_tail} NUL bytes after the JSON"
+    return None
+
+
+def _same_as_the_grammar(data: bytes) -> None:
+    verdict = classify(data)
+    expected = _judged_by_the_grammar(data)
+    if expected is None:
+        assert verdict.content is not Content.TRUNCATED, data
+        assert verdict.detail != "not JSON", data
+    else:
+        assert (verdict.content, verdict.detail) == expected, data
+
+
+# What JSON is made of, and what breaks it where a cut may fall: literals and constants Go
+# refuses, bad escapes, control characters, a replacement character from bytes not UTF-8.
+_JSONISH = st.text(
+    alphabet=st.sampled_from(list('{}[]":,0123456789-+.eE \n\t\\ufnrtalsNIy\x01\u00e9\ufffd')),
+    max_size=40,
+)
+
+
+@given(json_values, st.data())
+def test_a_cut_or_broken_document_is_judged_as_the_grammar_judges_it(
+    value: object, data: st.DataObject
+) -> None:
+    """The decoder's error decides a cut-off document only where the grammar would say so:
+    every cut of a document written compactly, indented or ASCII-only, some then broken by a
+    character put in or changed, some followed by NUL bytes (a file extended and never
+    written)."""
+    text = json.dumps(
+        value,
+        indent=data.draw(st.sampled_from([None, 1])),
+        ensure_ascii=data.draw(st.booleans()),
+    )
+    cut = data.draw(st.integers(min_value=0, max_value=len(text)))
+    text = text[:cut]
+    if text and data.draw(st.booleans()):
+        at = data.draw(st.integers(min_value=0, max_value=len(text) - 1))
+        put = data.draw(st.sampled_from(list('"\\,:]}{[ 0-eNu\x01x')))
+        text = text[:at] + put + text[at + data.draw(st.integers(0, 1)) :]
+    nuls = data.draw(st.sampled_from([0, 0, 3]))
+    _same_as_the_grammar(text.encode("utf-8", "surrogatepass") + b"\0" * nuls)
+
+
+@given(_JSONISH, st.sampled_from([0, 0, 2]))
+def test_json_made_of_its_own_characters_is_judged_as_the_grammar_judges_it(
+    text: str, nuls: int
+) -> None:
+    _same_as_the_grammar(text.encode() + b"\0" * nuls)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": "b\\',  # the input ends just after a backslash
+        '{"a": "\\u12',  # inside a \u escape
+        '{"a": "\\u1234',  # just after one, the string still open
+        '{"a": "\\x',  # a bad escape, then the end
+        '{"a": "b\x01',  # a control character in a string
+        '{"a": tr',  # inside a literal
+        '{"a": Na',  # inside a constant Go refuses
+        '{"a": NaN',  # after one
+        '{"a": -',  # a number's sign
+        '{"a": 1.',  # a number's point
+        '{"a": 1e',  # a number's exponent
+        '{"a": 1e+',
+        '{"a": 0',  # a number the input may go on
+        '{"a": 01',  # a leading zero
+        '{"a" ',
+        '{"a":1,',
+        '{"a":1,}',  # a trailing comma, then the end
+        "[",
+        "[1,",
+        "[1,]",
+        ' {"a": 1',  # whitespace first: raw_decode refuses, the grammar reads it
+        "\ufffd",
+    ],
+)
+def test_the_edges_of_a_cut_are_judged_as_the_grammar_judges_them(text: str) -> None:
+    _same_as_the_grammar(text.encode())
+    _same_as_the_grammar(text.encode() + b"\0\0")

@@ -66,11 +66,17 @@ def split_name(name: str, networks: Collection[str]) -> tuple[Identity | None, s
     a known network as the prefix, then a 64-hex container ID (preferred) or any '-'. A name
     of no known network is split only around a single 64-hex container ID.
     """
+    prefixed = [network for network in networks if network and name.startswith(network + "-")]
+    if len(prefixed) == 1:
+        # The common case, read at once: one known network, then a 64-hex ID (the reading
+        # below would be this one alone).
+        match = _ID_THEN_IFNAME.match(name, len(prefixed[0]) + 1)
+        if match:
+            return Identity(prefixed[0], match.group(1), match.group(2)), None
     readings: set[tuple[str, str, str]] = set()
-    for network in networks:
-        if network and name.startswith(network + "-"):
-            for container_id, ifname in _split_rest(name[len(network) + 1 :]):
-                readings.add((network, container_id, ifname))
+    for network in prefixed:
+        for container_id, ifname in _split_rest(name[len(network) + 1 :]):
+            readings.add((network, container_id, ifname))
     if not readings:
         for match in _CONTAINER_ID.finditer(name):
             start, end = match.span()

@@ -45,9 +45,8 @@ class StoreLock:
 
     def __init__(self, store: str, budget: Budget) -> None:
         try:
-            self._fd = open_lock(
-                os.path.join(store, "lock"), os.O_RDONLY
-            )  # made as host-local does
+            # Made where missing, as host-local makes it.
+            self._fd = open_lock(os.path.join(store, "lock"), os.O_RDONLY)
         except NotRegularFile as e:
             raise OSError(errno.EINVAL, f"its lock is a {e.kind}, not a regular file") from None
         while True:

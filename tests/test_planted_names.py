@@ -6,6 +6,7 @@ quarantine dir a run will write): an open with O_CREAT|O_TRUNC there would write
 into one of the rescue machine's own disks. Each such name is now made anew
 (cni_reaper/new_file.py), the run's lock is refused unless it is a regular file, and a name read
 is looked at with O_PATH, and opened only when it is a regular file (cni_reaper/unopened.py).
+
 The reaper runs as its own process, bounded in time: a run that hangs fails the test, and does
 not hang the suite.
 """

@@ -201,7 +201,6 @@ def json_state(text: str) -> JsonState:
 
 
 _UNDECODED = object()
-_CUT_OFF = object()  # what the decoder's error shows to be a cut-off start of a document
 
 # The C decoder's errors where the input ran out, everything before that point read as valid
 # JSON: at the very end of the text, or inside a string that runs to the end (raised only
@@ -405,6 +404,7 @@ def document(data: bytes) -> Any:
     # The common case, a whole document, decodes at C speed, and so does the common damage,
     # a document cut off: the decoder's error says so (_cut_off). Only what is left is scanned
     # by the (pure Python) grammar to tell a cut-off document from garbage.
+    state: JsonState | None = None  # what the decoder's error already says of the text
     try:
         # raw_decode: what decode() does less its whitespace regexes. A document that starts
         # with whitespace fails here and is decoded below.
@@ -412,11 +412,13 @@ def document(data: bytes) -> Any:
         if nul_tail or (end != len(text) and text[end:].strip(_WS)):
             doc = _UNDECODED
     except json.JSONDecodeError as e:
-        doc = _CUT_OFF if _cut_off(e) else _UNDECODED
+        doc = _UNDECODED
+        if _cut_off(e):
+            state = JsonState.PREFIX
     except (ValueError, RecursionError):
         doc = _UNDECODED
-    if doc is _UNDECODED or doc is _CUT_OFF:
-        state = JsonState.PREFIX if doc is _CUT_OFF else json_state(text)
+    if doc is _UNDECODED:
+        state = state or json_state(text)
         if state is JsonState.PREFIX:
             tail = f", then {nul_tail} NUL bytes" if nul_tail else ""
             return ContentVerdict(Content.TRUNCATED, f"JSON cut off after {len(body)} bytes{tail}")

@@ -17,6 +17,7 @@ from cni_reaper.content import Content, ContentVerdict, Identity
 from cni_reaper.filestat import UNKNOWN_FILE, FileStat
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
+from cni_reaper.unopened import DIR_FLAGS, READ_FLAGS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -98,10 +99,6 @@ def split_name(name: str, networks: Collection[str]) -> tuple[Identity | None, s
     return None, f"ambiguous name: {choices}"
 
 
-# Never through a symlink, never blocking on a FIFO swapped in, never taking a terminal.
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
 def _not_a_file(dir_fd: int, name: str, file: FileStat) -> str:
     """What it is, and for a symlink where it points (read, never followed: libcni would
     follow it), so that an operator can tell what to remove by hand."""
@@ -134,7 +131,7 @@ def _inspect(
             file = FileStat.of(st)
             return file, ContentVerdict(Content.NOT_A_FILE, _not_a_file(dir_fd, name, file))
     try:
-        fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -187,7 +184,7 @@ def open_results_dir(path: str) -> int | None:
     never one that someone other than root (or whoever runs the reaper) can write to: files
     planted there would steer what it deletes through DEL."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, DIR_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -306,7 +303,7 @@ def cached_netns(dir_fd: int, names: Iterable[str], container_id: str) -> set[st
         if f"-{container_id}-" not in name:
             continue
         try:
-            fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
+            fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
         except OSError:
             continue
         with os.fdopen(fd, "rb") as f:
@@ -334,7 +331,7 @@ def read_cached(dir_fd: int, entry: CacheEntry) -> CachedAttachment | str:
     why they cannot be used: the file changed since, or someone other than root could have
     written it (its config would decide which plugin runs as root)."""
     try:
-        fd = os.open(entry.name, _OPEN_FLAGS, dir_fd=dir_fd)
+        fd = os.open(entry.name, READ_FLAGS, dir_fd=dir_fd)
     except OSError as e:
         return f"cannot open it again: {e.strerror}"
     try:

@@ -62,6 +62,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from cni_reaper.errors import RefusedError
 from cni_reaper.node_root import PLUGIN_STATE_DIRS
 from cni_reaper.record import Record
+from cni_reaper.unopened import DIR_FLAGS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -628,8 +629,7 @@ def _remove_one(path: str, made: tuple[int, int] | None, marked: bool, boot: byt
     except OSError:
         return False
     try:
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(name, flags, dir_fd=parent)
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent)
     except OSError:
         os.close(parent)
         return False
@@ -670,7 +670,7 @@ def _leave_to_others(made: list[MadeDir]) -> set[str]:
         return marked
     for made_dir in made:
         with contextlib.suppress(OSError):
-            fd = os.open(made_dir.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(made_dir.path, DIR_FLAGS)
             try:
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) == (made_dir.dev, made_dir.ino):

@@ -24,7 +24,7 @@ from cni_reaper.pool import ListedAddresses, is_address, listed
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
-from cni_reaper.unopened import refuse_unless_regular
+from cni_reaper.unopened import DIR_FLAGS, READ_FLAGS, refuse_unless_regular
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 MAX_RESERVATION_BYTES = 4096
@@ -211,10 +211,6 @@ def _read_reservation(store: str, name: str) -> bytes:
     return b"" if found is None else found[1]
 
 
-# Never through a symlink, never waiting on a FIFO, never taking a terminal.
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
 def read_reservation(
     path: str, dir_fd: int | None = None, *, listed_regular: bool = False
 ) -> tuple[os.stat_result, bytes] | None:
@@ -225,7 +221,7 @@ def read_reservation(
     try:
         if not listed_regular:
             refuse_unless_regular(path, dir_fd)
-        fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
+        fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -271,7 +267,7 @@ def inventory(
     lists, whatever it holds, is also added to listing, when given: the pools' count of the
     store as this run saw it."""
     try:
-        dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dir_fd = os.open(store, DIR_FLAGS)
     except OSError:
         return
     try:

@@ -51,6 +51,7 @@ from cni_reaper.netconf import NetworkList, go_field
 from cni_reaper.plan import Action, held, not_to_change
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
+from cni_reaper.unopened import DIR_FLAGS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,7 +64,6 @@ DEFAULT_CNI_DIR = "/var/lib/cni/multus"  # the same, as Multus's own default nam
 QUARANTINE_SUBDIR = "multus"  # its files' box in a boot's quarantine dir
 THIN_PLUGIN = "multus"  # the plugin type that runs Multus on the node itself
 THICK_SHIM = "multus-shim"  # the one that hands the call to Multus's daemon
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # The reaper's own dirs looked at, at most, to tell a cache dir from them: its state dir holds
 # a quarantine dir per boot with a few subdirs, and nothing prunes it.
 MAX_OWN_DIRS = 1_000_000
@@ -163,7 +163,7 @@ def found_in(
     try:
         while pending and len(hits) < len(wanted):
             where = pending.pop()
-            fd = os.open(where, _DIR_FLAGS)
+            fd = os.open(where, DIR_FLAGS)
             try:
                 here = identity_of(os.fstat(fd))
                 if here in wanted:
@@ -272,9 +272,9 @@ class MultusCache:
         to the runtime's results dir."""
         scratch_dir = os.path.join(cache_dir, SUBDIR)
         try:
-            top = os.open(cache_dir, _DIR_FLAGS & ~os.O_NOFOLLOW)
+            top = os.open(cache_dir, DIR_FLAGS & ~os.O_NOFOLLOW)
             try:
-                fd = os.open(SUBDIR, _DIR_FLAGS, dir_fd=top)
+                fd = os.open(SUBDIR, DIR_FLAGS, dir_fd=top)
             finally:
                 os.close(top)
         except FileNotFoundError:
@@ -311,7 +311,7 @@ class MultusCache:
             _vet(os.path.basename(scratch_dir), scratch_fd)
             where = results_dir
             try:
-                opened.append(os.open("results", _DIR_FLAGS, dir_fd=scratch_fd))
+                opened.append(os.open("results", DIR_FLAGS, dir_fd=scratch_fd))
             except FileNotFoundError:
                 return cls(scratch_dir, None, scratch_fd=scratch_fd)  # scratch files alone
             _vet("results", opened[1])

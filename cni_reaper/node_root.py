@@ -17,10 +17,8 @@ import re
 import stat
 from collections import deque
 
-from cni_reaper.unopened import refuse_unless_regular_mode
+from cni_reaper.unopened import DIR_FLAGS, READ_FLAGS, refuse_unless_regular_mode
 
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 # Where plugins look for the node's CNI state when their config does not say otherwise: under
 # a root other than /, confine.py binds the root's own there.
 PLUGIN_STATE_DIRS = (
@@ -102,7 +100,7 @@ def open_inside(root: str, node_path: str, *, directory: bool = False) -> tuple[
                 continue
             if not directory:
                 refuse_unless_regular_mode(st.st_mode, host_path(root, node_path))
-            fd = os.open(name, DIR_FLAGS if directory else FILE_FLAGS, dir_fd=walked[-1])
+            fd = os.open(name, DIR_FLAGS if directory else READ_FLAGS, dir_fd=walked[-1])
             return fd, "/" + "/".join([*names, name])
         if not directory:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), root)

@@ -31,11 +31,10 @@ from cni_reaper.filestat import FileStat
 from cni_reaper.pool import dotted_quad_number
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
-from cni_reaper.unopened import NotRegularFile, open_regular
+from cni_reaper.unopened import DIR_FLAGS, NotRegularFile, open_regular
 
 RECORD_DIR = "cni-reaper/pre-runtime"  # under ROOT/run
 _MAGIC = b"cni-reaper pre-runtime record 1"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_RECORD_BYTES = 256 << 20  # 100,000 files make about 15 MB
 
 RECORD_WRITTEN = failpoint.declare("pre-runtime.record-written")
@@ -341,7 +340,7 @@ class _RecordWriter:
 
     def _open(self) -> None:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        self._dir_fd = os.open(self.directory, _DIR_FLAGS)
+        self._dir_fd = os.open(self.directory, DIR_FLAGS)
         problem = untrusted(os.fstat(self._dir_fd))
         if problem:
             raise PermissionError(f"{self.directory} {problem}: no record kept there")
@@ -416,7 +415,7 @@ def record_dir(proof: Proof, path: str) -> None:
     if not proof.keeps_record:
         return
     try:
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(path, DIR_FLAGS)
     except OSError:
         return
     try:
@@ -445,7 +444,7 @@ def load(run_dir: str, boot_id: str) -> tuple[PreRuntimeRecord | None, str | Non
     """This boot's record, or why there is none that can be used (None when simply absent)."""
     directory = os.path.join(run_dir, RECORD_DIR)
     try:
-        dir_fd = os.open(directory, _DIR_FLAGS)
+        dir_fd = os.open(directory, DIR_FLAGS)
     except FileNotFoundError:
         return None, None
     except OSError as e:

@@ -25,7 +25,7 @@ from cni_reaper.filestat import FileStat
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
-from cni_reaper.unopened import open_regular
+from cni_reaper.unopened import DIR_FLAGS, READ_FLAGS, open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,8 +51,6 @@ def _interpreters_sha256() -> Callable[..., _Digest]:
 
 sha256 = _interpreters_sha256()
 
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 SIDECAR_SUFFIX = ".json"
 # Threads that fsync the dirs of a flush at once. Past a few, they share commits anyway. (A
 # batch's sidecars need none: see _write_temp.)

@@ -29,7 +29,7 @@ from cni_reaper.quarantine import (
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.replay import Attachment, DelOutcome, DelTools
 from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled, handed_over
-from cni_reaper.unopened import NotRegularFile, open_lock
+from cni_reaper.unopened import DIR_FLAGS, NotRegularFile, open_lock
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class StoreLock:
                         errno.EWOULDBLOCK, "host-local's lock is held until the run's deadline"
                     ) from None
                 time.sleep(min(LOCK_RETRY_SECONDS, budget.seconds_left()))
-        self.dir_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self.dir_fd = os.open(store, DIR_FLAGS)
 
     def close(self) -> None:
         os.close(self.dir_fd)

@@ -19,6 +19,12 @@ import errno
 import os
 import stat
 
+# Every read of a file by name: never through a symlink, never waiting on a FIFO swapped in,
+# never taking a terminal.
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+# Every open of a dir by name: O_DIRECTORY refuses anything else before a driver's open runs.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
 _KINDS = {
     stat.S_IFIFO: "FIFO",
     stat.S_IFCHR: "character device",
@@ -61,16 +67,12 @@ def refuse_unless_regular_mode(mode: int, name: str) -> None:
         raise NotRegularFile(_KINDS.get(stat.S_IFMT(mode), "special file"), name)
 
 
-# Never through a symlink, never waiting on a FIFO swapped in, never taking a terminal.
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
 def open_regular(name: str, dir_fd: int | None = None) -> int:
     """A descriptor, for reading, of the regular file under name: looked at before the open
     (refuse_unless_regular), and after it, as the name may have changed hands in between.
     Raises NotRegularFile for anything else; a symlink fails the open (ELOOP)."""
     refuse_unless_regular(name, dir_fd)
-    return _checked(os.open(name, _READ_FLAGS, dir_fd=dir_fd), name)
+    return _checked(os.open(name, READ_FLAGS, dir_fd=dir_fd), name)
 
 
 def open_lock(name: str, access: int) -> int:
@@ -80,7 +82,7 @@ def open_lock(name: str, access: int) -> int:
     (host-local's), so it is never made anew."""
     with contextlib.suppress(FileNotFoundError):  # made below
         refuse_unless_regular_mode(_looked_at(name), name)
-    return _checked(os.open(name, access | os.O_CREAT | _READ_FLAGS, 0o600), name)
+    return _checked(os.open(name, access | os.O_CREAT | READ_FLAGS, 0o600), name)
 
 
 def _checked(fd: int, name: str) -> int:

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from cni_reaper.choice import Choice
 from cni_reaper.node_root import (
-    DIR_FLAGS,
     LeavesRoot,
     canonical,
     exists_inside,
@@ -27,6 +26,7 @@ from cni_reaper.node_root import (
 )
 from cni_reaper.record import Record
 from cni_reaper.runtime.config import LocatedPath, PathKind, RuntimeConfigs
+from cni_reaper.unopened import DIR_FLAGS
 
 # What the processes that run containers or call CNI plugins are called: comm (at most 15
 # characters), or the base name of their executable or of argv[0]. k3s re-executes itself as

@@ -23,7 +23,7 @@ from cni_reaper.evidence.previous_boot import Account, PreviousBootVerdict
 from cni_reaper.evidence.shutdown_marker import ShutdownEvidence, ShutdownState
 from cni_reaper.paths import NodePaths
 from cni_reaper.record import Record
-from cni_reaper.unopened import NotRegularFile, open_regular, refuse_unless_regular
+from cni_reaper.unopened import NotRegularFile, open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -471,8 +471,8 @@ def _says(boots: Sequence[Boot], found: bool) -> str:
 
 def read_btime(proc_stat: str) -> float | None:
     try:
-        refuse_unless_regular(proc_stat, follow=True)  # a tree's own proc/stat, perhaps
-        with open(proc_stat, encoding="ascii", errors="replace") as lines:
+        fd = open_regular(proc_stat, follow=True)  # a tree's own proc/stat, perhaps
+        with open(fd, encoding="ascii", errors="replace") as lines:
             for line in lines:
                 if line.startswith("btime "):
                     return float(line.split()[1])
@@ -489,8 +489,7 @@ _BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 def read_boot_id(path: str) -> str:
     """This boot's id, "" if it cannot be read or is not a UUID as the kernel writes it."""
     try:
-        refuse_unless_regular(path, follow=True)
-        with open(path, encoding="ascii") as f:
+        with open(open_regular(path, follow=True), encoding="ascii") as f:
             text = f.read(64).strip()
     except (OSError, UnicodeDecodeError):
         return ""

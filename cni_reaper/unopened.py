@@ -67,12 +67,14 @@ def refuse_unless_regular_mode(mode: int, name: str) -> None:
         raise NotRegularFile(_KINDS.get(stat.S_IFMT(mode), "special file"), name)
 
 
-def open_regular(name: str, dir_fd: int | None = None) -> int:
+def open_regular(name: str, dir_fd: int | None = None, *, follow: bool = False) -> int:
     """A descriptor, for reading, of the regular file under name: looked at before the open
     (refuse_unless_regular), and after it, as the name may have changed hands in between.
-    Raises NotRegularFile for anything else; a symlink fails the open (ELOOP)."""
-    refuse_unless_regular(name, dir_fd)
-    return _checked(os.open(name, READ_FLAGS, dir_fd=dir_fd), name)
+    Raises NotRegularFile for anything else; a symlink fails the open (ELOOP), unless follow,
+    when what it points to is looked at and opened as name itself would be."""
+    refuse_unless_regular(name, dir_fd, follow=follow)
+    flags = READ_FLAGS & ~os.O_NOFOLLOW if follow else READ_FLAGS
+    return _checked(os.open(name, flags, dir_fd=dir_fd), name)
 
 
 def open_lock(name: str, access: int) -> int:

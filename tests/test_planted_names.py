@@ -157,6 +157,12 @@ READ = {
     "a conf file": "etc/cni/net.d/20-other.conf",
     "host-local's lock": "var/lib/cni/networks/hl/lock",
 }
+# The tree's own /proc files, planted apart: without a boot id, the run reads no pre-runtime
+# record by its name.
+READ_PROC = {
+    "the tree's boot time": "proc/stat",
+    "the tree's boot id": "proc/sys/kernel/random/boot_id",
+}
 
 
 def opened_for_real(log: str, paths: set[str]) -> list[str]:
@@ -200,9 +206,10 @@ def traced_runs(
     return found
 
 
+@pytest.mark.parametrize("names", [READ, READ_PROC], ids=["node files", "proc files"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_no_file_where_a_run_reads_a_file_by_name_is_ever_opened(
-    crashed: Crashed, tmp_path: Path, kind: str
+    crashed: Crashed, tmp_path: Path, kind: str, names: dict[str, str]
 ) -> None:
     """A device node (a FIFO, a socket) at each such name, a dry run and a real run seen by
     strace: each is looked at with O_PATH, which runs no driver, and never opened. The
@@ -214,4 +221,4 @@ def test_no_file_where_a_run_reads_a_file_by_name_is_ever_opened(
     orphan.unlink()  # its reservation is an orphan: no results entry names it
     crashed.reboot()
 
-    assert traced_runs(crashed, tmp_path, list(READ.values()), kind) == []
+    assert traced_runs(crashed, tmp_path, list(names.values()), kind) == []

@@ -18,6 +18,7 @@ from cni_reaper.choice import Choice
 from cni_reaper.escape import is_printable, printable
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
+from cni_reaper.plugin import doc_error_texts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -181,6 +182,9 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
         "CNI_REAPER_EVENT": event.value,
         "CNI_REAPER_DRY_RUN": "1" if dry_run else "0",
     }
+    done = doc.get("del")
+    if done and done.get("plugin_errors"):
+        fields["CNI_REAPER_PLUGIN_ERRORS"] = "; ".join(doc_error_texts(done))
     if doc.get("quarantined_to"):
         fields["CNI_REAPER_QUARANTINED_TO"] = str(doc["quarantined_to"])
     if doc.get("problem"):

@@ -64,11 +64,37 @@ class PluginError(Record):
             "timed_out": self.timed_out,
         }
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PluginError:
+        """An error as to_json() wrote it in a report's document."""
+        return cls(
+            str(doc["plugin"]),
+            str(doc["msg"]),
+            doc["code"],
+            str(doc["details"]),
+            doc["exit_status"],
+            bool(doc["timed_out"]),
+        )
+
     def reason(self) -> str:
         return f"{self.msg}; {self.details}" if self.details else self.msg
 
     def __str__(self) -> str:
         return f"plugin type={self.plugin!r} failed: {self.reason()}"
+
+
+def error_texts(errors: Sequence[PluginError], ran: bool) -> list[str]:
+    """Each error of a DEL as the text report and the journal say it: of a DEL no plugin of
+    which ran (not ran), that it did not run, not that a plugin failed."""
+    if ran:
+        return [str(error) for error in errors]
+    return [f"DEL not run: {error.reason()}" for error in errors]
+
+
+def doc_error_texts(done: Mapping[str, Any]) -> list[str]:
+    """error_texts() of a DEL as a report's document has it ("plugins_run", "plugin_errors")."""
+    errors = [PluginError.from_json(e) for e in done.get("plugin_errors", ())]
+    return error_texts(errors, bool(done.get("plugins_run")))
 
 
 if TYPE_CHECKING:

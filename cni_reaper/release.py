@@ -157,8 +157,10 @@ def settle(
                 problem = "every plugin exited 0, but the address is still reserved"
                 to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
             else:
-                problem = "; ".join(str(e) for e in outcome.errors)
-                to_move.append(Settled(p, "done", del_doc=doc, problem=f"DEL failed: {problem}"))
+                # Its errors are in the DEL's own part of the report, and said once.
+                problem = "DEL failed" if outcome.plugins_run else "DEL not run"
+                problem += ", and the address is still reserved"
+                to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
     yield from _quarantine(to_move, quarantine_dir, boot_id, now, tools.budget)
 
 

@@ -17,6 +17,7 @@ from cni_reaper.plugin import (
     PluginError,
     PluginStarted,
     error_from_run,
+    error_texts,
     resolve_chain,
     vet_plugin_dirs,
 )
@@ -63,11 +64,7 @@ class DelOutcome(Record):
         return not self.errors
 
     def error_texts(self) -> list[str]:
-        """Each error as the text report and the journal say it: of a DEL no plugin of which
-        ran, that it did not run, not that a plugin failed."""
-        if self.plugins_run:
-            return [str(error) for error in self.errors]
-        return [f"DEL not run: {error.reason()}" for error in self.errors]
+        return error_texts(self.errors, bool(self.plugins_run))
 
 
 def plugin_stdin(

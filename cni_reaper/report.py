@@ -16,6 +16,7 @@ from cni_reaper.multus import DELEGATE_RESULT, SCRATCH_FILE
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import SourcedDir
 from cni_reaper.plan import Action
+from cni_reaper.plugin import doc_error_texts
 from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import FOUND, Proof, no_record
 
@@ -79,6 +80,9 @@ class Report:
         # (action, outcome); each goes to the writer as it is decided, not kept: 10,000
         # orphans' docs were some 15 MB held to the end.
         self.reservations: Counter[tuple[str, str]] = Counter()
+        # Reservations released into the quarantine because their DEL failed or cannot run:
+        # what makes a run whose every reservation was done exit 73.
+        self.reservation_dels_failed = 0
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
         # Multus's delegate results and scratch files (multus.py): a few a pod on the nodes
         # that have them, kept whole and written out with the summary.
@@ -150,6 +154,7 @@ class Report:
             # as the exit codes say: the plugin or the config wants a look (a dry run says so
             # of a DEL that will not run).
             self._failed = True
+            self.reservation_dels_failed += 1
         elif doc["outcome"] == "skipped" and doc["action"] != "keep":
             # Left as it is: maybe in flight, or changed. One kept (shown with -v) is not.
             self._left_alone = True
@@ -241,6 +246,11 @@ class Report:
                 acted[result] += n
         if acted:
             said += f"; host-local reservations: {self._outcomes(acted)}"
+            failed_dels = self.reservation_dels_failed
+            if failed_dels and self.dry_run:
+                said += f" ({failed_dels} of them with a DEL that cannot run)"
+            elif failed_dels:
+                said += f" ({failed_dels} of them moved after a DEL that failed or could not run)"
         for what, docs in (("delegate results", self.delegates), ("scratch files", self.scratch)):
             moved = Counter(d["outcome"] for d in docs if d["action"] != "keep")
             if moved:
@@ -470,9 +480,7 @@ class TextWriter:
         if done:
             ran = ", ".join(done.get("plugins_run", [])) or "no plugin"
             lines.append(f"    DEL {r['network']} as {done['ifname']} from {done['config']}: {ran}")
-            lines.extend(
-                f"    error: {e['plugin']}: {e['msg']}" for e in done.get("plugin_errors", [])
-            )
+            lines.extend(f"    error: {error}" for error in doc_error_texts(done))
         if r.get("problem"):
             lines.append(f"    problem: {r['problem']}")
         if r["quarantined_to"]:

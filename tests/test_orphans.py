@@ -426,3 +426,75 @@ def test_an_address_a_del_that_exited_0_left_is_said_to_be_still_reserved_after_
     assert (held["ip"], held["action"], held["outcome"]) == ("10.30.0.2", "quarantine", "done")
     assert held["reason"] == "still reserved after the DEL of its results entry"
     assert not (store / "10.30.0.2").exists()
+
+
+FAILED_DEL = "plugin type='failing' failed: try again; busy"  # as an entry's error says it
+STILL_RESERVED = "DEL failed, and the address is still reserved"
+
+
+def orphan_whose_del_fails(crashed: Crashed) -> tuple[Path, Path]:
+    """An orphaned address whose DEL fails with a CNI error that has details; the plugin dir
+    and the reservation."""
+    bin_dir = crashed.node.fake_plugin_network(
+        "failing",
+        "failing",
+        'echo \'{"cniVersion":"1.0.0","code":11,"msg":"try again","details":"busy"}\'\nexit 1\n',
+    )
+    shutil.copy2(Path(PLUGIN_DIR) / "host-local", bin_dir)  # there, and never called
+    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.31.0.0/24"}]]}
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "failing",
+        "plugins": [{"type": "failing", "ipam": ipam}],
+    }
+    crashed.node.write_conf("60-failing.conflist", json.dumps(conf).encode())
+    store = crashed.ipam / "failing"
+    store.mkdir(parents=True)
+    reservation = store / "10.31.0.2"
+    reservation.write_bytes(f"{CONTAINER_IDS[0]}\r\neth0".encode())
+    crashed.reboot()
+    return bin_dir, reservation
+
+
+def test_the_text_report_says_a_failed_del_of_an_orphan_once(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The address goes to the quarantine all the same. Its lines say the plugin's error once,
+    as a results entry's do, and the problem says what the failure left."""
+    bin_dir, reservation = orphan_whose_del_fails(crashed)
+
+    code = cli.run(
+        ["--root", str(crashed.node.root), "--bin-dir", str(bin_dir)],
+        clock=lambda: crashed.t0 + 60,
+        environ={},
+    )
+    out = capsys.readouterr().out
+
+    assert code == ExitCode.ACTION_FAILED
+    assert out.count("try again") == 1, out
+    assert f"    error: {FAILED_DEL}\n    problem: {STILL_RESERVED}\n    moved to " in out, out
+    assert not reservation.exists()
+    # What makes the run exit 73 when every reservation was done:
+    said = "host-local reservations: 1 done, 0 failed, 0 left alone (1 of them moved after a DEL"
+    assert f"{said} that failed or could not run); exit 73\n" in out, out
+
+
+def test_the_journal_record_of_a_failed_del_of_an_orphan_has_its_plugin_errors(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As a results entry's record has them, in their field; the JSON keeps them whole."""
+    bin_dir, reservation = orphan_whose_del_fails(crashed)
+    logged: list[dict[str, str]] = []
+
+    code, report = crashed.run(
+        capsys, "--bin-dir", str(bin_dir), events=EventLog(lambda **f: logged.append(f))
+    )
+
+    assert code == ExitCode.ACTION_FAILED
+    (record,) = [f for f in logged if f.get("CNI_REAPER_FILE") == str(reservation)]
+    assert record["CNI_REAPER_PLUGIN_ERRORS"] == FAILED_DEL
+    assert record["CNI_REAPER_PROBLEMS"] == STILL_RESERVED
+    (held,) = [r for r in report["host_local"] if r["ip"] == "10.31.0.2"]
+    (error,) = held["del"]["plugin_errors"]
+    assert (error["code"], error["msg"], error["details"]) == (11, "try again", "busy")
+    assert held["problem"] == STILL_RESERVED

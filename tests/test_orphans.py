@@ -388,6 +388,22 @@ def test_a_dry_run_counts_what_it_plans_not_what_a_runtime_released_meanwhile(
     assert "10.22.0.99" in crashed.ips()  # a dry run leaves the runtime's work as it found it
 
 
+def fake_plugin_with_host_local(
+    crashed: Crashed, name: str, script: str, subnet: str
+) -> tuple[Path, Path]:
+    """A network name whose one plugin is a script of that name, with host-local as its IPAM
+    (there, to pass the chain's checks: the script never calls it) on subnet.0/24; the plugin
+    dir and the network's store, made empty."""
+    bin_dir = crashed.node.fake_plugin_network(name, name, script)
+    shutil.copy2(Path(PLUGIN_DIR) / "host-local", bin_dir)
+    ipam = {"type": "host-local", "ranges": [[{"subnet": f"{subnet}.0/24"}]]}
+    conf = {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": name, "ipam": ipam}]}
+    crashed.node.write_conf(f"60-{name}.conflist", json.dumps(conf).encode())
+    store = crashed.ipam / name
+    store.mkdir(parents=True)
+    return bin_dir, store
+
+
 def test_an_address_a_del_that_exited_0_left_is_said_to_be_still_reserved_after_it(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -395,17 +411,7 @@ def test_an_address_a_del_that_exited_0_left_is_said_to_be_still_reserved_after_
     real plugin shows on cue): the DEL ran, every plugin exited 0, and the address is still
     reserved. The entry's DEL failed, and says why; the address goes to the quarantine, and
     its reason says the DEL ran and left it, not that it failed or could not run."""
-    bin_dir = crashed.node.fake_plugin_network("forgetful", "forgetful", "exit 0\n")
-    shutil.copy2(Path(PLUGIN_DIR) / "host-local", bin_dir)  # there, and never called
-    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.30.0.0/24"}]]}
-    conf = {
-        "cniVersion": "1.0.0",
-        "name": "forgetful",
-        "plugins": [{"type": "forgetful", "ipam": ipam}],
-    }
-    crashed.node.write_conf("60-forgetful.conflist", json.dumps(conf).encode())
-    store = crashed.ipam / "forgetful"
-    store.mkdir(parents=True)
+    bin_dir, store = fake_plugin_with_host_local(crashed, "forgetful", "exit 0\n", "10.30.0")
     (store / "10.30.0.2").write_bytes(f"{CONTAINER_IDS[0]}\r\neth0".encode())
     crashed.node.results.mkdir(parents=True)
     (crashed.node.results / f"forgetful-{CONTAINER_IDS[0]}-eth0").write_bytes(b"")
@@ -435,21 +441,10 @@ STILL_RESERVED = "DEL failed, and the address is still reserved"
 def orphan_whose_del_fails(crashed: Crashed) -> tuple[Path, Path]:
     """An orphaned address whose DEL fails with a CNI error that has details; the plugin dir
     and the reservation."""
-    bin_dir = crashed.node.fake_plugin_network(
-        "failing",
-        "failing",
-        'echo \'{"cniVersion":"1.0.0","code":11,"msg":"try again","details":"busy"}\'\nexit 1\n',
+    error = '{"cniVersion":"1.0.0","code":11,"msg":"try again","details":"busy"}'
+    bin_dir, store = fake_plugin_with_host_local(
+        crashed, "failing", f"echo '{error}'\nexit 1\n", "10.31.0"
     )
-    shutil.copy2(Path(PLUGIN_DIR) / "host-local", bin_dir)  # there, and never called
-    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.31.0.0/24"}]]}
-    conf = {
-        "cniVersion": "1.0.0",
-        "name": "failing",
-        "plugins": [{"type": "failing", "ipam": ipam}],
-    }
-    crashed.node.write_conf("60-failing.conflist", json.dumps(conf).encode())
-    store = crashed.ipam / "failing"
-    store.mkdir(parents=True)
     reservation = store / "10.31.0.2"
     reservation.write_bytes(f"{CONTAINER_IDS[0]}\r\neth0".encode())
     crashed.reboot()

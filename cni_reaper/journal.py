@@ -19,6 +19,7 @@ from cni_reaper.escape import is_printable, printable
 from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
 from cni_reaper.plugin import doc_error_texts
+from cni_reaper.reservations import del_failed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -150,7 +151,10 @@ _SKIPPED_BY_ACTION = {"keep": Event.KEPT, "report": Event.NEEDS_ATTENTION}
 
 def _doc_event(doc: Mapping[str, Any]) -> Event:
     """The event of a report document (a reservation, a delegate result): by its outcome, and
-    one that was skipped by its action; the rest were left."""
+    one that was skipped by its action; the rest were left. A reservation released into the
+    quarantine because its DEL failed is a failed repair, as the run's exit code says."""
+    if doc["outcome"] == "done" and del_failed(doc):
+        return Event.REPAIR_FAILED
     by_outcome = _BY_OUTCOME.get(str(doc["outcome"]))
     return by_outcome or _SKIPPED_BY_ACTION.get(str(doc["action"]), Event.LEFT)
 

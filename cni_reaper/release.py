@@ -150,8 +150,9 @@ def settle(
             if p not in left:
                 yield Settled(p, "done", del_doc=doc)
             elif not outcome.attempted:
-                # The run's time was up: the next run DELs it, as this one would have.
-                problem = f"{outcome.errors[0].msg}; left for the next run"
+                # The run's time was up: the next run DELs it, as this one would have. Why
+                # is its DEL's error, said once.
+                problem = "still reserved, left for the next run's DEL"
                 yield Settled(p, "failed", del_doc=doc, problem=problem)
             elif outcome.ok:
                 problem = "every plugin exited 0, but the address is still reserved"

@@ -19,6 +19,7 @@ from cni_reaper.plan import Action
 from cni_reaper.plugin import doc_error_texts
 from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import FOUND, Proof, no_record
+from cni_reaper.reservations import del_failed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ class Report:
         # Reservations released into the quarantine because their DEL failed or cannot run:
         # what makes a run whose every reservation was done exit 73.
         self.reservation_dels_failed = 0
+        self._failed_dels: set[tuple[str, str, str]] = set()  # one DEL may hold several addresses
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
         # Multus's delegate results and scratch files (multus.py): a few a pod on the nodes
         # that have them, kept whole and written out with the summary.
@@ -147,9 +149,19 @@ class Report:
     def add_reservation(self, doc: dict[str, Any]) -> None:
         self.reservations[(str(doc["action"]), str(doc["outcome"]))] += 1
         done = doc.get("del")
+        if done and done.get("plugin_errors"):
+            # Counted as an entry's are, once for each DEL, which may have held several
+            # addresses (both of a dual-stack attachment).
+            owner = doc.get("owner") or {}
+            key = (str(doc["network"]), str(owner.get("container_id")), str(done.get("ifname")))
+            if key not in self._failed_dels:
+                self._failed_dels.add(key)
+                self.plugin_errors += len(done["plugin_errors"])
+                for error in done["plugin_errors"]:
+                    self.del_failures[error.get("plugin") or "none"] += 1
         if doc["outcome"] == "failed":
             self._failed = True
-        elif done and (done.get("config_problem") or done.get("ok") is False):
+        elif del_failed(doc):
             # Released into the quarantine all the same, but a DEL failed or could not run,
             # as the exit codes say: the plugin or the config wants a look (a dry run says so
             # of a DEL that will not run).
@@ -478,8 +490,13 @@ class TextWriter:
         lines.append(f"    why: {r['reason']}")
         done = r.get("del")
         if done:
-            ran = ", ".join(done.get("plugins_run", [])) or "no plugin"
-            lines.append(f"    DEL {r['network']} as {done['ifname']} from {done['config']}: {ran}")
+            source = f"from {done['config']}" if done["config"] else "with no config"
+            line = f"    DEL {r['network']} as {done['ifname']} {source}"
+            if "plugins_run" in done:  # it ran, or was tried
+                line += f": {', '.join(done['plugins_run']) or 'no plugin run'}"
+            lines.append(line)
+            if r["outcome"] == "planned" and done["config_problem"]:
+                lines.append(f"    DEL will fail: {done['config_problem']}")
             lines.extend(f"    error: {error}" for error in doc_error_texts(done))
         if r.get("problem"):
             lines.append(f"    problem: {r['problem']}")
@@ -645,7 +662,8 @@ def entry_lines(
             else:
                 order = ", ".join(reversed(netlist.plugin_types))
             lines.append(f"    DEL {netlist.name} from {netlist.source}: {order}")
-        if planned.config_problem:
+        if planned.config_problem and result.del_outcome is None:
+            # Once run, the DEL's error line says it.
             lines.append(f"    DEL will fail: {planned.config_problem}")
     if result.del_outcome is not None:
         lines.extend(f"    error: {error}" for error in result.del_outcome.error_texts())

@@ -117,6 +117,13 @@ class PlannedReservation(Record):
         return doc
 
 
+def del_failed(doc: Mapping[str, Any]) -> bool:
+    """Whether a reservation's document says its DEL failed or cannot run: then it is released
+    into the quarantine all the same, and the run exits 73."""
+    done = doc.get("del")
+    return done is not None and bool(done.get("config_problem") or done.get("ok") is False)
+
+
 class Settled(Record):
     planned: PlannedReservation
     outcome: str  # done, failed, skipped, planned

@@ -1,0 +1,133 @@
+"""What an operator sees of a repair that failed, where a second operator's review (2026-12-06,
+stop 56) found it wrong or said twice:
+- an orphaned address released into the quarantine after its DEL failed made the run exit 73,
+  while its journal record said "repaired" (notice), the metrics counted no DEL failure and
+  the JSON summary no plugin error: the alert on exit 73 pointed at nothing;
+- a dry run said "DEL <net> ... from None: no plugin" of an orphan whose network has no config,
+  and "no plugin" of every orphan's DEL, and not why one will fail;
+- an entry whose DEL cannot run said so twice in a real run ("DEL will fail: X", "error: DEL
+  not run: X");
+- an orphan left at the deadline said the deadline twice (its error and its problem).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cni_reaper import cli
+from cni_reaper.errors import ExitCode
+from cni_reaper.journal import Event, EventLog
+from tests.crashed import Crashed
+from tests.nodetree import CONTAINER_IDS
+from tests.test_orphans import fake_plugin_with_host_local
+
+A, B = CONTAINER_IDS[:2]
+FAILING = 'echo \'{"cniVersion":"1.0.0","code":11,"msg":"try again"}\'\nexit 1\n'
+
+
+def test_an_orphan_whose_del_failed_is_a_failed_repair_in_the_journal_metrics_and_summary(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Both addresses of one attachment (one DEL): each record is a failed repair (err), and
+    the DEL's failure is counted once, by its plugin, as an entry's is."""
+    bin_dir, store = fake_plugin_with_host_local(crashed, "failing", FAILING, "10.31.0")
+    for ip in ("10.31.0.2", "10.31.0.3"):
+        (store / ip).write_bytes(f"{A}\r\neth0".encode())
+    crashed.reboot()
+    metrics = tmp_path / "cni-reaper.prom"
+    logged: list[dict[str, str]] = []
+
+    code = cli.run(
+        crashed.argv("--json", "--bin-dir", str(bin_dir), "--metrics-file", str(metrics)),
+        clock=lambda: crashed.t0 + 60,
+        events=EventLog(lambda **fields: logged.append(fields)),
+        environ={},
+    )
+    report = json.loads(capsys.readouterr().out)
+
+    assert code == ExitCode.ACTION_FAILED
+    records = [f for f in logged if f.get("CNI_REAPER_FILE", "").startswith(str(store))]
+    assert len(records) == 2, logged
+    for record in records:
+        assert record["MESSAGE_ID"] == Event.REPAIR_FAILED.message_id, record
+        assert record["PRIORITY"] == "3", record
+        assert record["CNI_REAPER_EVENT"] == "repair-failed"
+    # Released into the quarantine all the same:
+    assert not (store / "10.31.0.2").exists() and not (store / "10.31.0.3").exists()
+    assert report["summary"]["plugin_errors"] == 1, report["summary"]
+    text = metrics.read_text()
+    assert 'cni_reaper_del_failures{plugin="failing"} 1\n' in text, text
+    assert "cni_reaper_del_failures_all_plugins 1\n" in text, text
+
+
+def test_a_dry_run_says_why_an_orphans_del_will_fail_and_what_it_will_run(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An orphan of a network no config names any more, and one of a network that has one."""
+    vanished = crashed.ipam / "vanished"
+    vanished.mkdir(parents=True)
+    (vanished / "10.41.0.2").write_bytes(f"{B}\r\neth0".encode())
+    crashed.add(A).unlink()  # hl's address of A: an orphan, its network configured
+    crashed.reboot()
+
+    code = cli.run(crashed.argv("--dry-run"), clock=lambda: crashed.t0 + 60, environ={})
+    out = capsys.readouterr().out
+
+    assert code == ExitCode.ACTION_FAILED  # a DEL it plans will fail
+    assert "None" not in out, out
+    assert "no plugin" not in out, out
+    assert "    DEL vanished as eth0 with no config\n    DEL will fail: no config" in out, out
+    assert f"    DEL hl as eth0 from {crashed.node.root}/etc/cni/net.d/" in out, out
+
+
+def test_an_entry_whose_del_cannot_run_says_why_once_in_a_real_run(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its network names a plugin that is nowhere: the dry run says the DEL will fail, the
+    real run that it did not run; each says why once."""
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "gone",
+        "plugins": [{"type": "no-such-plugin"}],
+    }
+    crashed.node.write_conf("20-gone.conflist", json.dumps(conf).encode())
+    crashed.node.write_result(f"gone-{A}-eth0", b"")
+    crashed.reboot()
+    why = "failed to find plugin 'no-such-plugin'"
+
+    cli.run(crashed.argv("--dry-run"), clock=lambda: crashed.t0 + 60, environ={})
+    dry = capsys.readouterr().out
+    code = cli.run(crashed.argv(), clock=lambda: crashed.t0 + 60, environ={})
+    real = capsys.readouterr().out
+
+    assert dry.count(why) == 1 and "    DEL will fail: plugin 'no-such-plugin'" in dry, dry
+    assert code == ExitCode.ACTION_FAILED
+    assert real.count(why) == 1 and "    error: DEL not run: plugin 'no-such-plugin'" in real, real
+    assert "will fail" not in real, real
+
+
+def test_an_orphan_left_at_the_deadline_says_why_once(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged entry whose plugin hangs holds the run past its deadline; the orphan's DEL,
+    after it, is not started: its error says why, its problem what that left."""
+    bin_dir, store = fake_plugin_with_host_local(crashed, "slow", "sleep 60\n", "10.70.0")
+    crashed.node.write_result(f"slow-{A}-eth0", b"")
+    (store / "10.70.0.9").write_bytes(f"{B}\r\neth0".encode())
+    crashed.reboot()
+
+    code = cli.run(
+        crashed.argv("--bin-dir", str(bin_dir), "--deadline", "1", "--parallel", "1"),
+        clock=lambda: crashed.t0 + 60,
+        environ={},
+    )
+    out = capsys.readouterr().out
+    orphan = out.split(f"{store}/10.70.0.9:")[1].split("\npool ")[0]
+
+    assert code == ExitCode.ACTION_FAILED
+    assert orphan.count("the run's deadline") == 1, orphan
+    assert orphan.endswith("\n    problem: still reserved, left for the next run's DEL"), orphan
+    assert (store / "10.70.0.9").exists()

@@ -1021,11 +1021,17 @@ class _Delegates:
         quarantine_dir = self._run.paths.quarantine_dir
         read: list[Mapping[str, frozenset[str]] | None] = []  # the quarantine's, read once
 
+        def doubted(why: str) -> None:
+            self._run.warnings.append(
+                f"which Multus files earlier runs moved cannot be told ({why}): every address "
+                "no results entry names counts as a delegate's Multus may have cached, and is kept"
+            )
+
         def moved(results_dir: str) -> frozenset[str] | None:
             from cni_reaper import multus_repair  # noqa: PLC0415 (Multus's nodes only)
 
             if not read:
-                read.append(multus_repair.moved_earlier(quarantine_dir))
+                read.append(multus_repair.moved_earlier(quarantine_dir, doubted))
             by_dir = read[0]
             return None if by_dir is None else by_dir.get(results_dir, frozenset())
 

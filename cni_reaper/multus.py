@@ -83,7 +83,8 @@ STALE_SCRATCH = (
 )
 SCRATCH_READABLE = "whole JSON, no crash's damage: left for Multus's DEL"
 
-# (network, container ID, ifname) -> where Multus cached that delegate's result, if it did
+# (network, container ID, ifname) -> that Multus cached that delegate's result, and where, or
+# may have (and why it cannot be told); None if it did not
 DelegateResults = Callable[[str, str, str], "str | None"]
 
 
@@ -383,14 +384,23 @@ class MultusCache:
         side doubt may err on."""
         if not self.present and self.problem is None:
             return None
-        earlier = moved(self.results_dir) if self.problem is None else None
+        if self.problem is not None:
+            doubt = f"Multus may have cached it as a delegate's ({self.said})"
+            return lambda network, container_id, ifname: doubt
+        earlier = moved(self.results_dir)
         if earlier is None:
-            return lambda network, container_id, ifname: self.said
+            doubt = (
+                f"Multus may have cached it as a delegate's ({self.said}, or runs may have "
+                "moved it from there: the quarantine's record of those cannot be read)"
+            )
+            return lambda network, container_id, ifname: doubt
         names, where = self._names | earlier, self.results_dir
 
         def cached(network: str, container_id: str, ifname: str) -> str | None:
             name = f"{network}-{container_id}-{ifname}"
-            return os.path.join(where, name) if name in names else None
+            if name not in names:
+                return None
+            return f"Multus cached it as a delegate's ({os.path.join(where, name)})"
 
         return cached
 

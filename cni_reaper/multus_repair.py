@@ -44,19 +44,23 @@ class _TooMany(Exception):
     """More sidecars than are read, or one that cannot be: which names were moved is unknown."""
 
 
-def moved_earlier(quarantine_dir: str) -> dict[str, frozenset[str]] | None:
+def moved_earlier(
+    quarantine_dir: str, on_doubt: Callable[[str], None] | None = None
+) -> dict[str, frozenset[str]] | None:
     """The names of the files that runs before this one moved aside, in this boot or an
     earlier one, by the dir they were in (their sidecars in <quarantine>/<boot>/multus/ say
     where each came from): Multus's DEL still comes for them, with no cached result. None when
     that cannot be told (too many, a sidecar or a quarantine that cannot be read): every one
-    then counts as moved."""
+    then counts as moved; on_doubt, when given, is told why."""
     names: dict[str, set[str]] = {}
     read = 0
     try:
         top = open_quarantine(quarantine_dir)
     except FileNotFoundError:
         return {}
-    except OSError:
+    except OSError as e:
+        if on_doubt is not None:
+            on_doubt(f"{quarantine_dir}: {e.strerror or e}")
         return None
     try:
         for boot in os.listdir(top):
@@ -81,7 +85,14 @@ def moved_earlier(quarantine_dir: str) -> dict[str, frozenset[str]] | None:
                     names.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
             finally:
                 os.close(sub)
-    except (OSError, _TooMany):
+    except OSError as e:
+        if on_doubt is not None:
+            on_doubt(f"{e.filename or quarantine_dir}: {e.strerror or e}")
+        return None
+    except _TooMany:
+        if on_doubt is not None:
+            where = quarantine_dir
+            on_doubt(f"over {MAX_SIDECARS} sidecars, or one whose file cannot be told, in {where}")
         return None
     finally:
         os.close(top)

@@ -270,8 +270,7 @@ class ReservationPlanner:
             cached = self._delegated(r.network, r.owner.container_id, r.owner.ifname)
             if cached is not None:
                 reason = (
-                    f"Multus cached it as a delegate's ({cached}): Multus's DEL releases it "
-                    "when the runtime tears the sandbox down"
+                    f"{cached}: Multus's DEL releases it when the runtime tears the sandbox down"
                 )
                 return plan(r, ReservationAction.KEEP, reason, "runtime")
         return self._orphan(r, ifname)

@@ -294,3 +294,35 @@ def test_only_damage_an_earlier_boot_left_of_no_live_sandbox_is_ever_moved(
         assert planned.action is Action.KEEP
     elif not content.is_corrupt:
         assert planned.action is Action.REPORT
+
+
+def test_an_address_kept_because_the_quarantine_cannot_be_read_says_so(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Multus keeps a cache here (empty), and the quarantine, whose sidecars say which of its
+    files runs moved, is one others may write: which delegates' results were moved cannot be
+    told, so an address no results entry names is kept, as doubt asks. An operator's review
+    found it kept with no warning and the reason "Multus cached it as a delegate's (<the
+    empty results dir>)", which nothing had; the address then leaked with exit 0."""
+    crashed.add(CONTAINER_IDS[1]).unlink()  # its address: no results entry names it
+    multus = crashed.node.root / "var/lib/cni/multus"
+    (multus / "results").mkdir(parents=True, mode=0o700)
+    multus.chmod(0o700)
+    quarantine = crashed.node.root / "var/lib/cni-reaper/quarantine"
+    quarantine.mkdir(parents=True)
+    quarantine.chmod(0o777)
+    crashed.reboot()
+    held = crashed.ips()
+
+    code, report = crashed.run(capsys, "-v", "--dry-run")
+
+    assert code == ExitCode.OK  # kept, as an address of a delegate Multus will DEL
+    (reservation,) = report["host_local"]
+    assert reservation["action"] == "keep", reservation
+    assert reservation["reason"].startswith("Multus may have cached it as a delegate's ("), (
+        reservation
+    )
+    assert "the quarantine's record of those cannot be read" in reservation["reason"]
+    (warning,) = [w for w in report["warnings"] if "which Multus files earlier runs moved" in w]
+    assert f"({quarantine}: " in warning and "others" in warning, warning
+    assert crashed.ips() == held

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -208,9 +209,11 @@ def test_the_quarantine_is_read_once_per_run_not_once_per_named_dir(
     reads: list[str] = []
     real = multus_repair.moved_earlier
 
-    def counted(quarantine_dir: str) -> dict[str, frozenset[str]] | None:
+    def counted(
+        quarantine_dir: str, on_doubt: Callable[[str], None] | None = None
+    ) -> dict[str, frozenset[str]] | None:
         reads.append(quarantine_dir)
-        return real(quarantine_dir)
+        return real(quarantine_dir, on_doubt)
 
     monkeypatch.setattr(multus_repair, "moved_earlier", counted)
     root = crashed.node.root

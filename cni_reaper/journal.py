@@ -275,6 +275,8 @@ def summary_fields(report: Report, not_logged: int = 0) -> dict[str, str]:
         "CNI_REAPER_SHUTDOWN_MARKER": boot.shutdown.state.value if boot.shutdown else "unknown",
         "CNI_REAPER_WTMP_PREVIOUS_BOOT": previous.end.value if previous else "none",
         "CNI_REAPER_DRY_RUN": "1" if report.dry_run else "0",
+        # What lets a run act, or why it acts on nothing: the unit's journal has no text report.
+        "CNI_REAPER_PRE_RUNTIME_RECORD": report.proof.summary if report.proof else "",
         "CNI_REAPER_ADDRESSES_RELEASED": str(released),
         "CNI_REAPER_FS_JOURNAL": report.file_system.verdict.value
         if report.file_system

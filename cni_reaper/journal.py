@@ -138,6 +138,9 @@ def entry_fields(result: EntryResult, dry_run: bool) -> dict[str, str]:
     fields["CNI_REAPER_DRY_RUN"] = "1" if dry_run else "0"
     if result.del_outcome is not None and result.del_outcome.errors:
         fields["CNI_REAPER_PLUGIN_ERRORS"] = "; ".join(result.del_outcome.error_texts())
+    elif planned.config_problem is not None and result.outcome is Outcome.PLANNED:
+        # A dry run's DEL that will fail says why where the real run's error will be.
+        fields["CNI_REAPER_PLUGIN_ERRORS"] = f"DEL will fail: {planned.config_problem}"
     if result.problems:
         fields["CNI_REAPER_PROBLEMS"] = "; ".join(result.problems)
     if result.quarantined_to:
@@ -189,6 +192,10 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     done = doc.get("del")
     if done and done.get("plugin_errors"):
         fields["CNI_REAPER_PLUGIN_ERRORS"] = "; ".join(doc_error_texts(done))
+    elif done and done.get("config_problem"):
+        # In the field an entry's DEL that cannot run has it, dry run or not.
+        said = "DEL will fail" if doc["outcome"] == "planned" else "DEL not run"
+        fields["CNI_REAPER_PLUGIN_ERRORS"] = f"{said}: {done['config_problem']}"
     if doc.get("quarantined_to"):
         fields["CNI_REAPER_QUARANTINED_TO"] = str(doc["quarantined_to"])
     if doc.get("problem"):

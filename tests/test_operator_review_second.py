@@ -6,7 +6,8 @@ missing or said twice:
 - a dry run said "DEL <net> ... from None: no plugin" of an orphan whose network has no config,
   and "no plugin" of every orphan's DEL, and not why one will fail;
 - an entry whose DEL cannot run said so twice in a real run ("DEL will fail: X", "error: DEL
-  not run: X");
+  not run: X"); a dry run's journal records did not say why a DEL will fail, and a
+  reservation's record had it in another field than an entry's;
 - an orphan left at the deadline said the deadline twice (its error and its problem);
 - in a boot whose runtime started before any reaper ran, the journal said of each damaged file
   only that it may be a write in flight, and nowhere that there is no pre-runtime record.
@@ -153,3 +154,24 @@ def test_the_journal_summary_says_why_a_boot_whose_runtime_started_first_repairs
     (summary,) = [f for f in logged if f.get("CNI_REAPER_EVENT") == "summary"]
     said = summary["CNI_REAPER_PRE_RUNTIME_RECORD"]
     assert said.startswith("no pre-runtime record: a runtime has started in this boot"), said
+
+
+def test_the_journal_says_why_a_del_cannot_run_in_one_field_for_entries_and_reservations(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A network no config names any more: its damaged entry and its orphaned address. The
+    dry run's records and the real run's carry why, each in CNI_REAPER_PLUGIN_ERRORS."""
+    crashed.node.write_result(f"vanished-{A}-eth0", b"")
+    vanished = crashed.ipam / "vanished"
+    vanished.mkdir(parents=True)
+    (vanished / "10.41.0.2").write_bytes(f"{B}\r\neth0".encode())
+    crashed.reboot()
+
+    for extra, said in (("--dry-run", "DEL will fail: "), ("-v", "DEL not run: ")):
+        logged: list[dict[str, str]] = []
+        crashed.run(capsys, extra, events=EventLog(lambda logged=logged, **f: logged.append(f)))
+        records = [f for f in logged if "vanished" in f.get("CNI_REAPER_FILE", "")]
+        assert len(records) == 2, logged
+        for record in records:
+            errors = record.get("CNI_REAPER_PLUGIN_ERRORS", "")
+            assert errors.startswith(said) and "vanished" in errors, record

@@ -194,9 +194,16 @@ def delete(
             return DelOutcome(tuple(ran), (PluginError(kind, f"cannot run {path}: {e}"),))
         failpoint.hit(AFTER_PLUGIN)
         ran.append(kind)
-        if run.timed_out and budget is not None:
-            budget.timed_out(path)
         error = error_from_run(kind, run, allowed)
+        if run.timed_out and budget is not None:
+            if allowed < timeout:
+                # Cut at the run's deadline: no strike against the plugin, nor a time it
+                # was never given.
+                assert error is not None
+                cut = f"killed at the run's deadline ({budget.seconds:g} s, --deadline)"
+                error = error._replace(msg=cut)
+            else:
+                budget.timed_out(path)
         if error is not None:
             return DelOutcome(tuple(ran), (error,))
     return DelOutcome(tuple(ran), ())

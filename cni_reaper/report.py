@@ -84,6 +84,9 @@ class Report:
         # Reservations released into the quarantine because their DEL failed or cannot run:
         # what makes a run whose every reservation was done exit 73.
         self.reservation_dels_failed = 0
+        # Entries whose DEL failed, moved to the quarantine all the same: the runtime's DEL no
+        # longer aborts on them.
+        self._failed_but_moved = 0
         self._failed_dels: set[tuple[str, str, str]] = set()  # one DEL may hold several addresses
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
         # Multus's delegate results and scratch files (multus.py): a few a pod on the nodes
@@ -122,6 +125,8 @@ class Report:
             self._failed = True
         elif outcome is Outcome.FAILED:
             self._failed = True
+            if result.quarantined_to:
+                self._failed_but_moved += 1
         elif outcome is Outcome.SKIPPED and action is not Action.KEEP:
             # Left as it is: to report, maybe in flight, or changed since the scan.
             self._left_alone = True
@@ -251,6 +256,8 @@ class Report:
             said = f"{planned} planned ({self.planned_to_fail} will fail)"
         else:
             said = f"{done} done, {failed} failed"
+            if self._failed_but_moved:
+                said += f" ({self._failed_but_moved} of them moved to the quarantine all the same)"
         said += f", {left} left alone"
         acted: Counter[str] = Counter()
         for (kind, result), n in self.reservations.items():
@@ -661,7 +668,15 @@ def entry_lines(
                 order = ", ".join(p.kind if p.path else f"{p.kind} (none)" for p in chain.plugins)
             else:
                 order = ", ".join(reversed(netlist.plugin_types))
-            lines.append(f"    DEL {netlist.name} from {netlist.source}: {order}")
+            done = result.del_outcome
+            if result.outcome is Outcome.PLANNED:
+                ran = ""
+            elif done is None:
+                ran = " (not run)"  # the file changed since the scan, or the run was cut short
+            else:
+                ran = f" (ran: {', '.join(done.plugins_run) or 'none'}"
+                ran += f"; released {', '.join(done.released)})" if done.released else ")"
+            lines.append(f"    DEL {netlist.name} from {netlist.source}: {order}{ran}")
         if planned.config_problem and result.del_outcome is None:
             # Once run, the DEL's error line says it.
             lines.append(f"    DEL will fail: {planned.config_problem}")

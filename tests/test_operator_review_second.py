@@ -9,6 +9,8 @@ missing or said twice:
   not run: X"); a dry run's journal records did not say why a DEL will fail, and a
   reservation's record had it in another field than an entry's;
 - an orphan left at the deadline said the deadline twice (its error and its problem);
+- an entry whose DEL failed counted as failed, and nothing said it was moved all the same
+  (a reservation's was counted done); its DEL line was the plan's, whether it ran or not;
 - in a boot whose runtime started before any reaper ran, the journal said of each damaged file
   only that it may be a write in flight, and nowhere that there is no pre-runtime record.
 (Its finding of an address kept, unsaid, when the quarantine cannot be read is in
@@ -175,3 +177,41 @@ def test_the_journal_says_why_a_del_cannot_run_in_one_field_for_entries_and_rese
         for record in records:
             errors = record.get("CNI_REAPER_PLUGIN_ERRORS", "")
             assert errors.startswith(said) and "vanished" in errors, record
+
+
+def test_an_entry_says_whether_its_del_ran_and_the_summary_that_it_was_moved_all_the_same(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two damaged entries of a network whose plugin fails: each DEL ran and failed, each file
+    was moved; a third entry of the network, written in this boot, is left, its DEL not run."""
+    bin_dir = crashed.node.fake_plugin_network("fl", "fl", FAILING)
+    for container_id in (A, B):
+        crashed.node.write_result(f"fl-{container_id}-eth0", b"")
+    crashed.reboot()
+
+    code = cli.run(
+        crashed.argv("--bin-dir", str(bin_dir)), clock=lambda: crashed.t0 + 60, environ={}
+    )
+    out = capsys.readouterr().out
+
+    assert code == ExitCode.ACTION_FAILED
+    conf = crashed.node.conf_dir / "60-fl.conflist"
+    assert out.count(f"    DEL fl from {conf}: fl (ran: fl)\n") == 2, out
+    said = "0 done, 2 failed (2 of them moved to the quarantine all the same), 0 left alone"
+    assert f"summary: 2 entries (2 empty); 2 del-and-quarantine; {said}; exit 73" in out, out
+
+
+def test_a_dels_released_addresses_are_said(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real host-local: the DEL of a damaged entry releases its address."""
+    crashed.add(A).write_bytes(b"")
+    held = crashed.ips()
+    crashed.reboot()
+
+    code = cli.run(crashed.argv(), clock=lambda: crashed.t0 + 60, environ={})
+    out = capsys.readouterr().out
+
+    assert code == ExitCode.OK
+    (ip,) = held
+    assert f": host-local, host-local (ran: host-local; released {ip})\n" in out, out

@@ -80,7 +80,15 @@ class PluginError(Record):
         return f"{self.msg}; {self.details}" if self.details else self.msg
 
     def __str__(self) -> str:
-        return f"plugin type={self.plugin!r} failed: {self.reason()}"
+        # The CNI error code says what kind of failure it is (11: try again later); with no
+        # error JSON, the exit status is all there is.
+        if self.code is not None:
+            how = f" (CNI error {self.code})"
+        elif self.exit_status is not None and self.exit_status > 0:
+            how = f" (exit {self.exit_status})"
+        else:
+            how = ""
+        return f"plugin type={self.plugin!r} failed{how}: {self.reason()}"
 
 
 def error_texts(errors: Sequence[PluginError], ran: bool) -> list[str]:

@@ -282,11 +282,9 @@ def test_the_text_report_stderr_lines_and_status_show_hostile_text_escaped(
     out = capsys.readouterr().out
     report = assert_safe_lines(out)
     conf_path = crashed.node.conf_dir / f"60-{NETWORK}.conflist"
-    assert (
-        # The chain the DEL runs: the plugin, then the IPAM plugin it execs.
-        f"    DEL {printable(NETWORK)} from {printable(str(conf_path))}: {printable(KIND)}, "
-        "host-local" in report
-    )
+    # The chain the DEL runs: the plugin, then the IPAM plugin it execs; then what ran.
+    chain = f"    DEL {printable(NETWORK)} from {printable(str(conf_path))}: {printable(KIND)}, "
+    assert f"{chain}host-local (ran: {printable(KIND)})" in report
     assert f"{printable(NETWORK)}-{CID}-{printable(IFNAME)}: empty (0 bytes), " in out
     assert SHOWN in out  # the plugin's msg and details, as it sent them, escaped
     assert r"\x1b[2J\ncni-reaper: hl-x" in out  # the forged line, inside the line it was in

@@ -11,6 +11,7 @@ missing or said twice:
 - an orphan left at the deadline said the deadline twice (its error and its problem);
 - an entry whose DEL failed counted as failed, and nothing said it was moved all the same
   (a reservation's was counted done); its DEL line was the plan's, whether it ran or not;
+- a plugin's error said neither its CNI error code nor, with no error JSON, its exit status;
 - in a boot whose runtime started before any reaper ran, the journal said of each damaged file
   only that it may be a write in flight, and nowhere that there is no pre-runtime record.
 (Its finding of an address kept, unsaid, when the quarantine cannot be read is in
@@ -27,6 +28,7 @@ import pytest
 from cni_reaper import cli
 from cni_reaper.errors import ExitCode
 from cni_reaper.journal import Event, EventLog
+from cni_reaper.plugin import PluginRun, error_from_run
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS
 from tests.test_orphans import fake_plugin_with_host_local
@@ -215,3 +217,23 @@ def test_a_dels_released_addresses_are_said(
     assert code == ExitCode.OK
     (ip,) = held
     assert f": host-local, host-local (ran: host-local; released {ip})\n" in out, out
+
+
+@pytest.mark.parametrize(
+    ("stdout", "exit_status", "said"),
+    [
+        (b'{"code":11,"msg":"try again","details":"busy"}', 1, " (CNI error 11): try again; busy"),
+        (b"", 2, " (exit 2): netplugin failed: 'boom'"),
+        (b"", -11, ": killed by SIGSEGV"),
+    ],
+)
+def test_a_plugin_error_says_its_cni_code_or_else_its_exit_status(
+    stdout: bytes, exit_status: int, said: str
+) -> None:
+    """The code says what kind of failure it is (11: try again later); the JSON report had it,
+    the text and the journal did not."""
+    run = PluginRun(exit_status, stdout, b"boom\n", timed_out=False, output_truncated=False)
+
+    error = error_from_run("p", run, 10.0)
+
+    assert str(error) == f"plugin type='p' failed{said}"

@@ -434,7 +434,8 @@ def test_an_address_a_del_that_exited_0_left_is_said_to_be_still_reserved_after_
     assert not (store / "10.30.0.2").exists()
 
 
-FAILED_DEL = "plugin type='failing' failed: try again; busy"  # as an entry's error says it
+# As an entry's error says it:
+FAILED_DEL = "plugin type='failing' failed (CNI error 11): try again; busy"
 STILL_RESERVED = "DEL failed, and the address is still reserved"
 
 

@@ -530,7 +530,8 @@ class TextWriter:
                 lines.append(f"    moved to {d['quarantined_to']}")
         # Warnings of the stages after the head was written (the pools' read of their configs).
         lines.extend(f"warning: {warning}" for warning in report.warnings[self._warned :])
-        lines.extend(pool_line(p, report.dry_run) for p in report.pools)
+        ranged = {p.network for p in report.pools if p.range_set.number >= 0}
+        lines.extend(pool_line(p, report.dry_run, p.network in ranged) for p in report.pools)
         s = report.summary()
         counts = ", ".join(f"{n} {k}" for k, n in s["content"].items()) or "none"
         actions = ", ".join(f"{n} {k}" for k, n in s["action"].items()) or "nothing to do"
@@ -549,13 +550,19 @@ def plan_phrase(report: Report) -> str:
     return f"{report.to_plan:.3f} s of it until the plan was made, before any change"
 
 
-def pool_line(p: PoolHealth, dry_run: bool = False) -> str:
-    """A dry run releases nothing: its count is of the addresses a real run would release."""
-    which = "outside every range" if p.range_set.number < 0 else f"range set {p.range_set.number}"
+def pool_line(p: PoolHealth, dry_run: bool = False, ranged: bool = True) -> str:
+    """A dry run releases nothing: its count is of the addresses a real run would release.
+    ranged: whether any range of the network is known (its config was read)."""
+    if p.range_set.number >= 0:
+        which = f"range set {p.range_set.number}: {p.capacity} addresses,"
+    elif ranged:
+        which = "outside every range:"
+    else:
+        which = "of no range known (no config of it read):"
     owners = ", ".join(f"{n} {state}" for state, n in sorted(p.left.items()))
     released = "to release" if dry_run else "released"
     return (
-        f"pool {p.network} {which}: {p.capacity} addresses, {p.reserved_before} reserved before, "
+        f"pool {p.network} {which} {p.reserved_before} reserved before, "
         f"{p.released} {released}, {p.left_total} left{f' ({owners})' if owners else ''}"
     )
 

@@ -4,7 +4,8 @@ missing or said twice:
   while its journal record said "repaired" (notice), the metrics counted no DEL failure and
   the JSON summary no plugin error: the alert on exit 73 pointed at nothing;
 - a dry run said "DEL <net> ... from None: no plugin" of an orphan whose network has no config,
-  and "no plugin" of every orphan's DEL, and not why one will fail;
+  and "no plugin" of every orphan's DEL, and not why one will fail; the network's pool was
+  "outside every range: 0 addresses";
 - an entry whose DEL cannot run said so twice in a real run ("DEL will fail: X", "error: DEL
   not run: X"); a dry run's journal records did not say why a DEL will fail, and a
   reservation's record had it in another field than an entry's;
@@ -90,6 +91,9 @@ def test_a_dry_run_says_why_an_orphans_del_will_fail_and_what_it_will_run(
     assert "no plugin" not in out, out
     assert "    DEL vanished as eth0 with no config\n    DEL will fail: no config" in out, out
     assert f"    DEL hl as eth0 from {crashed.node.root}/etc/cni/net.d/" in out, out
+    # Not "outside every range: 0 addresses": no range of it is known.
+    pool = "pool vanished of no range known (no config of it read): 1 reserved before"
+    assert f"{pool}, 1 to release, 0 left\n" in out, out
 
 
 def test_an_entry_whose_del_cannot_run_says_why_once_in_a_real_run(

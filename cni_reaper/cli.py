@@ -1023,8 +1023,9 @@ class _Delegates:
 
         def doubted(why: str) -> None:
             self._run.warnings.append(
-                f"which Multus files earlier runs moved cannot be told ({why}): every address "
-                "no results entry names counts as a delegate's Multus may have cached, and is kept"
+                f"which Multus files earlier runs moved cannot be told ({why}): an address no "
+                "results entry names is kept as one Multus may have cached for a delegate, "
+                "unless no runtime knows its sandbox"
             )
 
         def moved(results_dir: str) -> frozenset[str] | None:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from cni_reaper.budget import Budget
 from cni_reaper.host_local import read_owner, read_reservation
 from cni_reaper.parallel import in_parallel
+from cni_reaper.plugin import PluginError
 from cni_reaper.quarantine import (
     FileChanged,
     Move,
@@ -95,6 +96,8 @@ def _del_doc(outcome: DelOutcome, released: Iterable[str]) -> dict[str, Any]:
 
 
 _Key = tuple[str, str, str]  # network, container ID, ifname: one DEL each
+_STILL_RESERVED_FAILED = "DEL failed, and the address is still reserved"
+_STILL_RESERVED_NOT_RUN = "DEL not run, and the address is still reserved"
 
 
 def settle(
@@ -108,15 +111,19 @@ def settle(
     networks in parallel), then whatever is still reserved moved to the quarantine."""
     to_move: list[Settled] = []
     attachments: dict[_Key, list[PlannedReservation]] = defaultdict(list)
-    no_del: dict[str, str] = {}  # each config problem said once, not once per reservation
+    # Each config problem's DEL, made once, not once per reservation: as an entry's DEL that
+    # cannot run (apply.py), one that failed with no plugin run.
+    no_del: dict[str, dict[str, Any]] = {}
     for p in planned:
         if p.action is ReservationAction.QUARANTINE:
             to_move.append(Settled(p, "done"))
         elif p.config_problem is not None:
-            problem = no_del.get(p.config_problem)
-            if problem is None:
-                problem = no_del[p.config_problem] = f"no DEL: {p.config_problem}"
-            to_move.append(Settled(p, "done", problem=problem))
+            doc = no_del.get(p.config_problem)
+            if doc is None:
+                failing = p.chain.failing if p.chain is not None else None
+                error = PluginError(failing.kind if failing else "", p.config_problem)
+                doc = no_del[p.config_problem] = _del_doc(DelOutcome((), (error,)), ())
+            to_move.append(Settled(p, "done", del_doc=doc, problem=_STILL_RESERVED_NOT_RUN))
         else:
             assert p.reservation.owner is not None and p.del_ifname is not None
             key = (p.reservation.network, p.reservation.owner.container_id, p.del_ifname)
@@ -159,8 +166,7 @@ def settle(
                 to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
             else:
                 # Its errors are in the DEL's own part of the report, and said once.
-                problem = "DEL failed" if outcome.plugins_run else "DEL not run"
-                problem += ", and the address is still reserved"
+                problem = _STILL_RESERVED_FAILED if outcome.plugins_run else _STILL_RESERVED_NOT_RUN
                 to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
     yield from _quarantine(to_move, quarantine_dir, boot_id, now, tools.budget)
 

@@ -87,7 +87,10 @@ class Report:
         # Entries whose DEL failed, moved to the quarantine all the same: the runtime's DEL no
         # longer aborts on them.
         self._failed_but_moved = 0
-        self._failed_dels: set[tuple[str, str, str]] = set()  # one DEL may hold several addresses
+        # The DELs of reservations counted, by network, container ID, ifname: one DEL may
+        # hold several addresses.
+        self._dels_with_errors: set[tuple[str, str, str]] = set()
+        self._failed_dels: set[tuple[str, str, str]] = set()
         self.pools: list[PoolHealth] = []  # set once the reservations are settled
         # Multus's delegate results and scratch files (multus.py): a few a pod on the nodes
         # that have them, kept whole and written out with the summary.
@@ -152,28 +155,33 @@ class Report:
         return counts
 
     def add_reservation(self, doc: dict[str, Any]) -> None:
-        self.reservations[(str(doc["action"]), str(doc["outcome"]))] += 1
+        outcome = doc["outcome"]
+        self.reservations[(str(doc["action"]), str(outcome))] += 1
         done = doc.get("del")
         if done and done.get("plugin_errors"):
-            # Counted as an entry's are, once for each DEL, which may have held several
-            # addresses (both of a dual-stack attachment).
+            # Counted as an entry's are: its plugin errors whatever became of it, a failure
+            # of its DEL when it was released into the quarantine all the same or failed; once
+            # for each DEL, which may have held several addresses (both of a dual-stack one).
             owner = doc.get("owner") or {}
             key = (str(doc["network"]), str(owner.get("container_id")), str(done.get("ifname")))
-            if key not in self._failed_dels:
-                self._failed_dels.add(key)
+            if key not in self._dels_with_errors:
+                self._dels_with_errors.add(key)
                 self.plugin_errors += len(done["plugin_errors"])
+            if outcome in ("done", "failed") and key not in self._failed_dels:
+                self._failed_dels.add(key)
                 for error in done["plugin_errors"]:
                     self.del_failures[error.get("plugin") or "none"] += 1
-        if doc["outcome"] == "failed":
+        if outcome == "failed":
             self._failed = True
-        elif del_failed(doc):
+        elif outcome in ("done", "planned") and del_failed(doc):
             # Released into the quarantine all the same, but a DEL failed or could not run,
             # as the exit codes say: the plugin or the config wants a look (a dry run says so
             # of a DEL that will not run).
             self._failed = True
             self.reservation_dels_failed += 1
-        elif doc["outcome"] == "skipped" and doc["action"] != "keep":
-            # Left as it is: maybe in flight, or changed. One kept (shown with -v) is not.
+        elif outcome == "skipped" and doc["action"] != "keep":
+            # Left as it is: maybe in flight, or changed (after its DEL, too, as an entry).
+            # One kept (shown with -v) is not.
             self._left_alone = True
         if self.writer is not None:
             self.writer.reservation(self, doc)
@@ -552,13 +560,14 @@ def plan_phrase(report: Report) -> str:
 
 def pool_line(p: PoolHealth, dry_run: bool = False, ranged: bool = True) -> str:
     """A dry run releases nothing: its count is of the addresses a real run would release.
-    ranged: whether any range of the network is known (its config was read)."""
+    ranged: whether any range of the network is known (a config of it with host-local's
+    ranges was read; the run's warnings say why not)."""
     if p.range_set.number >= 0:
         which = f"range set {p.range_set.number}: {p.capacity} addresses,"
     elif ranged:
         which = "outside every range:"
     else:
-        which = "of no range known (no config of it read):"
+        which = "of no range known:"
     owners = ", ".join(f"{n} {state}" for state, n in sorted(p.left.items()))
     released = "to release" if dry_run else "released"
     return (

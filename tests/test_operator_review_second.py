@@ -16,7 +16,9 @@ missing or said twice:
 - in a boot whose runtime started before any reaper ran, the journal said of each damaged file
   only that it may be a write in flight, and nowhere that there is no pre-runtime record.
 (Its finding of an address kept, unsaid, when the quarantine cannot be read is in
-test_multus.py.)
+test_multus.py.) A review of the fixes then found an orphan whose DEL failed and which changed
+before its move counted as moved (exit 73, no failed repair said), and an orphan whose DEL
+cannot run counted in no metric.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def test_a_dry_run_says_why_an_orphans_del_will_fail_and_what_it_will_run(
     assert "    DEL vanished as eth0 with no config\n    DEL will fail: no config" in out, out
     assert f"    DEL hl as eth0 from {crashed.node.root}/etc/cni/net.d/" in out, out
     # Not "outside every range: 0 addresses": no range of it is known.
-    pool = "pool vanished of no range known (no config of it read): 1 reserved before"
+    pool = "pool vanished of no range known: 1 reserved before"
     assert f"{pool}, 1 to release, 0 left\n" in out, out
 
 
@@ -241,3 +243,67 @@ def test_a_plugin_error_says_its_cni_code_or_else_its_exit_status(
     error = error_from_run("p", run, 10.0)
 
     assert str(error) == f"plugin type='p' failed{said}"
+
+
+def test_an_orphan_whose_del_failed_then_changed_is_left_and_said_so_as_an_entry_would_be(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Its plugin writes the reservation again (the same bytes: a new mtime), then fails: the
+    move finds it changed and leaves it. As an entry changed after its DEL, it is left alone
+    (exit 65), its plugin errors counted but no DEL failure, and no summary claims it moved.
+    Found by the review of this file's fixes."""
+    store_path = "/var/lib/cni/networks/rewriting/10.62.0.5"  # as the confined plugin sees it
+    owner = f"{A}\\r\\neth0"
+    script = f"printf '{owner}' > {store_path}\n{FAILING}"
+    bin_dir, store = fake_plugin_with_host_local(crashed, "rewriting", script, "10.62.0")
+    (store / "10.62.0.5").write_bytes(owner.encode().decode("unicode_escape").encode())
+    crashed.reboot()
+    metrics = tmp_path / "cni-reaper.prom"
+    logged: list[dict[str, str]] = []
+
+    code, report = crashed.run(
+        capsys,
+        "--bin-dir",
+        str(bin_dir),
+        "--metrics-file",
+        str(metrics),
+        events=EventLog(lambda **fields: logged.append(fields)),
+    )
+
+    (held,) = [r for r in report["host_local"] if r["ip"] == "10.62.0.5"]
+    assert (held["outcome"], held["del"]["plugin_errors"][0]["code"]) == ("skipped", 11), (
+        held["del"],
+        held.get("problem"),
+    )
+    assert code == ExitCode.DATA, report["summary"]
+    assert (store / "10.62.0.5").exists()
+    (summary,) = [f for f in logged if f.get("CNI_REAPER_EVENT") == "summary"]
+    assert "moved after a DEL" not in summary["MESSAGE"], summary
+    (record,) = [f for f in logged if f.get("CNI_REAPER_FILE") == str(store / "10.62.0.5")]
+    assert record["CNI_REAPER_EVENT"] == "left", record
+    assert "cni_reaper_del_failures_all_plugins 0\n" in metrics.read_text()
+
+
+def test_an_orphan_whose_del_cannot_run_is_counted_as_a_failed_del_and_said_once(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """No config names its network: released into the quarantine all the same (exit 73), its
+    DEL's failure counted as an entry's is, its cause said once in the text (the error), the
+    problem what it left. Found by the review of this file's fixes."""
+    vanished = crashed.ipam / "vanished"
+    vanished.mkdir(parents=True)
+    (vanished / "10.41.0.2").write_bytes(f"{B}\r\neth0".encode())
+    crashed.reboot()
+    metrics = tmp_path / "cni-reaper.prom"
+
+    code = cli.run(
+        crashed.argv("--metrics-file", str(metrics)), clock=lambda: crashed.t0 + 60, environ={}
+    )
+    out = capsys.readouterr().out
+
+    assert code == ExitCode.ACTION_FAILED
+    assert out.count("no config for network 'vanished'") == 1, out
+    assert "    error: DEL not run: no config for network 'vanished'" in out, out
+    assert "    problem: DEL not run, and the address is still reserved\n" in out, out
+    assert 'cni_reaper_del_failures{plugin="none"} 1\n' in metrics.read_text()
+    assert not (vanished / "10.41.0.2").exists()

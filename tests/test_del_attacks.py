@@ -263,7 +263,7 @@ def test_an_orphan_of_a_network_whose_cached_config_names_another_gets_no_del(
     assert not mark.exists()
     r = reservations_of(report)["10.60.0.9"]
     assert "names network 'hl'" in r["del"]["config_problem"], r
-    assert (r["outcome"], r["del"].get("plugins_run")) == ("done", None)
+    assert (r["outcome"], r["del"]["plugins_run"], r["del"]["ok"]) == ("done", [], False)
     assert not (store / "10.60.0.9").exists()  # released into the quarantine
     assert code == ExitCode.ACTION_FAILED  # released, but no DEL could run: a look is wanted
 

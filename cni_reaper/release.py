@@ -98,6 +98,7 @@ def _del_doc(outcome: DelOutcome, released: Iterable[str]) -> dict[str, Any]:
 _Key = tuple[str, str, str]  # network, container ID, ifname: one DEL each
 _STILL_RESERVED_FAILED = "DEL failed, and the address is still reserved"
 _STILL_RESERVED_NOT_RUN = "DEL not run, and the address is still reserved"
+_STILL_RESERVED_RAN = "DEL ran, and the address is still reserved"
 
 
 def settle(
@@ -152,6 +153,14 @@ def settle(
             continue
         left = [p for p in items if _still_owned(p)]
         released = [p.reservation.ip for p in items if p not in left]
+        if outcome.ok and left:
+            # The effect the reaper can see, as for an entry's DEL (apply.py): the plugins
+            # said done, and host-local's store does not agree.
+            held = [p.reservation.ip for p in left]
+            store = left[0].reservation.store
+            said = f"every plugin exited 0, but {store} still holds {', '.join(held)}"
+            error = PluginError("host-local", f"{said} for this attachment")
+            outcome = outcome._replace(errors=(error,), left=tuple(held))
         doc = _del_doc(outcome, released)
         for p in items:
             if p not in left:
@@ -161,12 +170,14 @@ def settle(
                 # is its DEL's error, said once.
                 problem = "still reserved, left for the next run's DEL"
                 yield Settled(p, "failed", del_doc=doc, problem=problem)
-            elif outcome.ok:
-                problem = "every plugin exited 0, but the address is still reserved"
-                to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
             else:
                 # Its errors are in the DEL's own part of the report, and said once.
-                problem = _STILL_RESERVED_FAILED if outcome.plugins_run else _STILL_RESERVED_NOT_RUN
+                if outcome.left:
+                    problem = _STILL_RESERVED_RAN
+                elif outcome.plugins_run:
+                    problem = _STILL_RESERVED_FAILED
+                else:
+                    problem = _STILL_RESERVED_NOT_RUN
                 to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
     yield from _quarantine(to_move, quarantine_dir, boot_id, now, tools.budget)
 

@@ -18,7 +18,8 @@ missing or said twice:
 (Its finding of an address kept, unsaid, when the quarantine cannot be read is in
 test_multus.py.) A review of the fixes then found an orphan whose DEL failed and which changed
 before its move counted as moved (exit 73, no failed repair said), and an orphan whose DEL
-cannot run counted in no metric.
+cannot run counted in no metric; and an orphan whose DEL exited 0 and left its address
+reserved counted as done (exit 0) where an entry's is a failed repair.
 """
 
 from __future__ import annotations
@@ -307,3 +308,31 @@ def test_an_orphan_whose_del_cannot_run_is_counted_as_a_failed_del_and_said_once
     assert "    problem: DEL not run, and the address is still reserved\n" in out, out
     assert 'cni_reaper_del_failures{plugin="none"} 1\n' in metrics.read_text()
     assert not (vanished / "10.41.0.2").exists()
+
+
+def test_an_orphan_whose_del_exited_0_and_left_it_reserved_is_a_failed_repair_as_an_entry(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A plugin that exits 0 on DEL and never hands it to its IPAM (a failure mode no real
+    plugin shows on cue): the address, still reserved, goes to the quarantine, and the run
+    says the DEL did not do what it said, as of an entry's DEL (exit 73, host-local's DEL
+    failure counted, a failed repair), where it said done with exit 0. Found by the review of
+    this file's fixes."""
+    bin_dir, store = fake_plugin_with_host_local(crashed, "forgetful", "exit 0\n", "10.30.0")
+    (store / "10.30.0.2").write_bytes(f"{A}\r\neth0".encode())
+    crashed.reboot()
+    metrics = tmp_path / "cni-reaper.prom"
+
+    code = cli.run(
+        crashed.argv("--bin-dir", str(bin_dir), "--metrics-file", str(metrics)),
+        clock=lambda: crashed.t0 + 60,
+        environ={},
+    )
+    out = capsys.readouterr().out
+
+    assert code == ExitCode.ACTION_FAILED
+    said = f"every plugin exited 0, but {store} still holds 10.30.0.2 for this attachment"
+    assert f"    error: plugin type='host-local' failed: {said}\n" in out, out
+    assert "    problem: DEL ran, and the address is still reserved\n" in out, out
+    assert not (store / "10.30.0.2").exists()
+    assert 'cni_reaper_del_failures{plugin="host-local"} 1\n' in metrics.read_text()

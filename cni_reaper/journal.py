@@ -193,9 +193,9 @@ def reservation_fields(doc: Mapping[str, Any], dry_run: bool) -> dict[str, str]:
     if done and done.get("plugin_errors"):
         fields["CNI_REAPER_PLUGIN_ERRORS"] = "; ".join(doc_error_texts(done))
     elif done and done.get("config_problem"):
-        # In the field an entry's DEL that cannot run has it, dry run or not.
-        said = "DEL will fail" if doc["outcome"] == "planned" else "DEL not run"
-        fields["CNI_REAPER_PLUGIN_ERRORS"] = f"{said}: {done['config_problem']}"
+        # A dry run's DEL that cannot run (a real run's has it as its error): in the field an
+        # entry's has it.
+        fields["CNI_REAPER_PLUGIN_ERRORS"] = f"DEL will fail: {done['config_problem']}"
     if doc.get("quarantined_to"):
         fields["CNI_REAPER_QUARANTINED_TO"] = str(doc["quarantined_to"])
     if doc.get("problem"):

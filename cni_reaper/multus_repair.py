@@ -91,8 +91,7 @@ def moved_earlier(
         return None
     except _TooMany:
         if on_doubt is not None:
-            where = quarantine_dir
-            on_doubt(f"over {MAX_SIDECARS} sidecars, or one whose file cannot be told, in {where}")
+            on_doubt(f"{quarantine_dir}: over {MAX_SIDECARS} sidecars, or one naming no file")
         return None
     finally:
         os.close(top)

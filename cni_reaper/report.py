@@ -693,7 +693,7 @@ def entry_lines(
                 ran = f" (ran: {', '.join(done.plugins_run) or 'none'}"
                 ran += f"; released {', '.join(done.released)})" if done.released else ")"
             lines.append(f"    DEL {netlist.name} from {netlist.source}: {order}{ran}")
-        if planned.config_problem and result.del_outcome is None:
+        if planned.config_problem and result.outcome is Outcome.PLANNED:
             # Once run, the DEL's error line says it.
             lines.append(f"    DEL will fail: {planned.config_problem}")
     if result.del_outcome is not None:

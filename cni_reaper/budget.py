@@ -37,15 +37,14 @@ class Budget:
     def refusal(self, executables: Iterable[str]) -> str | None:
         """Why a DEL that would run these executables may not start now, or None."""
         if self.cancel.is_set():
-            return "not attempted: the run was interrupted"
+            return "the run was interrupted before it started"
         if time.monotonic() >= self._deadline:
-            return f"not attempted: the run's deadline ({self.seconds:g} s, --deadline) passed"
+            return f"the run's deadline ({self.seconds:g} s, --deadline) passed before it started"
         with self._lock:
             for path in executables:
                 if self._timeouts.get(path, 0) >= self._trip_after:
-                    return (
-                        f"not attempted: {path} timed out {self._timeouts[path]} times in this run"
-                    )
+                    count = self._timeouts[path]
+                    return f"{path} timed out {count} times in this run, so not started again"
         return None
 
     def seconds_left(self) -> float:

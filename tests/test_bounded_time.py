@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cni_reaper import budget
+from cni_reaper import budget, cli
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS
@@ -50,7 +50,7 @@ def test_a_plugin_that_keeps_timing_out_is_not_started_again(
     plugin = crashed.node.root / "opt/cni/bin/hang"
     skipped = [e["msg"] for e in errors if not e["timed_out"]]
     assert skipped == [
-        f"not attempted: {plugin} timed out {budget.TRIP_AFTER} times in this run"
+        f"{plugin} timed out {budget.TRIP_AFTER} times in this run, so not started again"
     ] * (ENTRIES - budget.TRIP_AFTER)
     # The policy holds for every one of them: quarantined, so the runtime's own DEL can run.
     assert [e["outcome"] for e in report["entries"]] == ["failed"] * ENTRIES
@@ -85,11 +85,29 @@ def test_no_del_starts_after_the_deadline_and_the_run_still_ends_whole(
         "killed at the run's deadline (1 s, --deadline)",
     )
     assert {e["msg"] for e in rest} == {
-        "not attempted: the run's deadline (1 s, --deadline) passed"
+        "the run's deadline (1 s, --deadline) passed before it started"
     }
     assert [e["outcome"] for e in report["entries"]] == ["failed"] * ENTRIES
     assert report["summary"]["outcome"] == {"failed": ENTRIES}
     assert "cni_reaper_exit_code 73" in metrics.read_text().splitlines()
+
+
+def test_the_text_says_once_why_a_del_was_not_run(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The text report says why a DEL never started in one phrase, not "DEL not run: not
+    attempted: ..." (found by an operator's review)."""
+    hanging_network(crashed, tmp_path / "starts")
+    crashed.reboot()
+    bin_dir = str(crashed.node.root / "opt/cni/bin")
+    argv = crashed.argv("--bin-dir", bin_dir, "--plugin-timeout", "30", "--deadline", "1")
+    code = cli.run(argv, clock=lambda: crashed.t0 + 60, environ={})
+
+    shown = capsys.readouterr().out
+    assert code == ExitCode.ACTION_FAILED
+    deadline = "the run's deadline (1 s, --deadline) passed before it started"
+    assert shown.count(f"    error: DEL not run: {deadline}\n") == ENTRIES - 1, shown
+    assert "not attempted:" not in shown
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from cni_reaper.evidence.wtmpdb import DEFAULT_PATH as DEFAULT_WTMPDB_PATH
 from cni_reaper.node_root import resolve_inside
 from cni_reaper.record import Record
 from cni_reaper.runtime.config import FALLBACK_BIN_DIRS, FALLBACK_CONF_DIRS, CniDir, CniDirs
@@ -19,6 +18,9 @@ DEFAULT_CACHE_DIR = "var/lib/cni"
 DEFAULT_CONF_DIRS = tuple(d.lstrip("/") for d in FALLBACK_CONF_DIRS)
 DEFAULT_BIN_DIRS = tuple(d.lstrip("/") for d in FALLBACK_BIN_DIRS)
 DEFAULT_WTMP = "var/log/wtmp"
+# wtmpdb upstream's path; Debian 13 makes it a symlink to /var/log/wtmp.db, whose rotated
+# files (logrotate's wtmp.db.1 ...) lie beside the link's target
+DEFAULT_WTMPDB_PATH = "/var/lib/wtmpdb/wtmp.db"
 DEFAULT_STATE_DIR = "var/lib/cni-reaper"
 
 

@@ -17,7 +17,7 @@ import pytest
 from cni_reaper import boot, cli
 from cni_reaper.boot import BootEnd, boots_from_wtmpdb
 from cni_reaper.evidence import wtmpdb
-from cni_reaper.paths import NodePaths
+from cni_reaper.paths import DEFAULT_WTMPDB_PATH, NodePaths
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, NodeTree
 
@@ -59,14 +59,14 @@ def write_db(path: Path, rows: Sequence[Row], schema: str = SCHEMA) -> None:
 
 
 def read_boots(
-    root: Path, node_path: str = wtmpdb.DEFAULT_PATH
+    root: Path, node_path: str = DEFAULT_WTMPDB_PATH
 ) -> tuple[list[boot.Boot], list[str]]:
     rows, _, warnings = wtmpdb.read(str(root), node_path)
     return boots_from_wtmpdb(rows), warnings
 
 
 def db_path(root: Path) -> Path:
-    return root / wtmpdb.DEFAULT_PATH.lstrip("/")
+    return root / DEFAULT_WTMPDB_PATH.lstrip("/")
 
 
 def test_a_boot_with_a_logout_ended_cleanly_one_without_crashed(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_rotated_databases_come_first_oldest_first(tmp_path: Path) -> None:
     write_db(live.parent / "wtmp_20250101.db", [boot_row(T, T + 10)])
     write_db(live.parent / "wtmp_20260101.db", [boot_row(T + 100)])
     write_db(live, [boot_row(T + 200, T + 210), boot_row(T + 300)])
-    rows, read_from, warnings = wtmpdb.read(str(tmp_path), wtmpdb.DEFAULT_PATH)
+    rows, read_from, warnings = wtmpdb.read(str(tmp_path), DEFAULT_WTMPDB_PATH)
     assert warnings == []
     assert [Path(p).name for p in read_from] == ["wtmp_20250101.db", "wtmp_20260101.db", "wtmp.db"]
     assert [(b.start, b.end) for b in boots_from_wtmpdb(rows)] == [
@@ -273,7 +273,7 @@ def test_a_huge_database_is_read_in_bounded_rows(tmp_path: Path) -> None:
     rows[-1] = boot_row(T + 10**6)
     write_db(db_path(tmp_path), rows)
     began = time.monotonic()
-    read, _, warnings = wtmpdb.read(str(tmp_path), wtmpdb.DEFAULT_PATH)
+    read, _, warnings = wtmpdb.read(str(tmp_path), DEFAULT_WTMPDB_PATH)
     assert time.monotonic() - began < 5
     assert warnings == []
     assert len(read) == wtmpdb.MAX_ROWS  # the newest: the old boot row is beyond the cap

@@ -24,9 +24,6 @@ from cni_reaper.node_root import LeavesRoot, host_path, open_inside
 from cni_reaper.record import Record
 from cni_reaper.unopened import NotRegularFile, refuse_unless_regular
 
-# upstream's path; Debian 13 makes it a symlink to /var/log/wtmp.db, whose rotated files
-# (logrotate's wtmp.db.1 ...) lie beside the link's target
-DEFAULT_PATH = "/var/lib/wtmpdb/wtmp.db"
 BOOT_TIME = 1  # wtmpdb's own enum (include/wtmpdb.h), not utmp's
 BOOT_TTY = "~"
 KERNEL_BOOT = "reboot"

@@ -21,7 +21,8 @@ from cni_reaper import command
 
 command.load()  # as the installed command loads the package
 
-from cni_reaper import apply, cli, plugin  # noqa: E402
+from cni_reaper import cli, plugin  # noqa: E402
+from cni_reaper.repair import apply  # noqa: E402
 
 START_UP = "the interpreter and the imports"
 # Where a real run's CPU goes after its start-up: (the class or module, the function, its

@@ -66,7 +66,7 @@ sys.path.insert(0, str(REPO))
 from cni_reaper.evidence import wtmp  # noqa: E402
 from cni_reaper.netconf import parse_conf_bytes  # noqa: E402
 from cni_reaper.options import DEFAULT_PARALLEL  # noqa: E402
-from cni_reaper.replay import Attachment, plugin_env, plugin_stdin  # noqa: E402
+from cni_reaper.repair.replay import Attachment, plugin_env, plugin_stdin  # noqa: E402
 from tests.nodetree import NodeTree, cache_entry_bytes  # noqa: E402
 
 FLOOR = """

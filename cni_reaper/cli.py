@@ -20,7 +20,6 @@ from cni_reaper import (
     multus,
     netconf,
     options,
-    outcome,
     pool,
     pre_runtime,
     sinks,
@@ -56,11 +55,12 @@ from cni_reaper.node_root import LeavesRoot
 from cni_reaper.node_root import canonical as node_path
 from cni_reaper.notify import Notifier
 from cni_reaper.options import Options
-from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import NodePaths
 from cni_reaper.plan import Action, PlannedEntry, Planner, cached_netlist, held_until, why_alive
 from cni_reaper.plugin import ChainCache, PluginDirs, vet_plugin_dirs
 from cni_reaper.record import Record
+from cni_reaper.repair import outcome
+from cni_reaper.repair.outcome import EntryResult, Outcome
 from cni_reaper.report import JsonWriter, Report, TextWriter, bare_header
 from cni_reaper.reservations import (
     CHANGING_RESERVATIONS,
@@ -79,13 +79,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn, TextIO, TypeVar
 
-    from cni_reaper.apply import Executor
-    from cni_reaper.budget import Budget
     from cni_reaper.content import ContentVerdict
     from cni_reaper.evidence.fs_crash import FsCrashRecord
     from cni_reaper.plugin import PluginRunner
-    from cni_reaper.quarantine import Quarantine
-    from cni_reaper.replay import DelTools
+    from cni_reaper.repair.apply import Executor
+    from cni_reaper.repair.budget import Budget
+    from cni_reaper.repair.quarantine import Quarantine
+    from cni_reaper.repair.replay import DelTools
     from cni_reaper.report import ReportWriter
     from cni_reaper.runtime.inventory import SandboxInventory
 
@@ -364,7 +364,7 @@ def _run(
     started, began_monotonic = start_times
     budget = None
     if not args.dry_run:
-        from cni_reaper.budget import Budget  # noqa: PLC0415 (threading: real runs only)
+        from cni_reaper.repair.budget import Budget  # noqa: PLC0415 (threading: real runs only)
 
         budget = Budget(args.deadline)  # counted from here: the scan takes its share
     notifier = Notifier(env)
@@ -409,7 +409,7 @@ def _run(
     else:
         _keep_exit_statuses()
         with RunLock(paths.lock_file), _from_root_dir():
-            from cni_reaper import confine  # noqa: PLC0415 (threading: real runs only)
+            from cni_reaper.repair import confine  # noqa: PLC0415 (threading: real runs only)
 
             if confine.needs_confinement(paths.root):
                 # Plugins must work on the root's CNI state, never this machine's: the whole
@@ -681,8 +681,8 @@ def _pipeline(run: _Run) -> Report:
 
             def executor() -> Executor:
                 # Plugins, quarantine and hashing are loaded only by runs that use them.
-                from cni_reaper.apply import Executor  # noqa: PLC0415
-                from cni_reaper.quarantine import Quarantine  # noqa: PLC0415
+                from cni_reaper.repair.apply import Executor  # noqa: PLC0415
+                from cni_reaper.repair.quarantine import Quarantine  # noqa: PLC0415
 
                 quarantines.append(Quarantine(paths.quarantine_dir, boot_ctx.boot_id))
                 return Executor(
@@ -746,7 +746,7 @@ def _settling(
     said in a dry run. Each is a warning, and counts as the report's entries do."""
 
     def settle(hidden: list[str]) -> list[str]:
-        from cni_reaper.quarantine import copy_finder  # noqa: PLC0415 (a run was cut short)
+        from cni_reaper.repair.quarantine import copy_finder  # noqa: PLC0415 (a run was cut short)
 
         copy_of = copy_finder(run.paths.quarantine_dir, boot_id, box, dir_fd, path_of)
         dir_st = os.fstat(dir_fd)
@@ -775,7 +775,7 @@ def _carried_out(
     entries = iter(plan)
     for planned in entries:
         if planned.action.changes_things:
-            from cni_reaper.apply import execute  # noqa: PLC0415
+            from cni_reaper.repair.apply import execute  # noqa: PLC0415
 
             yield from execute(itertools.chain((planned,), entries), executor())
             return
@@ -793,7 +793,7 @@ def _file_system_record(paths: NodePaths, boot_id: str) -> FsCrashRecord:
 
 def _del_tools(run: _Run) -> DelTools:
     from cni_reaper.plugin import ProcessRunner  # noqa: PLC0415 (real runs only)
-    from cni_reaper.replay import DelTools, base_env  # noqa: PLC0415
+    from cni_reaper.repair.replay import DelTools, base_env  # noqa: PLC0415
 
     assert run.budget is not None  # every real run has one
     return DelTools(
@@ -1029,7 +1029,7 @@ class _Delegates:
             )
 
         def moved(results_dir: str) -> frozenset[str] | None:
-            from cni_reaper import multus_repair  # noqa: PLC0415 (Multus's nodes only)
+            from cni_reaper.repair import multus_repair  # noqa: PLC0415 (Multus's nodes only)
 
             if not read:
                 read.append(multus_repair.moved_earlier(quarantine_dir, doubted))
@@ -1155,7 +1155,7 @@ class _Delegates:
                 doc(p, where, "planned" if p.action.changes_things else "skipped", None, None)
                 for p in plan
             ]
-        from cni_reaper import multus_repair  # noqa: PLC0415 (real runs with them only)
+        from cni_reaper.repair import multus_repair  # noqa: PLC0415 (real runs with them only)
 
         boot_ctx = self._boot
         quarantine_dir = run.paths.quarantine_dir
@@ -1251,7 +1251,7 @@ def _reservations(
     if args.dry_run:
         settled = (Settled(p, "planned") for p in handed_over(changing))
     elif changing:
-        from cni_reaper import release  # noqa: PLC0415 (real runs only)
+        from cni_reaper.repair import release  # noqa: PLC0415 (real runs only)
 
         settled = release.settle(
             handed_over(changing),

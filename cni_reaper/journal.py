@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 
 from cni_reaper.choice import Choice
 from cni_reaper.escape import is_printable, printable
-from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.plan import Action
 from cni_reaper.plugin import doc_error_texts
+from cni_reaper.repair.outcome import EntryResult, Outcome
 from cni_reaper.reservations import del_failed
 
 TYPE_CHECKING = False

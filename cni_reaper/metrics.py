@@ -24,8 +24,8 @@ from cni_reaper import __version__, nonce
 from cni_reaper.content import Content
 from cni_reaper.escape import printable
 from cni_reaper.multus import DELEGATE_RESULT, SCRATCH_FILE
-from cni_reaper.outcome import Outcome
 from cni_reaper.plan import Action
+from cni_reaper.repair.outcome import Outcome
 from cni_reaper.report import Report
 
 # What a run can say of an entry: a planned change is planned (dry run), done, failed, or

@@ -13,12 +13,12 @@ from cni_reaper.content import Content
 from cni_reaper.errors import ExitCode
 from cni_reaper.escape import printable_lines
 from cni_reaper.multus import DELEGATE_RESULT, SCRATCH_FILE
-from cni_reaper.outcome import EntryResult, Outcome
 from cni_reaper.paths import SourcedDir
 from cni_reaper.plan import Action
 from cni_reaper.plugin import doc_error_texts
 from cni_reaper.pool import PoolHealth
 from cni_reaper.pre_runtime import FOUND, Proof, no_record
+from cni_reaper.repair.outcome import EntryResult, Outcome
 from cni_reaper.reservations import del_failed
 
 TYPE_CHECKING = False

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cni_reaper import cli, failpoint, pre_runtime, replay
+from cni_reaper import cli, failpoint, pre_runtime
+from cni_reaper.repair import replay
 from tests.nodetree import (
     CONTAINER_IDS,
     PLUGIN_DIR,

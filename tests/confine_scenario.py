@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cni_reaper import confine
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import ProcessRunner
-from cni_reaper.replay import Attachment, DelOutcome, delete
+from cni_reaper.repair import confine
+from cni_reaper.repair.replay import Attachment, DelOutcome, delete
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree
 
 NETWORK = "confine-net"
@@ -1099,7 +1099,7 @@ def crashed_maker_not_adopted(workdir: Path) -> dict[str, Any]:
     crashed = root_with_stores(workdir, "crashed", [SHARED_DATA_DIR])
     code = (
         "import os, signal\n"
-        "from cni_reaper import confine\n"
+        "from cni_reaper.repair import confine\n"
         f"binds = confine.standard_binds({str(crashed)!r}, [{str(SHARED_DATA_DIR)!r}])\n"
         f"confine.run_confined({str(crashed)!r}, binds, "
         "lambda: os.kill(os.getpid(), signal.SIGKILL))\n"
@@ -1133,7 +1133,7 @@ def killed_stander_not_adopted(workdir: Path) -> dict[str, Any]:
     go = workdir / "kill-b"
     code = (
         "import os, signal, time\n"
-        "from cni_reaper import confine\n"
+        "from cni_reaper.repair import confine\n"
         f"binds = confine.standard_binds({str(b_root)!r}, [{str(SHARED_DATA_DIR)!r}])\n"
         "def work():\n"
         "    print('in', flush=True)\n"

@@ -62,7 +62,7 @@ def crashed(node: NodeTree, t0: float) -> Crashed:
     if not have_plugins():
         cannot_run(f"containernetworking-plugins is not installed in {PLUGIN_DIR}")
     if os.geteuid() != 0:
-        cannot_run("needs root: plugins run confined to the node's root (cni_reaper/confine.py)")
+        cannot_run("needs root: plugins run confined to the node's root (repair/confine.py)")
     return Crashed(node, t0)
 
 

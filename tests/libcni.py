@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cni_reaper import confine
 from cni_reaper.plugin import ProcessRunner, error_from_run, find_plugin
+from cni_reaper.repair import confine
 from tests.nodetree import PLUGIN_DIR
 
 
@@ -35,7 +35,7 @@ def add_network_list(
     cache_netns: bool = False,
 ) -> dict[str, Any]:
     """ADD on the node whose root is root: with a root other than /, the plugins run in a mount
-    namespace where they see its CNI state, as the reaper's DELs do (cni_reaper/confine.py).
+    namespace where they see its CNI state, as the reaper's DELs do (cni_reaper/repair/confine.py).
     cache_netns: cache the netns too, as libcni 1.2 and later do."""
     cache_dir = root / "var/lib/cni"
     cache_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The reaper as its own process on a clock the caller chooses, in a mount namespace of its own
 whose /var/lib/cni, /etc/cni, /run/netns and /run/cni are empty tmpfs: a run killed half way
 (the crash-safety tests) leaves nothing on the machine, not even the mount points a run with a
---root makes for its plugins (cni_reaper/confine.py).
+--root makes for its plugins (cni_reaper/repair/confine.py).
 
 Usage: unshare --mount --propagation private python -m tests.sealed_run CLOCK -- ARGV...
 """

@@ -141,7 +141,7 @@ def written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[dict
     if not have_plugins():
         cannot_run("containernetworking-plugins is not installed")
     if os.geteuid() != 0:
-        cannot_run("needs root: plugins run confined to the node's root (cni_reaper/confine.py)")
+        cannot_run("needs root: plugins run confined to the node's root (repair/confine.py)")
     files, codes = {}, {}
     for name, setup in NODES.items():
         codes[name], files[name] = run_node(tmp_path, name, setup)

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from cni_reaper import cli, confine, host_local, metrics, netconf, pre_runtime
+from cni_reaper import cli, host_local, metrics, netconf, pre_runtime
+from cni_reaper.repair import confine
 from tests.attack_scenario import CONTAINER_ID, ENTRY, IP
 from tests.nodetree import (
     CONTAINER_IDS,

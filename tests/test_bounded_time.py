@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from cni_reaper import budget, cli
+from cni_reaper import cli
 from cni_reaper.errors import ExitCode
+from cni_reaper.repair import budget
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS
 

@@ -1,4 +1,4 @@
-"""Plugins confined to a --root's CNI state (cni_reaper/confine.py).
+"""Plugins confined to a --root's CNI state (cni_reaper/repair/confine.py).
 
 The layout rules are checked here directly. Everything that mounts runs as root in a
 subprocess with a private mount namespace (tests/confine_scenario.py), whose "host" CNI state is
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cni_reaper import confine
+from cni_reaper.repair import confine
 from tests.confine_scenario import HOST_STORE, IP, NETWORK, RESERVATION
 from tests.nodetree import CONTAINER_IDS, have_plugins
 from tests.private_node import cannot_run, unshare
@@ -112,7 +112,7 @@ def test_a_path_the_reaper_keeps_using_under_a_target_is_refused(tmp_path: Path)
 
 def test_importing_it_loads_no_ctypes() -> None:
     """A boot-time run with root / never confines: it must not pay for ctypes."""
-    code = "import sys, cni_reaper.confine; print('ctypes' in sys.modules)"
+    code = "import sys, cni_reaper.repair.confine; print('ctypes' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

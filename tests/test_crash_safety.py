@@ -24,7 +24,8 @@ import pytest
 
 # apply imports every module a repair uses (cli loads it only for real runs), so every
 # failpoint is declared once these are imported.
-from cni_reaper import apply, cli, failpoint  # noqa: F401
+from cni_reaper import failpoint
+from cni_reaper.repair import apply  # noqa: F401
 from tests.libcni import add_network_list, reserved_ips
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree, have_plugins, host_local_conflist
 from tests.private_node import cannot_run, damage, unshare

@@ -72,7 +72,12 @@ def _real_run_imports(node: NodeTree) -> tuple[int, set[str]]:
     return ran.returncode, imported
 
 
-REPAIRING = {"cni_reaper.apply", "cni_reaper.quarantine", "cni_reaper.replay", "cni_reaper.spawn"}
+REPAIRING = {
+    "cni_reaper.repair.apply",
+    "cni_reaper.repair.quarantine",
+    "cni_reaper.repair.replay",
+    "cni_reaper.spawn",
+}
 # Read only to plan the DEL of an entry with a cached config, which a crash rarely leaves whole.
 CACHED_CONFIG = {"base64"}
 

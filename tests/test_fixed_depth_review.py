@@ -21,12 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cni_reaper import content, pre_runtime, replay, strays
+from cni_reaper import content, pre_runtime, strays
 from cni_reaper.boot import FirstReading
 from cni_reaper.errors import ExitCode
 from cni_reaper.evidence import shutdown_marker
 from cni_reaper.netconf import parse_conf_bytes
 from cni_reaper.paths import NodePaths
+from cni_reaper.repair import replay
 from cni_reaper.runtime.bbolt import Bucket, Database
 from tests.bolt_writer import Operation, bucket, containerd_sandbox, put, write_db
 from tests.crashed import Crashed, by_path

@@ -22,7 +22,7 @@ from cni_reaper import host_local, multus, netconf, pool
 from cni_reaper.errors import ExitCode
 from cni_reaper.netconf import ConfigError, NetworkConfigs, NetworkList, parse_conf_bytes
 from cni_reaper.plugin import resolve_chain, vet_plugin_dirs
-from cni_reaper.replay import plugin_stdin
+from cni_reaper.repair.replay import plugin_stdin
 from tests.crashed import Crashed, by_path
 from tests.libcni import AddFailed, add_network_list
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, have_plugins

@@ -41,7 +41,7 @@ from cni_reaper import cache, go_marshal
 from cni_reaper.errors import ExitCode
 from cni_reaper.netconf import ConfigError, parse_conf_bytes
 from cni_reaper.prev_result import convert
-from cni_reaper.replay import plugin_stdin
+from cni_reaper.repair.replay import plugin_stdin
 from tests.crashed import Crashed, by_path
 from tests.nodetree import CONTAINER_IDS
 from tests.real_libcni import LibcniClient

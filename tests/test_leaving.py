@@ -21,7 +21,7 @@ import pytest
 from cni_reaper import failpoint, leaving
 from cni_reaper.errors import ExitCode
 from cni_reaper.filestat import FileStat
-from cni_reaper.quarantine import (
+from cni_reaper.repair.quarantine import (
     ORIGINAL_CHECKED,
     ORIGINAL_HIDDEN,
     FileChanged,

@@ -34,8 +34,8 @@ from cni_reaper import cache, failpoint, leaving
 from cni_reaper.content import ContentVerdict, Identity
 from cni_reaper.errors import ExitCode
 from cni_reaper.filestat import FileStat
-from cni_reaper.quarantine import ORIGINAL_HIDDEN, Move, Quarantine, copy_finder
 from cni_reaper.read_only import READ_ONLY_HINT
+from cni_reaper.repair.quarantine import ORIGINAL_HIDDEN, Move, Quarantine, copy_finder
 from tests.nodetree import CONTAINER_IDS, NodeTree, snapshot
 from tests.private_node import cannot_run
 from tests.test_leaving import (

@@ -27,7 +27,7 @@ import pytest
 
 from cni_reaper import leaving
 from cni_reaper.errors import ExitCode
-from cni_reaper.quarantine import boot_dirs, copy_finder
+from cni_reaper.repair.quarantine import boot_dirs, copy_finder
 from tests.private_node import cannot_run, unshare
 from tests.test_leaving import (
     FIRST_BOOT,

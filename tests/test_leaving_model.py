@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from cni_reaper import cache, leaving
 from cni_reaper.boot import FirstReading
 from cni_reaper.pre_runtime import DirRecord, FileIdentities, PreRuntimeRecord, Proof
-from cni_reaper.quarantine import copy_finder
+from cni_reaper.repair.quarantine import copy_finder
 from tests.test_leaving_attacks import tree
 
 NAME = "net-" + "cd" * 32 + "-eth0"

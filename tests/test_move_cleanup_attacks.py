@@ -33,17 +33,18 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from cni_reaper import cli, failpoint, quarantine
+from cni_reaper import cli, failpoint
 from cni_reaper.errors import ExitCode
 from cni_reaper.filestat import FileStat
-from cni_reaper.quarantine import (
+from cni_reaper.read_only import READ_ONLY_HINT
+from cni_reaper.repair import quarantine
+from cni_reaper.repair.quarantine import (
     COPY_IN_PLACE,
     FileChanged,
     Move,
     Quarantine,
     failed_move,
 )
-from cni_reaper.read_only import READ_ONLY_HINT
 from tests.nodetree import CONTAINER_IDS, NodeTree, host_local_conflist
 from tests.private_node import cannot_run, unshare
 
@@ -71,7 +72,8 @@ for command in spec.get("mounts", []):
     subprocess.run(command, check=True)
 if spec.get("ignore_sigchld"):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-from cni_reaper import cli, failpoint, quarantine
+from cni_reaper import cli, failpoint
+from cni_reaper.repair import quarantine
 at = spec.get("immutable_at")
 if at:
     point, path = at

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from cni_reaper import failpoint
 from cni_reaper.filestat import FileStat
-from cni_reaper.quarantine import FileChanged, Move, Quarantine, QuarantineError
+from cni_reaper.repair.quarantine import FileChanged, Move, Quarantine, QuarantineError
 from tests.private_node import cannot_run
 
 OLD = 1_600_000_000  # the previous boot wrote the file: its mtime is long past

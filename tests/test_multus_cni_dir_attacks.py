@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from cni_reaper import multus_repair
 from cni_reaper.errors import ExitCode
+from cni_reaper.repair import multus_repair
 from tests.crashed import Crashed
 from tests.meta_db_running import Interfere
 from tests.nodetree import CONTAINER_IDS, snapshot

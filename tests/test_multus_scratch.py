@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cni_reaper import cli, failpoint, quarantine
+from cni_reaper import cli, failpoint
 from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.content import Content, ContentVerdict
 from cni_reaper.errors import ExitCode
@@ -25,6 +25,7 @@ from cni_reaper.filestat import UNKNOWN_FILE
 from cni_reaper.journal import EventLog
 from cni_reaper.multus import ScratchFile, plan_scratch, scratch_verdict
 from cni_reaper.plan import Action
+from cni_reaper.repair import quarantine
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, snapshot
 from tests.private_node import damage

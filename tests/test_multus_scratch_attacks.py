@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from cni_reaper import cli, content, failpoint, pre_runtime, quarantine
+from cni_reaper import cli, content, failpoint, pre_runtime
 from cni_reaper.errors import ExitCode
 from cni_reaper.journal import EventLog
+from cni_reaper.repair import quarantine
 from tests.crashed import Crashed, pin_netns
 from tests.nodetree import CONTAINER_IDS, cache_entry_bytes, snapshot
 from tests.test_multus_scratch import BOOT_ID, ScratchNode, scratch_bytes, scratch_docs

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cni_reaper.netconf import ConfigError, NetworkList, go_quote, parse_version
 from cni_reaper.plugin import PluginDirs, ProcessRunner
-from cni_reaper.replay import Attachment, delete
+from cni_reaper.repair.replay import Attachment, delete
 
 
 def netlist(version: str, plugins: tuple[dict[str, object], ...] = ()) -> NetworkList:

@@ -21,7 +21,7 @@ from cni_reaper.plugin import (
     resolve_chain,
     vet_plugin_dirs,
 )
-from cni_reaper.replay import Attachment, delete, plugin_env
+from cni_reaper.repair.replay import Attachment, delete, plugin_env
 from tests.libcni import add_network_list, reserved_ips
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, have_plugins
 from tests.private_node import cannot_run

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cni_reaper import multus_repair
 from cni_reaper.filestat import FileStat
-from cni_reaper.quarantine import Move, Quarantine, QuarantineError
+from cni_reaper.repair import multus_repair
+from cni_reaper.repair.quarantine import Move, Quarantine, QuarantineError
 from tests.test_leaving import NAME as HIDDEN_NAME
 from tests.test_leaving_cross_boot_attacks import (
     EARLIER,

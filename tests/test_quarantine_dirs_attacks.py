@@ -36,7 +36,7 @@ import pytest
 from cni_reaper import cli
 from cni_reaper.errors import ExitCode
 from cni_reaper.filestat import FileStat
-from cni_reaper.quarantine import Move, Quarantine, QuarantineError
+from cni_reaper.repair.quarantine import Move, Quarantine, QuarantineError
 from tests.crashed import Crashed
 from tests.private_node import cannot_run, unshare
 from tests.test_leaving import NAME as HIDDEN_NAME
@@ -122,7 +122,7 @@ def acl_entries(path: Path) -> list[tuple[int, int, int]]:
 MOVE_IN_CHILD = r"""
 import json, os, subprocess, sys
 from cni_reaper.filestat import FileStat
-from cni_reaper.quarantine import Move, Quarantine
+from cni_reaper.repair.quarantine import Move, Quarantine
 args = json.loads(sys.argv[1])
 for command in args["mounts"]:
     subprocess.run(command, check=True)

@@ -18,8 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
-from cni_reaper.apply import BATCH_FILES
 from cni_reaper.evidence import wtmp
+from cni_reaper.repair.apply import BATCH_FILES
 from tests.nodetree import NodeTree, cache_entry_bytes
 from tests.private_node import cannot_run, unshare
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cni_reaper.quarantine import sidecar, sidecar_text
+from cni_reaper.repair.quarantine import sidecar, sidecar_text
 
 SCALARS = st.one_of(
     st.none(),

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cni_reaper import __version__, replay
+from cni_reaper import __version__
 from cni_reaper.options import build_parser
+from cni_reaper.repair import replay
 from tests.private_node import cannot_run, unshare
 
 REPO = Path(__file__).resolve().parent.parent

@@ -39,7 +39,7 @@ exit 1
 def _root() -> None:
     if os.geteuid() != 0:
         # A dry run on a node's root still vets the plugins as root would run them, and a
-        # real run runs them confined to the root (cni_reaper/confine.py).
+        # real run runs them confined to the root (cni_reaper/repair/confine.py).
         cannot_run("needs root: the reaper runs plugins confined to the node's root")
 
 

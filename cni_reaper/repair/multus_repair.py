@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from cni_reaper.content import ContentVerdict, same_damage
 from cni_reaper.multus import QUARANTINE_SUBDIR
 from cni_reaper.plan import Action
-from cni_reaper.quarantine import (
+from cni_reaper.repair.quarantine import (
     NO_DIR_THERE,
     SIDECAR_SUFFIX,
     FileChanged,

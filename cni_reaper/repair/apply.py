@@ -9,13 +9,13 @@ from collections.abc import Callable, Iterable, Iterator
 
 from cni_reaper.content import same_damage
 from cni_reaper.host_local import Releases
-from cni_reaper.outcome import EntryResult, Outcome
-from cni_reaper.parallel import TICK_SECONDS, in_parallel
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError
-from cni_reaper.quarantine import FileChanged, Move, Quarantine, failed_move, sidecar_text
 from cni_reaper.record import Record
-from cni_reaper.replay import Attachment, DelOutcome, DelTools
+from cni_reaper.repair.outcome import EntryResult, Outcome
+from cni_reaper.repair.parallel import TICK_SECONDS, in_parallel
+from cni_reaper.repair.quarantine import FileChanged, Move, Quarantine, failed_move, sidecar_text
+from cni_reaper.repair.replay import Attachment, DelOutcome, DelTools
 
 
 class Executor(Record):

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from cni_reaper import failpoint, go_marshal
-from cni_reaper.budget import Budget
 from cni_reaper.netconf import NetworkList, go_object
 from cni_reaper.plugin import (
     ChainResolution,
@@ -22,6 +21,7 @@ from cni_reaper.plugin import (
     vet_plugin_dirs,
 )
 from cni_reaper.record import Record
+from cni_reaper.repair.budget import Budget
 from cni_reaper.trust import untrusted_path
 
 TYPE_CHECKING = False

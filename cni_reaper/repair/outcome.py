@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     # Only real runs replay DEL; a dry run never loads the plugin machinery.
     from cni_reaper.plugin import ChainResolution, PluginError
-    from cni_reaper.replay import DelOutcome
+    from cni_reaper.repair.replay import DelOutcome
 
 
 class Outcome(str, Choice):

@@ -16,19 +16,19 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from cni_reaper.budget import Budget
 from cni_reaper.host_local import read_owner, read_reservation
-from cni_reaper.parallel import in_parallel
 from cni_reaper.plugin import PluginError
-from cni_reaper.quarantine import (
+from cni_reaper.read_only import read_only_noted
+from cni_reaper.repair.budget import Budget
+from cni_reaper.repair.parallel import in_parallel
+from cni_reaper.repair.quarantine import (
     FileChanged,
     Move,
     Quarantine,
     failed_move,
     sidecar,
 )
-from cni_reaper.read_only import read_only_noted
-from cni_reaper.replay import Attachment, DelOutcome, DelTools
+from cni_reaper.repair.replay import Attachment, DelOutcome, DelTools
 from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled, handed_over
 from cni_reaper.unopened import DIR_FLAGS, NotRegularFile, open_lock
 

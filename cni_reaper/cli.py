@@ -670,11 +670,28 @@ def _pipeline(run: _Run) -> Report:
         def delegate_alive(container_id: str) -> str | None:
             return planner.alive(container_id) or mounted(container_id)
 
+        doubts: dict[str, host_local.StoreDoubts] = {}
+
+        def doubted(planned: PlannedEntry) -> str | None:
+            """Why the DEL of an entry may not run, if host-local's store holds an address for
+            its attachment that this run cannot prove an earlier boot reserved."""
+            split, netlist = planned.entry.split, planned.netlist
+            if planned.action is not Action.DEL_AND_QUARANTINE or split is None or not netlist:
+                return None
+            store = host_local.store_of(netlist, paths.root)
+            if store is None:
+                return None
+            if store not in doubts:
+                doubts[store] = host_local.doubts_of(store, boot_ctx, proof)
+            return doubts[store].against(split.container_id, split.ifname)
+
         settle = _settling(run, report, proof, results_fd, paths.results_dir, boot_ctx.boot_id)
         entries = cached_configs.noting(
             cache.inventory(results_fd, run.configs.networks.keys(), settle)
         )
-        plan = held_until(map(planner, entries), lambda: ready(delegate_alive, pins), alive)
+        plan = held_until(
+            map(planner, entries), lambda: ready(delegate_alive, pins), alive, doubted
+        )
         if args.dry_run:
             results = outcome.dry_run(plan)
         else:
@@ -1235,9 +1252,14 @@ def _reservations(
         listing = pool.ListedAddresses() if args.dry_run else None
         if listing is not None:
             listings[network] = listing
-        for r in host_local.inventory(network, store, boot_ctx, proof, listing):
+        doubts = host_local.StoreDoubts(store)
+        orphans: list[PlannedReservation] = []  # their DELs, once the whole store is read
+        for r in host_local.inventory(network, store, boot_ctx, proof, listing, doubts):
             p = planner(r)
             action = p.action
+            if action is ReservationAction.DEL:
+                orphans.append(p)
+                continue
             if action in CHANGING_RESERVATIONS:
                 add(r.ip, r.number, p.owner_state, True)
                 changing.append(p)
@@ -1247,6 +1269,16 @@ def _reservations(
                 left.append(p)
             elif verbose and action is ReservationAction.KEEP:
                 kept.append(p)
+        for p in handed_over(orphans):
+            r = p.reservation
+            assert r.owner is not None  # an orphan's DEL is by its owner
+            doubt = doubts.against(r.owner.container_id, p.del_ifname or host_local.DEFAULT_IFNAME)
+            if doubt is None:
+                add(r.ip, r.number, p.owner_state, True)
+                changing.append(p)
+            else:
+                left.append(p._replace(action=ReservationAction.LEAVE, reason=doubt))
+                add(r.ip, r.number, "left", False)
     settled: Iterable[Settled]
     if args.dry_run:
         settled = (Settled(p, "planned") for p in handed_over(changing))

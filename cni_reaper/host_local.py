@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable, Iterator
 
 from cni_reaper import failpoint
-from cni_reaper.boot import BootContext, WrittenVerdict
+from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object
 from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
@@ -114,6 +114,28 @@ def stores(configs: NetworkConfigs, root: str) -> Iterator[tuple[str, str]]:
         yield name, os.path.join(default, name)
 
 
+def store_of(netlist: NetworkList, root: str) -> str | None:
+    """The store of the network this config's host-local keeps, under root, as stores() finds
+    it; None if its chain uses no host-local, or the store is not to be reached."""
+    for _, node_path in _store_node_paths(NetworkConfigs({netlist.name: netlist}, ())):
+        if root == "/":
+            return node_path
+        try:
+            return resolve_inside(root, node_path)
+        except (LeavesRoot, OSError):
+            return None
+    return None
+
+
+def doubts_of(store: str, boot: BootContext, proof: Proof) -> StoreDoubts:
+    """What host-local's DEL would release in store besides what this run proves an earlier
+    boot wrote: read once, before the first DEL of a results entry runs through it."""
+    doubts = StoreDoubts(store)
+    for _ in inventory("", store, boot, proof, None, doubts):
+        pass
+    return doubts
+
+
 def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
     """Networks whose store, under a root other than /, is reached through a symlink: the
     plugins run confined to the root's dirs (confine.py), but a symlink below them is followed
@@ -187,7 +209,7 @@ class Releases:
         """Of addresses, those the store still holds for this attachment."""
         store = self._stores[network]
         owner = (f"{container_id}\r\n{ifname}".encode(), container_id.encode())
-        return [ip for ip in addresses if _read_reservation(store, ip).strip() in owner]
+        return [ip for ip in addresses if go_trim_space(_read_reservation(store, ip)) in owner]
 
 
 def _owners(store: str) -> dict[str, list[str]]:
@@ -199,7 +221,7 @@ def _owners(store: str) -> dict[str, list[str]]:
     for name in names:
         if not is_address(name):
             continue  # lock, last_reserved_ip.N
-        owner = _read_reservation(store, name).strip()
+        owner = go_trim_space(_read_reservation(store, name))
         if owner:
             owners.setdefault(owner.decode("utf-8", "replace"), []).append(name)
     return owners
@@ -240,10 +262,30 @@ def content_of(data: bytes) -> str:
         return "empty"
     if not data.strip(b"\0"):
         return "zeroed"
-    owner = data.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
-    if b"\0" in data or not owner.strip() or not _PRINTABLE.fullmatch(owner):
+    owner = go_trim_space(data).split(b"\r\n", 1)[0].split(b"\n", 1)[0]
+    if b"\0" in data or not owner or not _PRINTABLE.fullmatch(owner):
         return "garbage"
     return "valid"
+
+
+# What Go's unicode.IsSpace takes, and so strings.TrimSpace trims, by which host-local's DEL
+# compares each file with its owner: ASCII's six, NEL, NBSP and Unicode's other spaces. Not
+# str.isspace(), which also takes the separators \x1c to \x1f.
+_GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + ("\u2028\u2029\u202f\u205f\u3000")
+)
+_ASCII_SPACE = b"\t\n\v\f\r "
+
+
+def go_trim_space(data: bytes) -> bytes:
+    """data as Go's strings.TrimSpace leaves it. Bytes that are not UTF-8 are no space to it,
+    nor to this (each stays a byte of its own)."""
+    if data.isascii():
+        return data.strip(_ASCII_SPACE)
+    text = data.decode("utf-8", "surrogateescape")
+    return text.strip(_GO_SPACE).encode("utf-8", "surrogateescape")
 
 
 _PRINTABLE = re.compile(rb"[\x21-\x7e]*")  # ASCII with no space or control
@@ -255,17 +297,61 @@ def data_dirs(configs: NetworkConfigs) -> set[str]:
     return {data_dir for _, data_dir in _data_dirs(configs)}
 
 
+class StoreDoubts:
+    """What host-local's DEL of an owner would release that this run has not proven an earlier
+    boot wrote. Its DEL reads every file under its store, subdirectories too (filepath.Walk;
+    through a symlink to a file as well), and releases each whose content, trimmed as Go
+    trims it, is '<id>\\r\\n<ifname>', or, if none is, the ID alone: whatever the reaper
+    planned for the owner's one address. Filled in by inventory(); what it holds is what a
+    DEL must not run past (nearly always nothing)."""
+
+    def __init__(self, store: str) -> None:
+        self.store = store
+        self._unknowable: str | None = None  # a file whose content this run cannot tell
+        self._unproven: dict[str, list[tuple[str, str]]] = {}  # trimmed content -> (path, why)
+
+    def unknowable(self, path: str, what: str) -> None:
+        if self._unknowable is None:
+            self._unknowable = f"{os.path.join(self.store, path)} {what}"
+
+    def unproven(self, content: bytes, path: str, why: str) -> None:
+        if content:
+            key = content.decode("utf-8", "surrogateescape")
+            self._unproven.setdefault(key, []).append((path, why))
+
+    def against(self, container_id: str, ifname: str) -> str | None:
+        """Why host-local's DEL of this attachment may not run, if it may not."""
+        if self._unknowable is not None:
+            return (
+                f"host-local's DEL reads every file of {self.store}, and {self._unknowable}: "
+                "what else it would release cannot be told"
+            )
+        for key in (f"{container_id}\r\n{ifname}", container_id):
+            for path, why in self._unproven.get(key, ()):
+                return (
+                    f"host-local's DEL would also release {os.path.join(self.store, path)}, "
+                    f"which {why}"
+                )
+        return None
+
+
+# How deep a store's subdirectories are read for what host-local's DEL would release: below
+# that, nothing can be told. host-local makes none.
+MAX_STORE_DEPTH = 8
+
+
 def inventory(
     network: str,
     store: str,
     boot: BootContext,
     proof: Proof,
     listing: ListedAddresses | None = None,
+    doubts: StoreDoubts | None = None,
 ) -> Iterator[Reservation]:
     """Every reservation of one store, in name order; never through a symlink. When each was
     written is the pre-runtime record's to say (pre_runtime.py). Every address the store
     lists, whatever it holds, is also added to listing, when given: the pools' count of the
-    store as this run saw it."""
+    store as this run saw it; and to doubts, when given, what else a DEL would release."""
     try:
         dir_fd = os.open(store, DIR_FLAGS)
     except OSError:
@@ -273,24 +359,131 @@ def inventory(
     try:
         dir_st = os.fstat(dir_fd)
         if untrusted(dir_st):
+            if doubts is not None:
+                doubts.unknowable("", "may be written by others than root")
             return
         proof.open_dir(store, dir_st)
         every, special = _listing(dir_fd)
-        names = listed(sorted(every))  # not lock, last_reserved_ip.N
+        others: list[str] | None = [] if doubts is not None else None
+        names = listed(sorted(every), others)  # not lock, last_reserved_ip.N: into others
+        del every
         failpoint.hit(STORE_LISTED)
         for name, number in names:
             if listing is not None:
                 listing.add(name, number)
             found = read_reservation(name, dir_fd, listed_regular=name not in special)
-            if found is None or found[0].st_size > MAX_RESERVATION_BYTES:
+            if found is None:
                 continue
             st, data = found
+            if st.st_size > MAX_RESERVATION_BYTES:
+                if doubts is not None:
+                    _doubt_large(dir_fd, name, name, doubts)
+                continue
             content, owner = read_owner(data)
             file = FileStat.of(st)
             written = proof.written(store, name, file, boot)
+            if doubts is not None and written.written is not Written.PREVIOUS_BOOT:
+                why = written.evidence.partition("; clocks:")[0]
+                doubts.unproven(
+                    go_trim_space(data), name, f"was written {written.written.value}: {why}"
+                )
             yield Reservation(network, store, name, number, file, content, owner, written)
+        if doubts is not None and others is not None:
+            _doubt_names(dir_fd, "", [*others, *(special - set(others))], special, doubts, 0)
     finally:
         os.close(dir_fd)
+
+
+def _doubt_names(
+    dir_fd: int,
+    prefix: str,
+    names: Iterable[str],
+    special: set[str],
+    doubts: StoreDoubts,
+    depth: int,
+) -> None:
+    """Into doubts, what host-local's DEL reads of these names of a directory of the store
+    (special: those that are no regular file) that the inventory does not judge: files that
+    are no address's reservation, and subdirectories, whose files no pre-runtime record holds
+    at all. Never through a symlink."""
+    for name in names:
+        path = prefix + name
+        if name in special:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue  # gone
+            if stat.S_ISLNK(st.st_mode):
+                doubts.unknowable(path, "is a symlink")
+            elif not stat.S_ISDIR(st.st_mode):
+                doubts.unknowable(path, "is no regular file")
+            elif depth >= MAX_STORE_DEPTH:
+                doubts.unknowable(path, "lies too deep in the store to be read")
+            else:
+                _doubt_subdir(dir_fd, name, path, doubts, depth + 1)
+            continue
+        found = read_reservation(name, dir_fd, listed_regular=True)
+        if found is None:
+            continue
+        st, data = found
+        if st.st_size > MAX_RESERVATION_BYTES:
+            _doubt_large(dir_fd, name, path, doubts)
+            continue
+        where = (
+            "is no reservation of an address"
+            if not prefix
+            else "lies in a directory no pre-runtime record holds"
+        )
+        doubts.unproven(go_trim_space(data), path, where)
+
+
+# A file larger than this in a store is not read whole for what host-local's DEL would make
+# of it: whether it releases it then cannot be told. A reservation is some 70 bytes.
+MAX_DOUBTED_BYTES = 1 << 20
+
+
+def _doubt_large(dir_fd: int, name: str, path: str, doubts: StoreDoubts) -> None:
+    """Into doubts, a file larger than a reservation ever is, if host-local's DEL could still
+    take it for one: what is left of it once trimmed is as short as an owner."""
+    try:
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            doubts.unknowable(path, "is no regular file")
+            return
+        chunks, size = [], 0
+        while size <= MAX_DOUBTED_BYTES:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        doubts.unknowable(path, "cannot be read")
+        return
+    finally:
+        os.close(fd)
+    if size > MAX_DOUBTED_BYTES:
+        doubts.unknowable(path, f"holds more than {MAX_DOUBTED_BYTES} bytes")
+        return
+    trimmed = go_trim_space(b"".join(chunks))
+    if len(trimmed) <= MAX_RESERVATION_BYTES:  # else longer than any owner a DEL names
+        doubts.unproven(trimmed, path, f"holds {size} bytes, more than host-local writes")
+
+
+def _doubt_subdir(parent_fd: int, name: str, path: str, doubts: StoreDoubts, depth: int) -> None:
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    except OSError:
+        doubts.unknowable(path, "is a directory that cannot be read")
+        return
+    try:
+        every, special = _listing(fd)
+        _doubt_names(fd, path + "/", every, special, doubts, depth)
+    finally:
+        os.close(fd)
 
 
 def _listing(dir_fd: int) -> tuple[list[str], set[str]]:
@@ -344,7 +537,7 @@ def _read_owner(data: bytes) -> tuple[str, Owner | None]:
     content = content_of(data)
     if content != "valid":
         return content, None
-    container_id, separator, ifname = data.strip().partition(b"\r\n")
+    container_id, separator, ifname = go_trim_space(data).partition(b"\r\n")
     if b"\n" in container_id or b"\r" in container_id or b"\n" in ifname or b"\r" in ifname:
         return "garbage", None  # lines no DEL of host-local's ever matches
     if separator and not ifname.strip():

@@ -306,10 +306,12 @@ def held_until(
     plan: Iterable[PlannedEntry],
     ready: Callable[[], str | None],
     alive: Callable[[PlannedEntry], str | None] | None = None,
+    doubted: Callable[[PlannedEntry], str | None] | None = None,
 ) -> Iterator[PlannedEntry]:
     """The plan, with every entry that would change something held back until the whole plan
     is made and ready() finds nothing against acting; if it does, they are left instead, for
-    its reason. alive() then says of each whether the whole plan showed it may be alive."""
+    its reason. alive() then says of each whether the whole plan showed it may be alive, and
+    doubted() why else its DEL may not run (what it would release besides)."""
     held = []
     for planned in plan:
         if planned.action in _CHANGING:  # changes_things, without a call per entry
@@ -319,8 +321,13 @@ def held_until(
     veto = ready()
     for planned in held:
         living = alive(planned) if alive is not None and veto is None else None
+        doubt = None
+        if living is None and doubted is not None and veto is None:
+            doubt = doubted(planned)
         if living is not None:
             yield planned._replace(action=Action.LEAVE, reason=f"may be alive: {living}")
+        elif doubt is not None:
+            yield planned._replace(action=Action.LEAVE, reason=doubt)
         elif veto is None:
             yield planned
         else:

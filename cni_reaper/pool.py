@@ -100,13 +100,17 @@ def dotted_quad_number(name: str) -> int | None:
     return int.from_bytes(inet_aton(name), "big")
 
 
-def listed(names: Iterable[str]) -> Iterator[tuple[str, int | None]]:
+def listed(
+    names: Iterable[str], others: list[str] | None = None
+) -> Iterator[tuple[str, int | None]]:
     """Each of names that is_address() takes, with its dotted_quad_number(): a store's listing
-    as the pools read it, each name matched once."""
+    as the pools read it, each name matched once. The rest go to others, when given."""
     for name in names:
         number = dotted_quad_number(name)
         if number is not None or address_of(name) is not None:
             yield name, number
+        elif others is not None:
+            others.append(name)
 
 
 class ListedAddresses:

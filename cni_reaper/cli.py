@@ -609,6 +609,8 @@ def _pipeline(run: _Run) -> Report:
         live = _live_containers(run) if needed else frozenset()
         pins = _pinned_netns(run) if needed else frozenset()
         ready(lambda container_id: why_alive(live, container_id), pins)
+        no_del = host_local.store_problems(run.configs, paths.root)
+        warnings.extend(no_del.values())
         _reservations(
             run,
             boot_ctx,
@@ -623,6 +625,7 @@ def _pipeline(run: _Run) -> Report:
             # stays so
             alive=lambda container_id: why_alive(live, container_id),
             pins=pins,
+            del_problems=no_del,
             cached_by_multus=delegates.cached_by() if stores else None,
         )
         return report
@@ -671,6 +674,7 @@ def _pipeline(run: _Run) -> Report:
             return planner.alive(container_id) or mounted(container_id)
 
         doubts: dict[str, host_local.StoreDoubts] = {}
+        network_stores = dict(stores)
 
         def doubted(planned: PlannedEntry) -> str | None:
             """Why the DEL of an entry may not run, if host-local's store holds an address for
@@ -678,12 +682,16 @@ def _pipeline(run: _Run) -> Report:
             split, netlist = planned.entry.split, planned.netlist
             if planned.action is not Action.DEL_AND_QUARANTINE or split is None or not netlist:
                 return None
-            store = host_local.store_of(netlist, paths.root)
-            if store is None:
-                return None
-            if store not in doubts:
-                doubts[store] = host_local.doubts_of(store, boot_ctx, proof)
-            return doubts[store].against(split.container_id, split.ifname)
+            # The store its config names, and the one this run found for the network by name
+            # (a delegating plugin's, such as flannel's, which its config does not name).
+            named = host_local.store_of(netlist, paths.root), network_stores.get(netlist.name)
+            for store in dict.fromkeys(s for s in named if s is not None):
+                if store not in doubts:
+                    doubts[store] = host_local.doubts_of(store, boot_ctx, proof)
+                why = doubts[store].against(split.container_id, split.ifname)
+                if why is not None:
+                    return why
+            return None
 
         settle = _settling(run, report, proof, results_fd, paths.results_dir, boot_ctx.boot_id)
         entries = cached_configs.noting(

@@ -59,20 +59,45 @@ class Reservation(Record):
         return os.path.join(self.store, self.ip)
 
 
+def _host_local_ipams(netlist: NetworkList) -> list[tuple[tuple[str, object], ...]]:
+    """The IPAM config of each plugin of the chain that runs host-local: one whose ipam names
+    it, and host-local run as the plugin itself, which reads its ipam whatever type that
+    names."""
+    found = []
+    for plugin in netlist.plugins:
+        # host-local's own Net holds its IPAM config by pointer: a null empties it.
+        ipam = go_object(plugin, "ipam", null_resets=True)
+        if isinstance(ipam, tuple) and "host-local" in (
+            go_field(ipam, "type"),
+            go_field(plugin, "type"),
+        ):
+            found.append(ipam)
+    return found
+
+
 def _data_dirs(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
     """(network, host-local's dataDir as the node names it) of every network whose chain uses
-    host-local: as the plugin, run from /, sees it, ".." never above "/"."""
+    host-local: as the plugin, run from /, sees it, ".." never above "/". A chain that runs it
+    more than once has no DEL (twice()); its first is read."""
     for name, netlist in sorted(configs.networks.items()):
-        for plugin in netlist.plugins:
-            # host-local's own Net holds its IPAM config by pointer: a null empties it.
-            ipam = go_object(plugin, "ipam", null_resets=True)
-            if isinstance(ipam, tuple) and go_field(ipam, "type") == "host-local":
-                data_dir = go_field(ipam, "dataDir")
-                data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
-                if "\0" in data_dir:
-                    break  # no store host-local could ever make
-                yield name, os.path.normpath("/" + data_dir.lstrip("/"))
-                break
+        for ipam in _host_local_ipams(netlist)[:1]:
+            data_dir = go_field(ipam, "dataDir")
+            data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
+            if "\0" in data_dir:
+                continue  # no store host-local could ever make
+            yield name, os.path.normpath("/" + data_dir.lstrip("/"))
+
+
+def twice(netlist: NetworkList) -> str | None:
+    """Why no DEL of a chain that runs host-local more than once may run: each keeps a store
+    of its own, and this run reads one store a network, and binds one for a --root."""
+    count = len(_host_local_ipams(netlist))
+    if count < 2:
+        return None
+    return (
+        f"the chain of {netlist.name} runs host-local {count} times, each keeping a store of "
+        "its own: its DEL would release from stores this run does not read"
+    )
 
 
 def _store_node_paths(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
@@ -137,12 +162,13 @@ def doubts_of(store: str, boot: BootContext, proof: Proof) -> StoreDoubts:
 
 
 def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
-    """Networks whose store, under a root other than /, is reached through a symlink: the
-    plugins run confined to the root's dirs (confine.py), but a symlink below them is followed
-    there as on this machine, to this machine's files. Their DEL is not run."""
+    """Networks whose DEL is not run, and why: a chain that runs host-local more than once
+    (twice()); a store, under a root other than /, reached through a symlink: the plugins run
+    confined to the root's dirs (confine.py), but a symlink below them is followed there as on
+    this machine, to this machine's files."""
+    problems = {name: why for name, n in configs.networks.items() if (why := twice(n))}
     if root == "/":
-        return {}
-    problems = {}
+        return problems
     for name, node_path in _store_node_paths(configs):
         plain = host_path(root, node_path)
         try:
@@ -158,11 +184,13 @@ def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
 
 
 def cached_config_problem(netlist: NetworkList, configs: NetworkConfigs, root: str) -> str | None:
-    """Why a config cached in a results entry, not in the conf dirs, may not run a DEL under a
-    root other than /: plugins run confined to binds made from the standard dirs and the conf
-    dirs' dataDirs, so a dataDir only this config names is this machine's own there."""
-    if root == "/":
-        return None
+    """Why a config cached in a results entry, not in the conf dirs, may not run a DEL: it
+    runs host-local more than once (twice()); or, under a root other than /, plugins run
+    confined to binds made from the standard dirs and the conf dirs' dataDirs, so a dataDir
+    only this config names is this machine's own there."""
+    why = twice(netlist)
+    if why is not None or root == "/":
+        return why
     bound = (*PLUGIN_STATE_DIRS, *data_dirs(configs))
     alone = NetworkConfigs({netlist.name: netlist}, ())
     for _, data_dir in _data_dirs(alone):

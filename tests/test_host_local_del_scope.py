@@ -254,3 +254,114 @@ def test_the_reaper_reads_an_owner_as_the_real_host_local_releases_it(
 
     released = set(contents) - set(os.listdir(store / "hl"))
     assert released == (exact or id_only)
+
+
+def test_a_chain_that_reaches_host_local_through_a_delegating_plugin_is_checked_too(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """flannel's config names no IPAM: its DEL runs the delegate config it keeps in its scratch
+    file, whose host-local keeps the store named after the network in the default dataDir.
+    That store, which the run finds by name, is checked (found by the review of the check)."""
+    flannel = (
+        '[ "$CNI_COMMAND" = DEL ] || exit 0\n'
+        'f=/var/lib/cni/flannel/"$CNI_CONTAINERID"\n'
+        '[ -f "$f" ] || exit 0\n'
+        f'{PLUGIN_DIR}/bridge < "$f"; rc=$?; rm -f "$f"; exit $rc\n'
+    )
+    bin_dir = crashed.node.fake_plugin_network("cbr0", "flannel", flannel)
+    root = crashed.node.root
+    store = root / "var/lib/cni/networks/cbr0"
+    store.mkdir(parents=True)
+    (store / "10.244.0.5").write_bytes(OWNER_A)
+    scratch = root / "var/lib/cni/flannel"
+    scratch.mkdir(parents=True)
+    delegate: dict[str, Any] = {"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge"}
+    delegate["ipam"] = {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}
+    (scratch / A).write_text(json.dumps(delegate))
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    first_run_recorded(crashed, store)
+    (store / "10.244.0.6").write_bytes(OWNER_A)
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and sorted(os.listdir(store)) == ["10.244.0.5", "10.244.0.6"]
+    (found,) = report["entries"]
+    assert (found["action"], found["del"]) == ("leave", None)
+    assert found["reason"].startswith(f"host-local's DEL would also release {store / '10.244.0.6'}")
+
+
+def two_host_locals(crashed: Crashed, second_data_dir: str) -> tuple[Path, Path, Path]:
+    """A chain whose two plugins each run host-local with a store of its own; a damaged
+    entry of A, and an address of A in the second store reserved in this boot."""
+    root = crashed.node.root
+
+    def ipam(data_dir: str, subnet: str) -> dict[str, Any]:
+        return {"type": "host-local", "dataDir": data_dir, "ranges": [[{"subnet": subnet}]]}
+
+    plugins = [
+        {"type": "host-local", "ipam": ipam("/var/lib/cni/a", "10.50.0.0/24")},
+        {"type": "host-local", "ipam": ipam(second_data_dir, "10.51.0.0/24")},
+    ]
+    conf = {"cniVersion": "1.0.0", "name": "two", "plugins": plugins}
+    crashed.node.write_conf("30-two.conflist", json.dumps(conf).encode())
+    first, second = root / "var/lib/cni/a/two", Path(second_data_dir) / "two"
+    if not second.is_absolute() or str(second).startswith("/var/"):
+        second = root / str(second).lstrip("/")
+    for store, ip in ((first, "10.50.0.2"), (second, "10.51.0.2")):
+        store.mkdir(parents=True)
+        (store / ip).write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"two-{A}-eth0", b"")
+    crashed.reboot()
+    crashed.node.record_before_runtime(crashed.t0 + 20, first, second)
+    (second / "10.51.0.9").write_bytes(OWNER_A)
+    return entry, first, second
+
+
+@pytest.mark.parametrize("where", ["in the root", "outside the root"])
+def test_a_chain_that_runs_host_local_twice_runs_no_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    """Only one store a network is read, and bound for a --root: a DEL through a chain that
+    runs host-local twice would release from the other unseen, and under a --root from this
+    machine's own files where that dataDir lies outside the root (found by the review of the
+    check). It is a DEL that cannot run: the damaged entry is quarantined, as for a missing
+    config."""
+    outside = tmp_path / "machine-side"
+    second_data_dir = "/var/lib/cni/b" if where == "in the root" else str(outside)
+    entry, _, second = two_host_locals(crashed, second_data_dir)
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.ACTION_FAILED
+    assert sorted(os.listdir(second)) == ["10.51.0.2", "10.51.0.9"]
+    assert not entry.exists()
+    (found,) = report["entries"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
+    assert found["plugin_errors"][0]["msg"] == (
+        "the chain of two runs host-local 2 times, each keeping a store of its own: its DEL "
+        "would release from stores this run does not read"
+    )
+
+
+def test_host_local_as_the_plugin_reads_its_ipam_whatever_type_it_names(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """host-local run as the plugin takes its ipam section as its own, with or without a type
+    there: its store is checked as any (found by the review of the check)."""
+    ipam = {"ranges": [[{"subnet": "10.60.0.0/24"}]]}
+    conf = {"cniVersion": "1.0.0", "name": "hl3", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_conf("40-hl3.conflist", json.dumps(conf).encode())
+    store = crashed.node.root / "var/lib/cni/networks/hl3"
+    store.mkdir(parents=True)
+    (store / "10.60.0.2").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"hl3-{A}-eth0", b"")
+    first_run_recorded(crashed, store)
+    (store / "10.60.0.9").write_bytes(OWNER_A)
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and sorted(os.listdir(store)) == ["10.60.0.2", "10.60.0.9"]
+    (found,) = report["entries"]
+    assert found["reason"].startswith(f"host-local's DEL would also release {store / '10.60.0.9'}")

@@ -24,7 +24,7 @@ from cni_reaper.pool import ListedAddresses, is_address, listed
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
-from cni_reaper.unopened import DIR_FLAGS, READ_FLAGS, refuse_unless_regular
+from cni_reaper.unopened import DIR_FLAGS, READ_FLAGS, NotRegularFile, refuse_unless_regular
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 MAX_RESERVATION_BYTES = 4096
@@ -339,8 +339,9 @@ class StoreDoubts:
         self._unproven: dict[str, list[tuple[str, str]]] = {}  # trimmed content -> (path, why)
 
     def unknowable(self, path: str, what: str) -> None:
+        """path (in the store; "" for the store itself) is what it says: its content unread."""
         if self._unknowable is None:
-            self._unknowable = f"{os.path.join(self.store, path)} {what}"
+            self._unknowable = f"{os.path.join(self.store, path) if path else 'it'} {what}"
 
     def unproven(self, content: bytes, path: str, why: str) -> None:
         if content:
@@ -474,9 +475,13 @@ def _doubt_large(dir_fd: int, name: str, path: str, doubts: StoreDoubts) -> None
     """Into doubts, a file larger than a reservation ever is, if host-local's DEL could still
     take it for one: what is left of it once trimmed is as short as an owner."""
     try:
+        refuse_unless_regular(name, dir_fd)  # a device swapped in is never opened
         fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
-    except OSError:
+    except NotRegularFile:
+        doubts.unknowable(path, "is no regular file")
         return
+    except OSError:
+        return  # gone, or a symlink swapped in (O_NOFOLLOW)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             doubts.unknowable(path, "is no regular file")

@@ -365,3 +365,25 @@ def test_host_local_as_the_plugin_reads_its_ipam_whatever_type_it_names(
     assert entry.exists() and sorted(os.listdir(store)) == ["10.60.0.2", "10.60.0.9"]
     (found,) = report["entries"]
     assert found["reason"].startswith(f"host-local's DEL would also release {store / '10.60.0.9'}")
+
+
+def test_a_store_others_may_write_stops_every_del_through_it(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its files are not read (anyone could have put one there, this boot), so what a DEL
+    would release from it cannot be told."""
+    entry = crashed.add(A)
+    entry.write_bytes(b"")
+    store = crashed.ipam / "hl"
+    store.chmod(0o777)
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and (store / "10.22.0.2").exists()
+    (found,) = report["entries"]
+    assert found["reason"] == (
+        f"host-local's DEL reads every file of {store}, and it may be written by others than "
+        "root: what else it would release cannot be told"
+    )

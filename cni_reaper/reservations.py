@@ -164,13 +164,19 @@ class EntryFates:
 
     def _ifnames(self, network: str, container_id: str) -> set[str]:
         """Every ifname an entry of the container in the network names."""
-        if self._by_container is None:
-            self._by_container = {}
-            for name in self.names():
-                for match in _CONTAINER_ID.finditer(name):
-                    self._by_container.setdefault(match.group(), []).append(name)
         prefix = f"{network}-{container_id}-"
-        names = self._by_container.get(container_id, ())
+        names: Iterable[str]
+        if _CONTAINER_ID.fullmatch(container_id):
+            if self._by_container is None:
+                self._by_container = {}
+                for name in self.names():
+                    for match in _CONTAINER_ID.finditer(name):
+                        self._by_container.setdefault(match.group(), []).append(name)
+            names = self._by_container.get(container_id, ())
+        else:
+            # An ID no Kubernetes runtime makes (cnitool, a script): the names are listed for
+            # it alone. libcni takes any ID of letters, digits, '_', '.' and '-'.
+            names = self.names()
         found = {n[len(prefix) :] for n in names if n.startswith(prefix)}
         return found | set(self._noted.get((network, container_id), {}))
 

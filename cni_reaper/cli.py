@@ -673,7 +673,7 @@ def _pipeline(run: _Run) -> Report:
         def delegate_alive(container_id: str) -> str | None:
             return planner.alive(container_id) or mounted(container_id)
 
-        doubts: dict[str, host_local.StoreDoubts] = {}
+        reads = host_local.StoreReads(boot_ctx, proof)
         network_stores = dict(stores)
 
         def doubted(planned: PlannedEntry) -> str | None:
@@ -686,9 +686,7 @@ def _pipeline(run: _Run) -> Report:
             # (a delegating plugin's, such as flannel's, which its config does not name).
             named = host_local.store_of(netlist, paths.root), network_stores.get(netlist.name)
             for store in dict.fromkeys(s for s in named if s is not None):
-                if store not in doubts:
-                    doubts[store] = host_local.doubts_of(store, boot_ctx, proof)
-                why = doubts[store].against(split.container_id, split.ifname)
+                why = reads.of(store).against(split.container_id, split.ifname)
                 if why is not None:
                     return why
             return None
@@ -714,7 +712,7 @@ def _pipeline(run: _Run) -> Report:
                     results_fd=results_fd,
                     quarantine=quarantines[0],
                     clock_now=boot_ctx.now,
-                    releases=host_local.Releases(stores),
+                    releases=host_local.Releases(stores, reads),
                     tools=_del_tools(run),
                 )
 

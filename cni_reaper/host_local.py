@@ -20,7 +20,7 @@ from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object
 from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
-from cni_reaper.pool import ListedAddresses, is_address, listed
+from cni_reaper.pool import ListedAddresses, listed
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
@@ -152,13 +152,22 @@ def store_of(netlist: NetworkList, root: str) -> str | None:
     return None
 
 
-def doubts_of(store: str, boot: BootContext, proof: Proof) -> StoreDoubts:
-    """What host-local's DEL would release in store besides what this run proves an earlier
-    boot wrote: read once, before the first DEL of a results entry runs through it."""
-    doubts = StoreDoubts(store)
-    for _ in inventory("", store, boot, proof, None, doubts):
-        pass
-    return doubts
+class StoreReads:
+    """Each store an entry DEL runs through, read once, before the first such DEL: what else
+    the DEL would release (StoreDoubts.against), and what it should have released, to check
+    after it (Releases)."""
+
+    def __init__(self, boot: BootContext, proof: Proof) -> None:
+        self._boot, self._proof = boot, proof
+        self._read: dict[str, StoreDoubts] = {}
+
+    def of(self, store: str) -> StoreDoubts:
+        doubts = self._read.get(store)
+        if doubts is None:
+            doubts = self._read[store] = StoreDoubts(store, indexed=True)
+            for _ in inventory("", store, self._boot, self._proof, None, doubts):
+                pass
+        return doubts
 
 
 def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
@@ -206,30 +215,23 @@ def cached_config_problem(netlist: NetworkList, configs: NetworkConfigs, root: s
 class Releases:
     """What host-local held for each attachment before its DEL, to see after the DEL that it
     was released: the one effect of a DEL the reaper can check. A DEL that exits 0 and leaves
-    the address reserved is a failure, never done.
+    the address reserved is a failure, never done. What it held is what the check before the
+    DEL read (StoreReads): the same one reading of the store."""
 
-    A store is read once, before its network's first DEL (DELs of one network never run at
-    once, so its entry is never shared between workers). host-local releases by owner: a file
-    whose trimmed content is '<container id>\\r\\n<ifname>', or the container ID alone, as
-    stores before plugins v0.8.0 wrote it (shared/reference/libcni-cache.md section 7)."""
-
-    def __init__(self, stores: Iterable[tuple[str, str]]) -> None:
+    def __init__(self, stores: Iterable[tuple[str, str]], reads: StoreReads) -> None:
         self._stores = dict(stores)  # network -> its store dir
-        self._owners: dict[str, dict[str, list[str]]] = {}  # network -> owner -> addresses
+        self._reads = reads
 
     def store(self, network: str) -> str | None:
         return self._stores.get(network)
 
     def held_by(self, network: str, container_id: str, ifname: str) -> tuple[str, ...]:
-        """The addresses the store holds for this attachment, as it was before any DEL of
-        the network ran in this run."""
+        """The addresses host-local's DEL of this attachment releases, as the store was
+        before any DEL of the network ran in this run."""
         store = self._stores.get(network)
         if store is None:
             return ()
-        owners = self._owners.get(network)
-        if owners is None:
-            owners = self._owners[network] = _owners(store)
-        return (*owners.get(f"{container_id}\r\n{ifname}", ()), *owners.get(container_id, ()))
+        return self._reads.of(store).released_by(container_id, ifname)
 
     def still_held(
         self, network: str, container_id: str, ifname: str, addresses: Iterable[str]
@@ -238,21 +240,6 @@ class Releases:
         store = self._stores[network]
         owner = (f"{container_id}\r\n{ifname}".encode(), container_id.encode())
         return [ip for ip in addresses if go_trim_space(_read_reservation(store, ip)) in owner]
-
-
-def _owners(store: str) -> dict[str, list[str]]:
-    owners: dict[str, list[str]] = {}
-    try:
-        names = os.listdir(store)
-    except OSError:
-        return owners
-    for name in names:
-        if not is_address(name):
-            continue  # lock, last_reserved_ip.N
-        owner = go_trim_space(_read_reservation(store, name))
-        if owner:
-            owners.setdefault(owner.decode("utf-8", "replace"), []).append(name)
-    return owners
 
 
 def _read_reservation(store: str, name: str) -> bytes:
@@ -333,10 +320,14 @@ class StoreDoubts:
     planned for the owner's one address. Filled in by inventory(); what it holds is what a
     DEL must not run past (nearly always nothing)."""
 
-    def __init__(self, store: str) -> None:
+    def __init__(self, store: str, *, indexed: bool = False) -> None:
         self.store = store
         self._unknowable: str | None = None  # a file whose content this run cannot tell
         self._unproven: dict[str, list[tuple[str, str]]] = {}  # trimmed content -> (path, why)
+        # trimmed content -> the addresses holding it, when indexed (a store's DELs of results
+        # entries, checked after: Releases); the orphans' own reading keeps none of it
+        self.indexed = indexed
+        self._held: dict[str, list[str]] = {}
 
     def unknowable(self, path: str, what: str) -> None:
         """path (in the store; "" for the store itself) is what it says: its content unread."""
@@ -347,6 +338,17 @@ class StoreDoubts:
         if content:
             key = content.decode("utf-8", "surrogateescape")
             self._unproven.setdefault(key, []).append((path, why))
+
+    def held(self, content: bytes, ip: str) -> None:
+        """ip, an address of the store, holds content, trimmed."""
+        if content:
+            self._held.setdefault(content.decode("utf-8", "surrogateescape"), []).append(ip)
+
+    def released_by(self, container_id: str, ifname: str) -> tuple[str, ...]:
+        """The addresses host-local's DEL of this attachment releases, of those indexed: each
+        held for '<id>\\r\\n<ifname>', or, only if none is, each held for the ID alone."""
+        exact = self._held.get(f"{container_id}\r\n{ifname}")
+        return tuple(exact if exact else self._held.get(container_id, ()))
 
     def against(self, container_id: str, ifname: str) -> str | None:
         """Why host-local's DEL of this attachment may not run, if it may not."""
@@ -411,16 +413,25 @@ def inventory(
             content, owner = read_owner(data)
             file = FileStat.of(st)
             written = proof.written(store, name, file, boot)
-            if doubts is not None and written.written is not Written.PREVIOUS_BOOT:
-                why = written.evidence.partition("; clocks:")[0]
-                doubts.unproven(
-                    go_trim_space(data), name, f"was written {written.written.value}: {why}"
-                )
+            if doubts is not None:
+                _doubt_address(doubts, name, data, written)
             yield Reservation(network, store, name, number, file, content, owner, written)
         if doubts is not None and others is not None:
             _doubt_names(dir_fd, "", [*others, *(special - set(others))], special, doubts, 0)
     finally:
         os.close(dir_fd)
+
+
+def _doubt_address(doubts: StoreDoubts, ip: str, data: bytes, written: WrittenVerdict) -> None:
+    unproven = written.written is not Written.PREVIOUS_BOOT
+    if not unproven and not doubts.indexed:
+        return  # nearly every reservation of an orphans' reading: nothing to keep of it
+    trimmed = go_trim_space(data)
+    if doubts.indexed:
+        doubts.held(trimmed, ip)
+    if unproven:
+        why = written.evidence.partition("; clocks:")[0]
+        doubts.unproven(trimmed, ip, f"was written {written.written.value}: {why}")
 
 
 def _doubt_names(

@@ -387,3 +387,31 @@ def test_a_store_others_may_write_stops_every_del_through_it(
         f"host-local's DEL reads every file of {store}, and it may be written by others than "
         "root: what else it would release cannot be told"
     )
+
+
+def test_an_entrys_del_is_checked_for_what_host_local_releases_of_an_id_only_store(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store that holds both '<id>\\r\\n<ifname>' and the ID alone for one container (plugins
+    before and after v0.8.0): host-local's DEL releases only the first, as the real plugin
+    shows; the ID-only one is no failure of that DEL."""
+    entry = crashed.add(A)
+    entry.write_bytes(b"")
+    store = crashed.ipam / "hl"
+    (store / "10.22.0.9").write_bytes(A.encode())
+    first_run_recorded(crashed, store)
+
+    code, report = crashed.run(capsys, "-v")
+
+    assert code == ExitCode.OK
+    (found,) = report["entries"]
+    assert (found["action"], found["outcome"]) == ("del-and-quarantine", "done")
+    assert found["del"]["released"] == ["10.22.0.2"]
+    # What the DEL left of the container goes as a reservation of an earlier boot does.
+    (legacy,) = report["host_local"]
+    assert (legacy["ip"], legacy["action"], legacy["outcome"]) == (
+        "10.22.0.9",
+        "quarantine",
+        "done",
+    )
+    assert crashed.ips() == {}

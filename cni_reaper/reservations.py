@@ -23,6 +23,7 @@ wrote (pre_runtime.py), whose owner nothing shows alive.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -150,6 +151,7 @@ class EntryFates:
         self.names = names  # the results dir's names, listed only for ID-only reservations
         self._noted: dict[tuple[str, str], dict[str, EntryFate]] = {}
         self._by_container: dict[str, list[str]] | None = None
+        self._sorted: list[str] | None = None  # the names, for IDs that are not 64 hex
 
     def note(self, network: str, container_id: str, ifname: str, fate: EntryFate) -> None:
         if fate is not EntryFate.KEPT:
@@ -174,9 +176,16 @@ class EntryFates:
                         self._by_container.setdefault(match.group(), []).append(name)
             names = self._by_container.get(container_id, ())
         else:
-            # An ID no Kubernetes runtime makes (cnitool, a script): the names are listed for
-            # it alone. libcni takes any ID of letters, digits, '_', '.' and '-'.
-            names = self.names()
+            # An ID no Kubernetes runtime makes (cnitool, a script): libcni takes any of
+            # letters, digits, '_', '.' and '-', so no name splits into its parts for an
+            # index. Its names are found by prefix in the names sorted once.
+            if self._sorted is None:
+                self._sorted = sorted(self.names())
+            ordered = self._sorted
+            start = end = bisect.bisect_left(ordered, prefix)
+            while end < len(ordered) and ordered[end].startswith(prefix):
+                end += 1
+            names = ordered[start:end]
         found = {n[len(prefix) :] for n in names if n.startswith(prefix)}
         return found | set(self._noted.get((network, container_id), {}))
 

@@ -11,10 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cni_reaper import cli, failpoint, host_local
+from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.errors import ExitCode
+from cni_reaper.filestat import FileStat
 from cni_reaper.journal import EventLog
+from cni_reaper.reservations import EntryFate, EntryFates
 from tests.bolt_writer import containerd_sandbox, write_db
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, cache_entry_bytes, snapshot
@@ -496,3 +501,65 @@ def test_the_journal_record_of_a_failed_del_of_an_orphan_has_its_plugin_errors(
     (error,) = held["del"]["plugin_errors"]
     assert (error["code"], error["msg"], error["details"]) == (11, "try again", "busy")
     assert held["problem"] == STILL_RESERVED
+
+
+_NAME_PART = st.text("ab1-._", min_size=1, max_size=4)
+_IDS = st.sampled_from([CONTAINER_IDS[0], CONTAINER_IDS[1], "a", "a-b", "a.1", "b_a"])
+
+
+@settings(max_examples=300)
+@given(
+    entries=st.lists(
+        st.tuples(st.sampled_from(["hl", "hl-b"]), _IDS, _NAME_PART, st.booleans()),
+        max_size=12,
+        unique_by=lambda entry: entry[:3],
+    ),
+    asked=st.lists(st.tuples(st.sampled_from(["hl", "hl-b"]), _IDS), min_size=1, max_size=6),
+)
+def test_an_id_only_owners_entries_are_found_by_every_name_that_begins_with_its_own(
+    entries: list[tuple[str, str, str, bool]], asked: list[tuple[str, str]]
+) -> None:
+    """Whatever IDs and network names the results dir holds, and whatever dashes they share,
+    an ID-only reservation's entry is any named '<network>-<id>-<ifname>' (kept when it is
+    still there, else what the run noted of it): the names are indexed or sorted once, and
+    each owner is looked up in them, never by listing the dir again."""
+    present = {f"{n}-{c}-{i}" for n, c, i, kept in entries if kept}
+    listed = sorted({f"{n}-{c}-{i}" for n, c, i, _ in entries})
+    listings = []
+
+    def names() -> list[str]:
+        listings.append(1)
+        return listed
+
+    fates = EntryFates(present.__contains__, names)
+    for n, c, i, kept in entries:
+        if not kept:
+            fates.note(n, c, i, EntryFate.DELETED)
+    deleted = {(n, c, i) for n, c, i, kept in entries if not kept}
+    for network, container_id in asked:
+        # The model: every name listed, each that begins with the owner's prefix an entry of
+        # it, a kept one winning over a deleted one, the first ifname in order among equals.
+        prefix = f"{network}-{container_id}-"
+        found = {}
+        for name in listed:
+            if name.startswith(prefix):
+                ifname = name[len(prefix) :]
+                if (network, container_id, ifname) in deleted:
+                    found[ifname] = EntryFate.DELETED
+                elif name in present:
+                    found[ifname] = EntryFate.KEPT
+        expected: tuple[EntryFate | None, str | None] = (None, None)
+        for fate in (EntryFate.KEPT, EntryFate.DELETED):
+            first = min((i for i, f in found.items() if f is fate), default=None)
+            if first is not None:
+                expected = (fate, first)
+                break
+        assert fates.of(_id_only(network, container_id)) == expected
+    assert len(listings) <= 2  # once for the index of hex IDs, once sorted for the others
+
+
+def _id_only(network: str, container_id: str) -> host_local.Reservation:
+    file = FileStat("file", 0, 0.0, 0.0, 0, 0, 0, 0)
+    written = WrittenVerdict(Written.PREVIOUS_BOOT, "a model's")
+    owner = host_local.Owner(container_id, None)
+    return host_local.Reservation(network, "", "10.22.0.2", 0, file, "valid", owner, written)

@@ -683,7 +683,7 @@ def _pipeline(run: _Run) -> Report:
             if planned.action is not Action.DEL_AND_QUARANTINE or split is None or not netlist:
                 return None
             # The store its config names, and the one this run found for the network by name
-            # (a delegating plugin's, such as flannel's, which its config does not name).
+            # (a delegating plugin's, whose delegate's IPAM its config may not say).
             named = host_local.store_of(netlist, paths.root), network_stores.get(netlist.name)
             for store in dict.fromkeys(s for s in named if s is not None):
                 why = reads.of(store).against(split.container_id, split.ifname)

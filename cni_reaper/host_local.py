@@ -61,18 +61,37 @@ class Reservation(Record):
 
 def _host_local_ipams(netlist: NetworkList) -> list[tuple[tuple[str, object], ...]]:
     """The IPAM config of each plugin of the chain that runs host-local: one whose ipam names
-    it, and host-local run as the plugin itself, which reads its ipam whatever type that
-    names."""
+    it, host-local run as the plugin itself, which reads its ipam whatever type that names,
+    and flannel, which hands its delegate its own ipam (_flannel_ipam)."""
     found = []
     for plugin in netlist.plugins:
-        # host-local's own Net holds its IPAM config by pointer: a null empties it.
+        # host-local's own Net holds its IPAM config by pointer, flannel's as a map: a null
+        # empties either.
         ipam = go_object(plugin, "ipam", null_resets=True)
-        if isinstance(ipam, tuple) and "host-local" in (
+        if go_field(plugin, "type") == "flannel":
+            delegated = _flannel_ipam(ipam)
+            if delegated is not None:
+                found.append(delegated)
+        elif isinstance(ipam, tuple) and "host-local" in (
             go_field(ipam, "type"),
             go_field(plugin, "type"),
         ):
             found.append(ipam)
     return found
+
+
+def _flannel_ipam(ipam: object) -> tuple[tuple[str, object], ...] | None:
+    """The IPAM config flannel's delegate runs, if host-local's: flannel's own ipam map, its
+    type host-local where it has no key "type" (flannel-io/cni-plugin, getDelegateIPAM), as
+    the delegate decodes it: marshalled from a Go map, so one member a key, keys in order."""
+    if ipam is None:
+        ipam = ()
+    if not isinstance(ipam, tuple):
+        return None  # flannel fails to decode its config: no DEL of it runs a delegate
+    members = dict(ipam)  # a map's key given twice: the last wins
+    if members.get("type", "host-local") != "host-local":
+        return None
+    return tuple(sorted(members.items()))
 
 
 def _data_dirs(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:

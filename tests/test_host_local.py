@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cni_reaper import cli, host_local
+from cni_reaper import cli, host_local, netconf
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, snapshot
@@ -151,3 +151,33 @@ def test_a_warning_of_the_pools_after_the_head_is_in_every_report(
     code = cli.run(crashed.argv("--dry-run"), clock=lambda: crashed.t0 + 60, environ={})
     assert f"warning: {said[0]}" in capsys.readouterr().out.splitlines()
     assert code == report["summary"]["exit_code"]
+
+
+@pytest.mark.parametrize(
+    ("ipam", "data_dirs"),
+    [
+        (None, {"/var/lib/cni/networks"}),  # no ipam: host-local's, by default
+        ({"dataDir": "/srv/a"}, {"/srv/a"}),
+        ({"type": "host-local", "dataDir": "/srv/a"}, {"/srv/a"}),
+        ({"type": "dhcp", "dataDir": "/srv/a"}, set()),
+        # flannel looks for the key "type" itself, as a map's key: any other case is no type
+        ({"Type": "dhcp", "dataDir": "/srv/a"}, {"/srv/a"}),
+        # marshalled from a map, keys in order; host-local takes the last of any case
+        ({"datadir": "/srv/b", "dataDir": "/srv/a"}, {"/srv/b"}),
+    ],
+)
+def test_flannels_delegate_runs_host_local_with_flannels_own_ipam(
+    ipam: dict[str, str] | None, data_dirs: set[str]
+) -> None:
+    plugin: dict[str, object] = {"type": "flannel"}
+    if ipam is not None:
+        plugin["ipam"] = ipam
+    conf = {"cniVersion": "1.0.0", "name": "cbr0", "plugins": [plugin]}
+    netlist = netconf.parse_conf_bytes(json.dumps(conf).encode(), "cbr0.conflist", False)
+    configs = netconf.NetworkConfigs({"cbr0": netlist}, ())
+
+    assert host_local.data_dirs(configs) == data_dirs
+    assert host_local.twice(netlist) is None
+    chained = {**conf, "plugins": [plugin, {"type": "host-local", "ipam": {}}]}
+    doubled = netconf.parse_conf_bytes(json.dumps(chained).encode(), "cbr0.conflist", False)
+    assert (host_local.twice(doubled) is None) == (not data_dirs)

@@ -415,3 +415,56 @@ def test_an_entrys_del_is_checked_for_what_host_local_releases_of_an_id_only_sto
         "done",
     )
     assert crashed.ips() == {}
+
+
+FLANNEL = (
+    '[ "$CNI_COMMAND" = DEL ] || exit 0\n'
+    'f=/var/lib/cni/flannel/"$CNI_CONTAINERID"\n'
+    '[ -f "$f" ] || exit 0\n'
+    f'{PLUGIN_DIR}/bridge < "$f"; rc=$?; rm -f "$f"; exit $rc\n'
+)
+
+
+@pytest.mark.parametrize("where", ["in the root", "outside the root"])
+def test_flannels_own_ipam_names_the_store_its_delegate_releases_from(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    """flannel hands its delegate its own ipam, host-local's where it names no type: a dataDir
+    there is the store its DEL releases from, checked as any, and bound for a --root where it
+    lies outside the standard dirs (before, the default dataDir's store was checked, and the
+    one the DEL released from was this machine's own there)."""
+    outside = tmp_path / "machine-side"
+    data_dir = "/var/lib/cni/fl-ipam" if where == "in the root" else str(outside)
+    bin_dir = crashed.node.fake_plugin_network("cbr0", "flannel", FLANNEL)
+    flannel: dict[str, Any] = {"type": "flannel", "ipam": {"dataDir": data_dir}}
+    conf = {"cniVersion": "1.0.0", "name": "cbr0", "plugins": [flannel]}
+    crashed.node.write_conf("60-cbr0.conflist", json.dumps(conf).encode())
+    root = crashed.node.root
+    store = root / data_dir.lstrip("/") / "cbr0"
+    store.mkdir(parents=True)
+    (store / "10.244.0.5").write_bytes(OWNER_A)
+    machine_store = outside / "cbr0"
+    if where == "outside the root":  # the same on this machine, which no DEL may touch
+        shutil.copytree(store, machine_store)
+    scratch = root / "var/lib/cni/flannel"
+    scratch.mkdir(parents=True)
+    delegate: dict[str, Any] = {"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge"}
+    delegate["ipam"] = {
+        "type": "host-local",
+        "dataDir": data_dir,
+        "ranges": [[{"subnet": "10.244.0.0/24"}]],
+    }
+    (scratch / A).write_text(json.dumps(delegate))
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    first_run_recorded(crashed, store)
+    (store / "10.244.0.6").write_bytes(OWNER_A)
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and sorted(os.listdir(store)) == ["10.244.0.5", "10.244.0.6"]
+    if where == "outside the root":
+        assert os.listdir(machine_store) == ["10.244.0.5"]
+    (found,) = report["entries"]
+    assert (found["action"], found["del"]) == ("leave", None)
+    assert found["reason"].startswith(f"host-local's DEL would also release {store / '10.244.0.6'}")

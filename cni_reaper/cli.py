@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from cni_reaper import (
     boot,
     cache,
+    flannel,
     host_local,
     leaving,
     multus,
@@ -685,11 +686,14 @@ def _pipeline(run: _Run) -> Report:
             # The store its config names, and the one this run found for the network by name
             # (a delegating plugin's, whose delegate's IPAM its config may not say).
             named = host_local.store_of(netlist, paths.root), network_stores.get(netlist.name)
-            for store in dict.fromkeys(s for s in named if s is not None):
+            read_stores = list(dict.fromkeys(s for s in named if s is not None))
+            for store in read_stores:
                 why = reads.of(store).against(split.container_id, split.ifname)
                 if why is not None:
                     return why
-            return None
+            return flannel.scratch_problem(
+                netlist, split.container_id, paths.root, read_stores, run.configs
+            )
 
         settle = _settling(run, report, proof, results_fd, paths.results_dir, boot_ctx.boot_id)
         entries = cached_configs.noting(
@@ -1279,6 +1283,10 @@ def _reservations(
             r = p.reservation
             assert r.owner is not None  # an orphan's DEL is by its owner
             doubt = doubts.against(r.owner.container_id, p.del_ifname or host_local.DEFAULT_IFNAME)
+            if doubt is None and p.netlist is not None:
+                doubt = flannel.scratch_problem(
+                    p.netlist, r.owner.container_id, run.paths.root, (store,), run.configs
+                )
             if doubt is None:
                 add(r.ip, r.number, p.owner_state, True)
                 changing.append(p)

@@ -468,3 +468,147 @@ def test_flannels_own_ipam_names_the_store_its_delegate_releases_from(
     (found,) = report["entries"]
     assert (found["action"], found["del"]) == ("leave", None)
     assert found["reason"].startswith(f"host-local's DEL would also release {store / '10.244.0.6'}")
+
+
+# flannel's DEL as flannel-io/cni-plugin's doCmdDel does it: the scratch file in flannel's own
+# dataDir, never its config's ipam; the delegate run on it, the file removed if that succeeds.
+FAITHFUL_FLANNEL = r"""[ "$CNI_COMMAND" = DEL ] || exit 0
+d=$(python3 -c 'import json,sys; print(json.load(sys.stdin).get("dataDir") or sys.argv[1])' \
+    /var/lib/cni/flannel)
+f="$d/$CNI_CONTAINERID"
+[ -f "$f" ] || exit 0
+t=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["type"])' "$f") || exit 0
+/usr/lib/cni/$t < "$f"; rc=$?; [ $rc = 0 ] && rm -f "$f"; exit $rc
+"""
+
+
+def flannel_node(
+    crashed: Crashed, flannel: dict[str, Any], scratch_ipam: dict[str, Any]
+) -> tuple[Path, Path]:
+    """A flannel network cbr0 of the given plugin config, and the scratch file its ADD of A
+    wrote with a bridge delegate of scratch_ipam; returns the plugin dir and the scratch."""
+    bin_dir = crashed.node.fake_plugin_network("cbr0", "flannel", FAITHFUL_FLANNEL)
+    conf = {"cniVersion": "1.0.0", "name": "cbr0", "plugins": [flannel]}
+    crashed.node.write_conf("60-cbr0.conflist", json.dumps(conf).encode())
+    data_dir = flannel.get("dataDir", "/var/lib/cni/flannel")
+    scratch = crashed.node.root / data_dir.lstrip("/") / A
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], **scratch_ipam}
+    delegate = {"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge", "ipam": ipam}
+    scratch.write_text(json.dumps(delegate))
+    return bin_dir, scratch
+
+
+def test_flannels_del_is_checked_against_the_store_its_scratch_file_names(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """flannel's DEL runs the delegate config its ADD kept, not its config: a config whose
+    ipam names another dataDir than that file (edited since the ADD) is no proof of the store
+    the DEL releases from (found by the review of 8dbe3b7: the DEL released an address of this
+    boot from the default store, and the report said none was released)."""
+    flannel = {"type": "flannel", "ipam": {"dataDir": "/var/lib/cni/fl-ipam"}}
+    bin_dir, scratch = flannel_node(crashed, flannel, {})
+    root = crashed.node.root
+    configured, default = root / "var/lib/cni/fl-ipam/cbr0", root / "var/lib/cni/networks/cbr0"
+    configured.mkdir(parents=True)
+    default.mkdir(parents=True)
+    (default / "10.244.0.5").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    crashed.reboot()
+    crashed.node.record_before_runtime(crashed.t0 + 20, configured, default)
+    (default / "10.244.0.6").write_bytes(OWNER_A)  # this boot's
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and scratch.exists()
+    assert sorted(os.listdir(default)) == ["10.244.0.5", "10.244.0.6"]
+    (found,) = report["entries"]
+    assert (found["action"], found["del"]) == ("leave", None)
+    assert found["reason"] == (
+        f"flannel's DEL runs the delegate config it kept in {scratch}, whose host-local keeps "
+        f"{default}, not the store this run read for the network"
+    )
+
+
+def test_under_a_root_flannels_scratch_file_never_reaches_this_machines_store(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A scratch file whose delegate keeps its store outside the dirs the plugins see under
+    the root would release this machine's own reservation there."""
+    machine = tmp_path / "machine-ipam"
+    (machine / "cbr0").mkdir(parents=True)
+    (machine / "cbr0/10.244.0.9").write_bytes(OWNER_A)
+    flannel = {"type": "flannel", "ipam": {"dataDir": "/var/lib/cni/fl-ipam"}}
+    bin_dir, scratch = flannel_node(crashed, flannel, {"dataDir": str(machine)})
+    configured = crashed.node.root / "var/lib/cni/fl-ipam/cbr0"
+    configured.mkdir(parents=True)
+    (configured / "10.244.0.5").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    first_run_recorded(crashed, configured)
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert os.listdir(machine / "cbr0") == ["10.244.0.9"]
+    assert entry.exists() and scratch.exists() and os.listdir(configured) == ["10.244.0.5"]
+    (found,) = report["entries"]
+    assert found["reason"] == (
+        f"flannel's DEL runs the delegate config it kept in {scratch}, whose host-local keeps "
+        f"{crashed.node.root / str(machine).lstrip('/')}/cbr0, not the store this run read for "
+        "the network"
+    )
+
+
+def test_under_a_root_flannels_own_data_dir_must_be_one_the_plugins_see(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """flannel's scratch dir, named by its own dataDir, is this machine's under a root when it
+    lies outside the dirs bound there: its DEL would read, run and remove this machine's file.
+    No DEL through it runs, an orphan's neither."""
+    machine = tmp_path / "machine-flannel"
+    machine.mkdir()
+    (machine / A).write_text("{}")  # this machine's, which no DEL may consume
+    bin_dir, _ = flannel_node(crashed, {"type": "flannel", "dataDir": str(machine)}, {})
+    default = crashed.node.root / "var/lib/cni/networks/cbr0"
+    default.mkdir(parents=True)
+    (default / "10.244.0.5").write_bytes(OWNER_A)
+    (default / "10.244.0.7").write_bytes(f"{B}\r\neth0".encode())  # an orphan's
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    first_run_recorded(crashed, default)
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert os.listdir(machine) == [A]
+    assert entry.exists() and sorted(os.listdir(default)) == ["10.244.0.5", "10.244.0.7"]
+    why = (
+        f"flannel's dataDir {machine} is not one the plugins see under {crashed.node.root}: "
+        "its DEL would read this machine's own"
+    )
+    (found,) = report["entries"]
+    assert found["reason"] == why
+    assert by_ip(report)["10.244.0.7"]["reason"] == why
+
+
+def test_a_damaged_scratch_file_runs_no_delegate_and_is_no_doubt(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A crash leaves flannel's scratch file empty as often as libcni's: flannel's DEL then
+    ends with success and runs no delegate, so nothing it could release is in doubt."""
+    bin_dir, scratch = flannel_node(crashed, {"type": "flannel"}, {})
+    scratch.write_bytes(b"")
+    default = crashed.node.root / "var/lib/cni/networks/cbr0"
+    default.mkdir(parents=True)
+    (default / "10.244.0.5").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    first_run_recorded(crashed, default)
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
+
+    (found,) = report["entries"]
+    assert found["action"] == "del-and-quarantine"
+    assert not entry.exists()
+    # The DEL released nothing: the address goes as a reservation of an earlier boot does.
+    assert found["outcome"] == "failed" and code == ExitCode.ACTION_FAILED
+    assert by_ip(report)["10.244.0.5"]["action"] == "quarantine"

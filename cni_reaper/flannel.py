@@ -1,0 +1,104 @@
+"""flannel's scratch file: the delegate config its DEL runs, not the config it is given.
+
+flannel's ADD writes the delegate config it builds (a bridge, its ipam host-local's with
+flannel's own ipam section) to `<dataDir>/<container ID>`, dataDir being flannel's own key,
+/var/lib/cni/flannel by default; its DEL reads that file and runs the delegate on it, then
+removes it. A missing file, or one that does not decode, ends the DEL with success and no
+delegate run (flannel-io/cni-plugin: saveScratchNetConf, consumeScratchNetConf, doCmdDel;
+shared/reference/node-state.md section 4). So the host-local store a DEL through flannel
+releases from is the one the file names, which is the one the config names only while the
+config is as it was at ADD.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+
+from cni_reaper import host_local
+from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, parse_conf_bytes
+from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
+from cni_reaper.unopened import READ_FLAGS, NotRegularFile, refuse_unless_regular
+
+DEFAULT_DATA_DIR = "/var/lib/cni/flannel"
+# A delegate config is some 300 bytes; past this, what flannel would make of it is not read.
+MAX_SCRATCH_BYTES = 1 << 16
+
+
+def scratch_problem(
+    netlist: NetworkList,
+    container_id: str,
+    root: str,
+    read_stores: Collection[str],
+    configs: NetworkConfigs,
+) -> str | None:
+    """Why a DEL of the container through this chain may not run, if it runs flannel: the
+    delegate config flannel kept keeps its host-local store elsewhere than read_stores (the
+    stores this run read and checks the DEL against), cannot be told, or, under a root other
+    than /, lies where the plugins would see this machine's own files."""
+    for plugin in netlist.plugins:
+        if go_field(plugin, "type") != "flannel":
+            continue
+        data_dir = go_field(plugin, "dataDir")
+        data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
+        # Go's filepath.Join; a relative dataDir is the plugin's working dir's, which is /.
+        node_path = os.path.normpath("/" + os.path.join(data_dir, container_id).lstrip("/"))
+        if root != "/" and not _bound(os.path.dirname(node_path), configs):
+            return (
+                f"flannel's dataDir {data_dir} is not one the plugins see under {root}: its "
+                "DEL would read this machine's own"
+            )
+        why = _delegate_problem(node_path, container_id, root, read_stores)
+        if why is not None:
+            return why
+    return None
+
+
+def _bound(directory: str, configs: NetworkConfigs) -> bool:
+    bound = (*PLUGIN_STATE_DIRS, *host_local.data_dirs(configs))
+    return any(directory == b or directory.startswith(b.rstrip("/") + "/") for b in bound)
+
+
+def _delegate_problem(
+    node_path: str, container_id: str, root: str, read_stores: Collection[str]
+) -> str | None:
+    try:
+        path = node_path if root == "/" else resolve_inside(root, node_path)
+    except FileNotFoundError:
+        return None  # no scratch file: flannel's DEL runs no delegate
+    except (LeavesRoot, OSError) as e:
+        return f"flannel's DEL runs the delegate config it kept in {node_path}, which {e}"
+    kept = f"flannel's DEL runs the delegate config it kept in {host_path(root, node_path)}"
+    try:
+        refuse_unless_regular(path)
+        fd = os.open(path, READ_FLAGS)
+    except FileNotFoundError:
+        return None
+    except (NotRegularFile, OSError):
+        return f"{kept}, which is no file to read"
+    try:
+        data = os.read(fd, MAX_SCRATCH_BYTES + 1)
+    except OSError as e:
+        return f"{kept}, which cannot be read: {e}"
+    finally:
+        os.close(fd)
+    if not data.strip(b"\0"):
+        return None  # empty or zeroed, as a crash leaves it: no delegate runs
+    if len(data) > MAX_SCRATCH_BYTES:
+        return f"{kept}, which holds more than {MAX_SCRATCH_BYTES} bytes"
+    try:
+        delegate = parse_conf_bytes(data, node_path, True)
+    except ValueError as e:
+        return f"{kept}, which does not decode here ({e}): what it would release cannot be told"
+    twice = host_local.twice(delegate)
+    if twice is not None:
+        return twice
+    if not host_local.data_dirs(NetworkConfigs({delegate.name: delegate}, ())):
+        return None  # its delegate runs no host-local
+    store = host_local.store_of(delegate, root)
+    if store is None or store not in read_stores:
+        where = store if store is not None else "a store that cannot be reached"
+        return (
+            f"{kept}, whose host-local keeps {where}, not the store this run read for the network"
+        )
+    return None

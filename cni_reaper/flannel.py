@@ -12,11 +12,18 @@ config is as it was at ADD.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Collection
 
 from cni_reaper import host_local
-from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, parse_conf_bytes
+from cni_reaper.netconf import (
+    NetworkConfigs,
+    NetworkList,
+    as_go_reads,
+    go_field,
+    parse_conf_bytes,
+)
 from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
 from cni_reaper.unopened import READ_FLAGS, NotRegularFile, refuse_unless_regular
 
@@ -39,28 +46,43 @@ def scratch_problem(
     for plugin in netlist.plugins:
         if go_field(plugin, "type") != "flannel":
             continue
+        # flannel sets the default, then decodes its config over it: a null keeps it, an
+        # empty string does not.
         data_dir = go_field(plugin, "dataDir")
-        data_dir = data_dir if isinstance(data_dir, str) and data_dir else DEFAULT_DATA_DIR
+        data_dir = data_dir if isinstance(data_dir, str) else DEFAULT_DATA_DIR
         # Go's filepath.Join; a relative dataDir is the plugin's working dir's, which is /.
         node_path = os.path.normpath("/" + os.path.join(data_dir, container_id).lstrip("/"))
-        if root != "/" and not _bound(os.path.dirname(node_path), configs):
+        if root != "/" and not _seen_as_the_root_has_it(node_path, root, configs):
             return (
-                f"flannel's dataDir {data_dir} is not one the plugins see under {root}: its "
-                "DEL would read this machine's own"
+                f"flannel's dataDir {data_dir!r} is not one the plugins see under {root}, or "
+                "is reached through a symlink: its DEL would read this machine's own"
             )
-        why = _delegate_problem(node_path, container_id, root, read_stores)
+        why = _delegate_problem(node_path, container_id, root, read_stores, configs)
         if why is not None:
             return why
     return None
 
 
-def _bound(directory: str, configs: NetworkConfigs) -> bool:
+def _seen_as_the_root_has_it(node_path: str, root: str, configs: NetworkConfigs) -> bool:
+    """Whether a plugin confined to root (confine.py) sees the root's own node_path: it lies
+    in a dir bound there, and no symlink is on its way, which the plugin would follow as this
+    machine has it."""
     bound = (*PLUGIN_STATE_DIRS, *host_local.data_dirs(configs))
-    return any(directory == b or directory.startswith(b.rstrip("/") + "/") for b in bound)
+    directory = os.path.dirname(node_path)
+    if not any(directory == b or directory.startswith(b.rstrip("/") + "/") for b in bound):
+        return False
+    try:
+        return resolve_inside(root, node_path) == host_path(root, node_path)
+    except (LeavesRoot, OSError):
+        return False
 
 
 def _delegate_problem(
-    node_path: str, container_id: str, root: str, read_stores: Collection[str]
+    node_path: str,
+    container_id: str,
+    root: str,
+    read_stores: Collection[str],
+    configs: NetworkConfigs,
 ) -> str | None:
     try:
         path = node_path if root == "/" else resolve_inside(root, node_path)
@@ -87,7 +109,12 @@ def _delegate_problem(
     if len(data) > MAX_SCRATCH_BYTES:
         return f"{kept}, which holds more than {MAX_SCRATCH_BYTES} bytes"
     try:
+        # flannel hands the file's bytes to its delegate as they are, which Go decodes in file
+        # order, a key in any case: one given twice leaves which one wins to that order.
+        json.loads(as_go_reads(data), object_pairs_hook=_once_each)
         delegate = parse_conf_bytes(data, node_path, True)
+    except RecursionError:
+        return f"{kept}, which nests too deep to decode here: what it would release cannot be told"
     except ValueError as e:
         return f"{kept}, which does not decode here ({e}): what it would release cannot be told"
     twice = host_local.twice(delegate)
@@ -95,6 +122,12 @@ def _delegate_problem(
         return twice
     if not host_local.data_dirs(NetworkConfigs({delegate.name: delegate}, ())):
         return None  # its delegate runs no host-local
+    named = host_local.store_of(delegate, "/")  # as the plugin names it
+    if root != "/" and named is not None and not _seen_as_the_root_has_it(named, root, configs):
+        return (
+            f"{kept}, whose host-local keeps {named}: not a store the plugins see under {root}, "
+            "or one reached through a symlink"
+        )
     store = host_local.store_of(delegate, root)
     if store is None or store not in read_stores:
         where = store if store is not None else "a store that cannot be reached"
@@ -102,3 +135,11 @@ def _delegate_problem(
             f"{kept}, whose host-local keeps {where}, not the store this run read for the network"
         )
     return None
+
+
+def _once_each(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """An object's members, refused if a key is given twice, in any case."""
+    folded = {key.casefold() for key, _ in pairs}  # takes Go's folds (the Kelvin sign, the long s)
+    if len(folded) != len(pairs):
+        raise ValueError("a key given twice, in some case")
+    return dict(pairs)

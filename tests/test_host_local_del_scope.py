@@ -555,8 +555,8 @@ def test_under_a_root_flannels_scratch_file_never_reaches_this_machines_store(
     (found,) = report["entries"]
     assert found["reason"] == (
         f"flannel's DEL runs the delegate config it kept in {scratch}, whose host-local keeps "
-        f"{crashed.node.root / str(machine).lstrip('/')}/cbr0, not the store this run read for "
-        "the network"
+        f"{machine}/cbr0: not a store the plugins see under {crashed.node.root}, or one reached "
+        "through a symlink"
     )
 
 
@@ -583,8 +583,9 @@ def test_under_a_root_flannels_own_data_dir_must_be_one_the_plugins_see(
     assert os.listdir(machine) == [A]
     assert entry.exists() and sorted(os.listdir(default)) == ["10.244.0.5", "10.244.0.7"]
     why = (
-        f"flannel's dataDir {machine} is not one the plugins see under {crashed.node.root}: "
-        "its DEL would read this machine's own"
+        f"flannel's dataDir {str(machine)!r} is not one the plugins see under "
+        f"{crashed.node.root}, or is reached through a symlink: its DEL would read this "
+        "machine's own"
     )
     (found,) = report["entries"]
     assert found["reason"] == why
@@ -612,3 +613,105 @@ def test_a_damaged_scratch_file_runs_no_delegate_and_is_no_doubt(
     # The DEL released nothing: the address goes as a reservation of an earlier boot does.
     assert found["outcome"] == "failed" and code == ExitCode.ACTION_FAILED
     assert by_ip(report)["10.244.0.5"]["action"] == "quarantine"
+
+
+@pytest.mark.parametrize("link", ["the scratch file's dataDir", "flannel's own dataDir"])
+def test_under_a_root_no_symlink_leads_flannels_del_to_this_machines_files(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path, link: str
+) -> None:
+    """A symlink in the root the reaper follows as the node has it, but a confined plugin
+    follows as this machine has it: a scratch file naming its store through one, or flannel's
+    dataDir being one, would have the DEL release (and consume) this machine's own (found by a
+    review of the scratch check)."""
+    root = crashed.node.root
+    elsewhere = tmp_path / "elsewhere"
+    machine_store = tmp_path / "machine-ipam/cbr0"
+    machine_store.mkdir(parents=True)
+    (machine_store / "10.244.0.9").write_bytes(OWNER_A)
+    if link == "the scratch file's dataDir":
+        (root / str(elsewhere).lstrip("/")).parent.mkdir(parents=True)
+        os.symlink("/var/lib/cni/networks", root / str(elsewhere).lstrip("/"))
+        bin_dir, scratch = flannel_node(crashed, {"type": "flannel"}, {"dataDir": str(elsewhere)})
+    else:
+        bin_dir, scratch = flannel_node(crashed, {"type": "flannel"}, {})
+        moved = root / str(elsewhere).lstrip("/")
+        moved.parent.mkdir(parents=True)
+        os.rename(scratch.parent, moved)
+        os.symlink(elsewhere, scratch.parent)
+        elsewhere.mkdir()  # this machine's, with a scratch file of its own for A
+        ipam = {"type": "host-local", "dataDir": str(machine_store.parent)}
+        (elsewhere / A).write_text(json.dumps({"name": "cbr0", "type": "bridge", "ipam": ipam}))
+    default = root / "var/lib/cni/networks/cbr0"
+    default.mkdir(parents=True)
+    (default / "10.244.0.5").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    first_run_recorded(crashed, default)
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert os.listdir(machine_store) == ["10.244.0.9"]
+    assert entry.exists() and os.listdir(default) == ["10.244.0.5"]
+    if link == "flannel's own dataDir":
+        assert os.listdir(elsewhere) == [A]
+    (found,) = report["entries"]
+    assert found["action"] == "leave"
+    assert "reached through a symlink" in found["reason"]
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        # ipam given twice, in two cases: Go takes the later one in the file
+        '"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]]},'
+        '"IPAM":{"dataDir":"/var/lib/cni/other"}',
+        # type given twice: flannel runs whichever Go's decoding leaves
+        '"ipam":{"type":"static","dataDir":"/var/lib/cni/other"},"TYPE":"host-local"',
+    ],
+)
+def test_a_scratch_file_that_gives_a_key_twice_in_any_case_leaves_the_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], members: str
+) -> None:
+    """The delegate decodes the scratch file's bytes as they are, in file order, a key in any
+    case: which of two it takes is not told by a decoding that sorts them (found by a review
+    of the scratch check: a DEL released an address of this boot from a store not read)."""
+    bin_dir, scratch = flannel_node(crashed, {"type": "flannel"}, {})
+    scratch.write_text('{"cniVersion":"1.0.0","name":"cbr0","type":"bridge",' + members + "}")
+    root = crashed.node.root
+    default, other = root / "var/lib/cni/networks/cbr0", root / "var/lib/cni/other/cbr0"
+    default.mkdir(parents=True)
+    other.mkdir(parents=True)
+    (default / "10.244.0.5").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    crashed.reboot()
+    crashed.node.record_before_runtime(crashed.t0 + 20, default, other)
+    (other / "10.244.0.6").write_bytes(OWNER_A)  # this boot's
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and os.listdir(other) == ["10.244.0.6"]
+    (found,) = report["entries"]
+    assert found["reason"] == (
+        f"flannel's DEL runs the delegate config it kept in {scratch}, which does not decode "
+        "here (a key given twice, in some case): what it would release cannot be told"
+    )
+
+
+def test_flannels_empty_data_dir_is_the_working_dir_not_the_default(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """flannel decodes its config over its defaults: a dataDir of "" is kept, and its scratch
+    file is then /<container ID> (filepath.Join), which no dir bound under a root holds."""
+    bin_dir, _ = flannel_node(crashed, {"type": "flannel", "dataDir": ""}, {})
+    default = crashed.node.root / "var/lib/cni/networks/cbr0"
+    default.mkdir(parents=True)
+    (default / "10.244.0.5").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    first_run_recorded(crashed, default)
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA and entry.exists()
+    (found,) = report["entries"]
+    assert found["reason"].startswith("flannel's dataDir '' is not one the plugins see under")

@@ -16,7 +16,7 @@ import json
 import os
 from collections.abc import Collection
 
-from cni_reaper import host_local
+from cni_reaper import host_local, multus
 from cni_reaper.netconf import (
     NetworkConfigs,
     NetworkList,
@@ -28,6 +28,9 @@ from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resol
 from cni_reaper.unopened import READ_FLAGS, NotRegularFile, refuse_unless_regular
 
 DEFAULT_DATA_DIR = "/var/lib/cni/flannel"
+# Plugins whose DEL runs a config of their own keeping, not the one they are handed: as a
+# delegate, one more config this run does not read.
+DELEGATING = frozenset({"flannel", multus.THIN_PLUGIN, multus.THICK_SHIM})
 # A delegate config is some 300 bytes; past this, what flannel would make of it is not read.
 MAX_SCRATCH_BYTES = 1 << 16
 
@@ -117,6 +120,9 @@ def _delegate_problem(
         return f"{kept}, which nests too deep to decode here: what it would release cannot be told"
     except ValueError as e:
         return f"{kept}, which does not decode here ({e}): what it would release cannot be told"
+    kinds = {go_field(plugin, "type") for plugin in delegate.plugins}
+    if kinds & DELEGATING:
+        return f"{kept}, whose delegate delegates again: what that would release is not read"
     twice = host_local.twice(delegate)
     if twice is not None:
         return twice

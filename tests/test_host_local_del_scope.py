@@ -715,3 +715,27 @@ def test_flannels_empty_data_dir_is_the_working_dir_not_the_default(
     assert code == ExitCode.DATA and entry.exists()
     (found,) = report["entries"]
     assert found["reason"].startswith("flannel's dataDir '' is not one the plugins see under")
+
+
+def test_a_scratch_file_whose_delegate_is_flannel_again_leaves_the_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """That flannel's DEL would run the delegate of a scratch file of its own dataDir's, which
+    this run does not read."""
+    bin_dir, scratch = flannel_node(crashed, {"type": "flannel"}, {})
+    delegate = {"cniVersion": "1.0.0", "name": "cbr0", "type": "flannel", "dataDir": "/x"}
+    scratch.write_text(json.dumps(delegate))
+    default = crashed.node.root / "var/lib/cni/networks/cbr0"
+    default.mkdir(parents=True)
+    (default / "10.244.0.5").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    first_run_recorded(crashed, default)
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA and entry.exists()
+    (found,) = report["entries"]
+    assert found["reason"] == (
+        f"flannel's DEL runs the delegate config it kept in {scratch}, whose delegate delegates "
+        "again: what that would release is not read"
+    )

@@ -366,8 +366,9 @@ class StoreDoubts:
     def released_by(self, container_id: str, ifname: str) -> tuple[str, ...]:
         """The addresses host-local's DEL of this attachment releases, of those indexed: each
         held for '<id>\\r\\n<ifname>', or, only if none is, each held for the ID alone."""
-        exact = self._held.get(f"{container_id}\r\n{ifname}")
-        return tuple(exact if exact else self._held.get(container_id, ()))
+        held = self._held
+        exact = held.get(f"{container_id}\r\n{ifname}")
+        return tuple(exact if exact else held.get(container_id, []))
 
     def against(self, container_id: str, ifname: str) -> str | None:
         """Why host-local's DEL of this attachment may not run, if it may not."""

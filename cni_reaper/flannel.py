@@ -24,7 +24,7 @@ from cni_reaper.netconf import (
     go_field,
     parse_conf_bytes,
 )
-from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
+from cni_reaper.node_root import LeavesRoot, host_path, resolve_inside
 from cni_reaper.unopened import READ_FLAGS, NotRegularFile, refuse_unless_regular
 
 DEFAULT_DATA_DIR = "/var/lib/cni/flannel"
@@ -70,9 +70,7 @@ def _seen_as_the_root_has_it(node_path: str, root: str, configs: NetworkConfigs)
     """Whether a plugin confined to root (confine.py) sees the root's own node_path: it lies
     in a dir bound there, and no symlink is on its way, which the plugin would follow as this
     machine has it."""
-    bound = (*PLUGIN_STATE_DIRS, *host_local.data_dirs(configs))
-    directory = os.path.dirname(node_path)
-    if not any(directory == b or directory.startswith(b.rstrip("/") + "/") for b in bound):
+    if not host_local.bound_under_root(os.path.dirname(node_path), configs):
         return False
     try:
         return resolve_inside(root, node_path) == host_path(root, node_path)
@@ -87,18 +85,15 @@ def _delegate_problem(
     read_stores: Collection[str],
     configs: NetworkConfigs,
 ) -> str | None:
-    try:
-        path = node_path if root == "/" else resolve_inside(root, node_path)
-    except FileNotFoundError:
-        return None  # no scratch file: flannel's DEL runs no delegate
-    except (LeavesRoot, OSError) as e:
-        return f"flannel's DEL runs the delegate config it kept in {node_path}, which {e}"
-    kept = f"flannel's DEL runs the delegate config it kept in {host_path(root, node_path)}"
+    # Under a root, scratch_problem() has seen no symlink on the way: the path as named is
+    # the one the plugin opens.
+    path = host_path(root, node_path)
+    kept = f"flannel's DEL runs the delegate config it kept in {path}"
     try:
         refuse_unless_regular(path)
         fd = os.open(path, READ_FLAGS)
     except FileNotFoundError:
-        return None
+        return None  # no scratch file: flannel's DEL runs no delegate
     except (NotRegularFile, OSError):
         return f"{kept}, which is no file to read"
     try:

@@ -219,16 +219,23 @@ def cached_config_problem(netlist: NetworkList, configs: NetworkConfigs, root: s
     why = twice(netlist)
     if why is not None or root == "/":
         return why
-    bound = (*PLUGIN_STATE_DIRS, *data_dirs(configs))
     alone = NetworkConfigs({netlist.name: netlist}, ())
     for _, data_dir in _data_dirs(alone):
-        if not any(data_dir == b or data_dir.startswith(b.rstrip("/") + "/") for b in bound):
+        if not bound_under_root(data_dir, configs):
             return (
                 f"its cached config's host-local dataDir {data_dir} is not one the plugins "
                 f"see under {root}: it would be this machine's own"
             )
     problems = store_problems(alone, root)
     return next(iter(problems.values()), None)
+
+
+def bound_under_root(node_path: str, configs: NetworkConfigs) -> bool:
+    """Whether node_path lies in a dir confine.py binds from a root other than /: the
+    standard ones and every dataDir the conf dirs' configs name. Elsewhere a confined plugin
+    sees this machine's own."""
+    bound = (*PLUGIN_STATE_DIRS, *data_dirs(configs))
+    return any(node_path == b or node_path.startswith(b.rstrip("/") + "/") for b in bound)
 
 
 class Releases:

@@ -499,6 +499,17 @@ def flannel_node(
     return bin_dir, scratch
 
 
+def a_damaged_entry_and_its_address(crashed: Crashed) -> tuple[Path, Path]:
+    """A's damaged entry of cbr0 and its address in the default store, both of the earlier
+    boot (in this boot's record): the store and the entry."""
+    default = crashed.node.root / "var/lib/cni/networks/cbr0"
+    default.mkdir(parents=True)
+    (default / "10.244.0.5").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    first_run_recorded(crashed, default)
+    return default, entry
+
+
 def test_flannels_del_is_checked_against_the_store_its_scratch_file_names(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -599,11 +610,7 @@ def test_a_damaged_scratch_file_runs_no_delegate_and_is_no_doubt(
     ends with success and runs no delegate, so nothing it could release is in doubt."""
     bin_dir, scratch = flannel_node(crashed, {"type": "flannel"}, {})
     scratch.write_bytes(b"")
-    default = crashed.node.root / "var/lib/cni/networks/cbr0"
-    default.mkdir(parents=True)
-    (default / "10.244.0.5").write_bytes(OWNER_A)
-    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
-    first_run_recorded(crashed, default)
+    _, entry = a_damaged_entry_and_its_address(crashed)
 
     code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
 
@@ -641,11 +648,7 @@ def test_under_a_root_no_symlink_leads_flannels_del_to_this_machines_files(
         elsewhere.mkdir()  # this machine's, with a scratch file of its own for A
         ipam = {"type": "host-local", "dataDir": str(machine_store.parent)}
         (elsewhere / A).write_text(json.dumps({"name": "cbr0", "type": "bridge", "ipam": ipam}))
-    default = root / "var/lib/cni/networks/cbr0"
-    default.mkdir(parents=True)
-    (default / "10.244.0.5").write_bytes(OWNER_A)
-    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
-    first_run_recorded(crashed, default)
+    default, entry = a_damaged_entry_and_its_address(crashed)
 
     code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
 
@@ -704,11 +707,7 @@ def test_flannels_empty_data_dir_is_the_working_dir_not_the_default(
     """flannel decodes its config over its defaults: a dataDir of "" is kept, and its scratch
     file is then /<container ID> (filepath.Join), which no dir bound under a root holds."""
     bin_dir, _ = flannel_node(crashed, {"type": "flannel", "dataDir": ""}, {})
-    default = crashed.node.root / "var/lib/cni/networks/cbr0"
-    default.mkdir(parents=True)
-    (default / "10.244.0.5").write_bytes(OWNER_A)
-    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
-    first_run_recorded(crashed, default)
+    _, entry = a_damaged_entry_and_its_address(crashed)
 
     code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
 
@@ -725,11 +724,7 @@ def test_a_scratch_file_whose_delegate_is_flannel_again_leaves_the_del(
     bin_dir, scratch = flannel_node(crashed, {"type": "flannel"}, {})
     delegate = {"cniVersion": "1.0.0", "name": "cbr0", "type": "flannel", "dataDir": "/x"}
     scratch.write_text(json.dumps(delegate))
-    default = crashed.node.root / "var/lib/cni/networks/cbr0"
-    default.mkdir(parents=True)
-    (default / "10.244.0.5").write_bytes(OWNER_A)
-    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
-    first_run_recorded(crashed, default)
+    _, entry = a_damaged_entry_and_its_address(crashed)
 
     code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
 

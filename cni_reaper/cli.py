@@ -417,7 +417,7 @@ def _run(
                 # run goes on in a thread of its own, in a mount namespace where they see it.
                 binds = confine.standard_binds(
                     paths.root,
-                    extra_targets=host_local.data_dirs(configs),
+                    extra_targets=host_local.bound_data_dirs(configs),
                     kept_paths=(
                         paths.results_dir,
                         paths.state_dir,

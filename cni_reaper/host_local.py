@@ -19,7 +19,13 @@ from cni_reaper import failpoint
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object
-from cni_reaper.node_root import PLUGIN_STATE_DIRS, LeavesRoot, host_path, resolve_inside
+from cni_reaper.node_root import (
+    PLUGIN_STATE_DIRS,
+    LeavesRoot,
+    bind_refusal,
+    host_path,
+    resolve_inside,
+)
 from cni_reaper.pool import ListedAddresses, listed
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.record import Record
@@ -197,7 +203,16 @@ def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
     problems = {name: why for name, n in configs.networks.items() if (why := twice(n))}
     if root == "/":
         return problems
+    bound = bound_data_dirs(configs)
+    for name, data_dir in _data_dirs(configs):
+        if name not in problems and not _in_any(data_dir, (*PLUGIN_STATE_DIRS, *bound)):
+            problems[name] = (
+                f"host-local's dataDir is not bound for the plugins under {root}: "
+                f"{bind_refusal(data_dir)}; no DEL of this network runs"
+            )
     for name, node_path in _store_node_paths(configs):
+        if name in problems:
+            continue
         plain = host_path(root, node_path)
         try:
             resolved = resolve_inside(root, node_path)
@@ -234,8 +249,11 @@ def bound_under_root(node_path: str, configs: NetworkConfigs) -> bool:
     """Whether node_path lies in a dir confine.py binds from a root other than /: the
     standard ones and every dataDir the conf dirs' configs name. Elsewhere a confined plugin
     sees this machine's own."""
-    bound = (*PLUGIN_STATE_DIRS, *data_dirs(configs))
-    return any(node_path == b or node_path.startswith(b.rstrip("/") + "/") for b in bound)
+    return _in_any(node_path, (*PLUGIN_STATE_DIRS, *bound_data_dirs(configs)))
+
+
+def _in_any(node_path: str, dirs: Iterable[str]) -> bool:
+    return any(node_path == d or node_path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
 class Releases:
@@ -333,9 +351,15 @@ _PRINTABLE = re.compile(rb"[\x21-\x7e]*")  # ASCII with no space or control
 
 
 def data_dirs(configs: NetworkConfigs) -> set[str]:
-    """Every host-local dataDir the network configs use, as absolute node paths (the default
-    among them, which lies under a standard bind target of confine.py)."""
+    """Every host-local dataDir the network configs use, as absolute node paths."""
     return {data_dir for _, data_dir in _data_dirs(configs)}
+
+
+def bound_data_dirs(configs: NetworkConfigs) -> set[str]:
+    """The host-local dataDirs the network configs use that confine.py binds under a root
+    other than /, as absolute node paths: those node_root.bind_refusal() lets be bound (the
+    default among them, which lies under a standard bind target)."""
+    return {d for _, d in _data_dirs(configs) if bind_refusal(d) is None}
 
 
 class StoreDoubts:

@@ -15,6 +15,7 @@ import os
 import posixpath
 import re
 import stat
+import sys
 from collections import deque
 
 from cni_reaper.unopened import DIR_FLAGS, READ_FLAGS, refuse_unless_regular_mode
@@ -27,6 +28,41 @@ PLUGIN_STATE_DIRS = (
     "/run/netns",  # named network namespaces
     "/run/cni",  # the dhcp plugin's daemon socket
 )
+# Where a dir that only a node's config names (host-local's dataDir) may be bound from a
+# --root: the places of variable state. Bound anywhere else, the node's files would stand for
+# this machine's own in the namespace where the plugins and the reaper run as root: its /etc
+# (ld.so.preload, which every dynamically linked plugin's loader reads), its libraries, the
+# reaper's own modules, imported there later.
+STATE_PLACES = ("/var", "/run")
+
+
+def bind_refusal(node_path: str) -> str | None:
+    """Why the root's dir at node_path may not be bound over this machine's own dir of that
+    name (confine.py), if it may not: it must lie below one of STATE_PLACES, and neither hold
+    nor lie in a dir this interpreter loads code from, both as this machine resolves them."""
+    resolved = os.path.realpath(node_path)
+    if not any(_below(resolved, os.path.realpath(place)) for place in STATE_PLACES):
+        return (
+            f"{node_path} is not below {' or '.join(STATE_PLACES)}: bound there, the node's "
+            "files would stand for this machine's own"
+        )
+    for code in _code_dirs():
+        if code != "/" and (_below(code, resolved) or _below(resolved, code) or code == resolved):
+            return f"{node_path} holds or lies in {code}, where this program loads its code from"
+    return None
+
+
+def _below(path: str, dir_path: str) -> bool:
+    return path.startswith(dir_path.rstrip("/") + "/")
+
+
+def _code_dirs() -> set[str]:
+    """The dirs this interpreter finds modules in, and its own install."""
+    found = {*sys.path, sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
+    found.add(os.path.dirname(sys.executable))
+    return {os.path.realpath(d) for d in found if d}
+
+
 # What Linux allows in one path walk (MAXSYMLINKS); beyond it a loop is assumed.
 MAX_SYMLINKS = 40
 # A directory listed to expand a glob; config dirs hold a handful of files.

@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+from cni_reaper import host_local
+from cni_reaper.netconf import NetworkConfigs, NetworkList
+from cni_reaper.node_root import bind_refusal
 from cni_reaper.repair import confine
 from tests.confine_scenario import HOST_STORE, IP, NETWORK, RESERVATION
 from tests.nodetree import CONTAINER_IDS, have_plugins
@@ -63,18 +66,47 @@ def test_standard_binds_come_from_the_resolved_root_and_nested_targets_are_cover
     real = tmp_path / "disk"
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
-    extra = ["/var/lib/cni/networks", "/srv/ipam/", "/srv/ipam/inner", "/srv/other"]
+    extra = ["/var/lib/cni/networks", "/var/lib/ipam/", "/var/lib/ipam/inner", "/run/other"]
     binds = confine.standard_binds(str(tmp_path / "link"), extra)
     assert {b.target for b in binds} == {
         "/var/lib/cni",
         "/etc/cni",
         "/run/netns",
         "/run/cni",
-        "/srv/ipam",
-        "/srv/other",
+        "/var/lib/ipam",
+        "/run/other",
     }
     for bind in binds:
         assert bind.source == str(real) + bind.target
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("/etc", "/etc is not below /var or /run"),  # ld.so.preload, for every plugin's loader
+        ("/usr/lib/python3", "/usr/lib/python3 is not below /var or /run"),
+        ("/srv/ipam", "/srv/ipam is not below /var or /run"),
+        ("/var", "/var is not below /var or /run"),
+        ("/var/lib/app", "/var/lib/app holds or lies in /var/lib/app/site"),
+        ("/var/lib/app/site/cni_reaper", "lies in /var/lib/app/site"),
+    ],
+)
+def test_a_target_over_this_machines_code_or_config_is_never_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, why: str
+) -> None:
+    """Bound from a --root, a dir the node's config names stands for this machine's own in
+    the namespace where the plugins and the reaper's thread run as root: only a place of
+    variable state is, and none that holds or lies in a dir this interpreter imports from."""
+    monkeypatch.syspath_prepend("/var/lib/app/site")
+    assert why in (bind_refusal(target) or "")
+    with pytest.raises(confine.ConfineError, match="cannot confine plugins to"):
+        confine.standard_binds(str(tmp_path), [target])
+    ipam = {"type": "host-local", "dataDir": target}
+    netlist = NetworkList("n", "1.0.0", ({"type": "bridge", "ipam": ipam},), "(test)")
+    configs = NetworkConfigs({"n": netlist}, ())
+    assert host_local.bound_data_dirs(configs) == set()
+    assert why in host_local.store_problems(configs, str(tmp_path))["n"]
+    assert host_local.store_problems(configs, "/") == {}
 
 
 def test_a_relative_target_is_a_bug(tmp_path: Path) -> None:

@@ -344,6 +344,43 @@ def test_a_chain_that_runs_host_local_twice_runs_no_del(
     )
 
 
+@pytest.mark.parametrize("data_dir", ["/etc", "/srv/ipam", "/var"])
+def test_under_root_a_data_dir_outside_the_places_of_state_is_not_bound_and_runs_no_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], data_dir: str
+) -> None:
+    """A dataDir the node's config names was bound from the --root over this machine's dir of
+    that name, in the namespace where the plugins and the reaper's own thread run as root:
+    with "/etc", the node's ld.so.preload for every dynamically linked plugin (Debian's are),
+    with a library or Python dir, the node's code. Only one below /var or /run is bound; a
+    network whose dataDir lies elsewhere runs no DEL, its damaged entry quarantined as for a
+    DEL that cannot run (found by reading confine.py's binds as a rescue box's operator)."""
+    ipam = {"type": "host-local", "dataDir": data_dir, "ranges": [[{"subnet": "10.62.0.0/24"}]]}
+    conf = {"cniVersion": "1.0.0", "name": "hx", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_conf("40-hx.conflist", json.dumps(conf).encode())
+    store = crashed.node.root / data_dir.lstrip("/") / "hx"
+    store.mkdir(parents=True)
+    (store / "10.62.0.2").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"hx-{A}-eth0", b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert code == ExitCode.ACTION_FAILED
+    assert not entry.exists()
+    (found,) = report["entries"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
+    assert found["plugin_errors"][0]["msg"] == (
+        f"host-local's dataDir is not bound for the plugins under {crashed.node.root}: "
+        f"{data_dir} is not below /var or /run: bound there, the node's files would stand for "
+        "this machine's own; no DEL of this network runs"
+    )
+    # The earlier boot's address released all the same, by the reaper under host-local's
+    # lock in the root's own store, as for any DEL that cannot run.
+    (address,) = report["host_local"]
+    assert (address["action"], address["outcome"], address["del"]) == ("quarantine", "done", None)
+    assert "10.62.0.2" not in os.listdir(store)
+
+
 def test_host_local_as_the_plugin_reads_its_ipam_whatever_type_it_names(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from cni_reaper.errors import RefusedError
-from cni_reaper.node_root import PLUGIN_STATE_DIRS
+from cni_reaper.node_root import PLUGIN_STATE_DIRS, bind_refusal
 from cni_reaper.record import Record
 from cni_reaper.unopened import DIR_FLAGS
 
@@ -125,7 +125,8 @@ def standard_binds(
     root: str, extra_targets: Iterable[str] = (), kept_paths: Iterable[str] = ()
 ) -> tuple[Bind, ...]:
     """The binds that put root's CNI state where plugins look: the standard targets plus
-    extra_targets (absolute dataDirs a network config names), each from root + target.
+    extra_targets (absolute dataDirs a network config names, each one node_root.bind_refusal()
+    lets be bound: ConfineError for any other), each from root + target.
 
     A target lying under another (on the host, symlinks resolved) is left out: the outer bind
     already shows the root's own directory there. Raises ConfineError for a layout the binds
@@ -147,6 +148,11 @@ def standard_binds(
             kept.append((resolved, target))
     binds = tuple(Bind(target, os.path.join(real_root, target.lstrip("/"))) for _, target in kept)
     check_layout(root, binds, kept_paths)
+    for given in extra_targets:
+        # host_local.bound_data_dirs() leaves these out: a caller that did not.
+        why = bind_refusal(given)
+        if why is not None:
+            raise ConfineError(f"cannot confine plugins to {root}: {why}")
     return binds
 
 

@@ -691,6 +691,13 @@ def _pipeline(run: _Run) -> Report:
                 why = reads.of(store).against(split.container_id, split.ifname)
                 if why is not None:
                     return why
+            if multus.runs_multus(netlist):
+                # Its delegates keep their addresses in stores of their own networks: every
+                # store this run found is held to the owner, whatever the ifname.
+                for store in network_stores.values():
+                    why = reads.of(store).against_owner(split.container_id)
+                    if why is not None:
+                        return why
             return flannel.scratch_problem(
                 netlist, split.container_id, paths.root, read_stores, run.configs
             )

@@ -404,17 +404,31 @@ class StoreDoubts:
     def against(self, container_id: str, ifname: str) -> str | None:
         """Why host-local's DEL of this attachment may not run, if it may not."""
         if self._unknowable is not None:
-            return (
-                f"host-local's DEL reads every file of {self.store}, and {self._unknowable}: "
-                "what else it would release cannot be told"
-            )
+            return self._cannot_tell()
         for key in (f"{container_id}\r\n{ifname}", container_id):
             for path, why in self._unproven.get(key, ()):
-                return (
-                    f"host-local's DEL would also release {os.path.join(self.store, path)}, "
-                    f"which {why}"
-                )
+                return self._would_release(path, why)
         return None
+
+    def against_owner(self, container_id: str) -> str | None:
+        """against() for DELs of the container's attachments under any ifname: a delegating
+        plugin's (Multus's), whose delegates' ifnames this run does not know."""
+        if self._unknowable is not None:
+            return self._cannot_tell()
+        owned = f"{container_id}\r\n"
+        for key, found in self._unproven.items():  # nearly always empty
+            if key == container_id or key.startswith(owned):
+                return self._would_release(*found[0])
+        return None
+
+    def _cannot_tell(self) -> str:
+        return (
+            f"host-local's DEL reads every file of {self.store}, and {self._unknowable}: "
+            "what else it would release cannot be told"
+        )
+
+    def _would_release(self, path: str, why: str) -> str:
+        return f"host-local's DEL would also release {os.path.join(self.store, path)}, which {why}"
 
 
 # How deep a store's subdirectories are read for what host-local's DEL would release: below

@@ -194,6 +194,12 @@ def _cannot(what: str, where: str, e: OSError) -> str:
     return f"Multus's {what} {where}: {why}"
 
 
+def runs_multus(netlist: NetworkList) -> bool:
+    """Whether the chain runs Multus, thin or thick: its DEL DELs delegates whose configs
+    (Multus's scratch file, the pod's networks) this run does not read."""
+    return any(go_field(p, "type") in (THIN_PLUGIN, THICK_SHIM) for p in netlist.plugins)
+
+
 class NamedDir(Record):
     """A cache dir other than the default that a Multus config in the conf dirs names."""
 

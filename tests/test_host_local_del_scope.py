@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from cni_reaper import host_local
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed
-from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, host_local_conflist
+from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, cache_entry_bytes, host_local_conflist
 
 A, B = CONTAINER_IDS[:2]
 OWNER_A = f"{A}\r\neth0".encode()
@@ -770,4 +770,72 @@ def test_a_scratch_file_whose_delegate_is_flannel_again_leaves_the_del(
     assert found["reason"] == (
         f"flannel's DEL runs the delegate config it kept in {scratch}, whose delegate delegates "
         "again: what that would release is not read"
+    )
+
+
+# Multus's DEL as multus-cni's CmdDel does it, for what matters here: the scratch file its ADD
+# kept (<cniDir>/<container ID>, a list of the delegates' configs), each delegate DEL'd with
+# its own ifname (the first eth0, then net1, ...), the file removed once they are.
+MULTUS_STAND_IN = r"""[ "$CNI_COMMAND" = DEL ] || exit 0
+f="/var/lib/cni/multus/$CNI_CONTAINERID"
+[ -f "$f" ] || exit 0
+python3 - "$f" <<'PY' || exit 1
+import json, os, subprocess, sys
+for n, delegate in enumerate(json.load(open(sys.argv[1]))):
+    env = {**os.environ, "CNI_IFNAME": f"net{n}" if n else "eth0"}
+    stdin = json.dumps(delegate).encode()
+    subprocess.run(["/usr/lib/cni/" + delegate["type"]], input=stdin, env=env, check=True)
+PY
+rm -f "$f"
+"""
+
+
+@pytest.mark.parametrize("this_boot", [True, False])
+def test_multus_del_is_held_to_every_store_of_the_owner_whatever_its_ifname(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], this_boot: bool
+) -> None:
+    """Multus's DEL DELs each delegate its scratch file names, each from a store of its own
+    network under an ifname of its own (net1, ...): the entry's network has no store, and
+    its ifname is Multus's. Every store this run found is held to the owner under any
+    ifname; one holding an address of A from this boot leaves the DEL (found reading
+    cli.doubted against Multus's CmdDel: the DEL ran and released it, exit 0)."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    delegates = []
+    stores = []
+    for n, (network, subnet) in enumerate((("cbr0", "10.244.0"), ("extra", "10.245.0"))):
+        ipam = {"type": "host-local", "ranges": [[{"subnet": f"{subnet}.0/24"}]]}
+        delegates.append({"cniVersion": "1.0.0", "name": network, "type": "bridge", "ipam": ipam})
+        ifname = f"net{n}" if n else "eth0"
+        store = root / "var/lib/cni/networks" / network
+        store.mkdir(parents=True)
+        (store / f"{subnet}.5").write_bytes(f"{A}\r\n{ifname}".encode())
+        stores.append(store)
+        cached = cache_entry_bytes(json.dumps(delegates[-1]).encode(), network, A, ifname)
+        result = root / "var/lib/cni/multus/results" / f"{network}-{A}-{ifname}"
+        result.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        result.write_bytes(cached)
+    (root / "var/lib/cni/multus" / A).write_text(json.dumps(delegates))
+    entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
+    crashed.reboot()
+    crashed.node.record_before_runtime(crashed.t0 + 20, *stores)
+    if not this_boot:
+        # The control: every address of A an earlier boot's, the DEL runs and frees them.
+        code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+        assert code == ExitCode.OK, report
+        assert not entry.exists()
+        assert [sorted(os.listdir(store)) for store in stores] == [["lock"], ["lock"]]
+        return
+    (stores[1] / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())  # this boot's
+
+    code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
+
+    assert code == ExitCode.DATA
+    assert entry.exists()
+    assert sorted(os.listdir(stores[1])) == ["10.245.0.5", "10.245.0.9"]
+    assert os.listdir(stores[0]) == ["10.244.0.5"]
+    (found,) = report["entries"]
+    assert (found["action"], found["del"]) == ("leave", None)
+    assert found["reason"].startswith(
+        f"host-local's DEL would also release {stores[1] / '10.245.0.9'}"
     )

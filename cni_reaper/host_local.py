@@ -15,7 +15,7 @@ import stat
 import sys
 from collections.abc import Iterable, Iterator
 
-from cni_reaper import failpoint
+from cni_reaper import failpoint, multus
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object
@@ -197,10 +197,15 @@ class StoreReads:
 
 def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
     """Networks whose DEL is not run, and why: a chain that runs host-local more than once
-    (twice()); a store, under a root other than /, reached through a symlink: the plugins run
-    confined to the root's dirs (confine.py), but a symlink below them is followed there as on
-    this machine, to this machine's files."""
-    problems = {name: why for name, n in configs.networks.items() if (why := twice(n))}
+    (twice()); under a root other than /, a chain that runs Multus (multus.confined_problem),
+    a dataDir not bound (bound_data_dirs), or a store reached through a symlink: the plugins
+    run confined to the root's dirs (confine.py), but a symlink below them is followed there
+    as on this machine, to this machine's files."""
+    problems = {
+        name: why
+        for name, n in configs.networks.items()
+        if (why := twice(n) or multus.confined_problem(n, root))
+    }
     if root == "/":
         return problems
     bound = bound_data_dirs(configs)
@@ -231,7 +236,7 @@ def cached_config_problem(netlist: NetworkList, configs: NetworkConfigs, root: s
     runs host-local more than once (twice()); or, under a root other than /, plugins run
     confined to binds made from the standard dirs and the conf dirs' dataDirs, so a dataDir
     only this config names is this machine's own there."""
-    why = twice(netlist)
+    why = twice(netlist) or multus.confined_problem(netlist, root)
     if why is not None or root == "/":
         return why
     alone = NetworkConfigs({netlist.name: netlist}, ())

@@ -200,6 +200,20 @@ def runs_multus(netlist: NetworkList) -> bool:
     return any(go_field(p, "type") in (THIN_PLUGIN, THICK_SHIM) for p in netlist.plugins)
 
 
+def confined_problem(netlist: NetworkList, root: str) -> str | None:
+    """Why no DEL through this chain may run under a root other than /, if it runs Multus:
+    its DEL opens what its config names (its cniDir, its kubeconfig, the thick plugin's
+    daemon socket) and asks the API server, none of which the plugins' confinement puts the
+    root's in place of this machine's own."""
+    if root == "/" or not runs_multus(netlist):
+        return None
+    return (
+        f"under {root}, Multus's DEL would read and remove this machine's own files where its "
+        "config names its cache dir, a kubeconfig or a daemon's socket, and ask the API "
+        "server: no DEL through Multus runs under a --root (the node's runtime runs it)"
+    )
+
+
 class NamedDir(Record):
     """A cache dir other than the default that a Multus config in the conf dirs names."""
 

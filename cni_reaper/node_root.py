@@ -29,31 +29,48 @@ PLUGIN_STATE_DIRS = (
     "/run/cni",  # the dhcp plugin's daemon socket
 )
 # Where a dir that only a node's config names (host-local's dataDir) may be bound from a
-# --root: the places of variable state. Bound anywhere else, the node's files would stand for
-# this machine's own in the namespace where the plugins and the reaper run as root: its /etc
-# (ld.so.preload, which every dynamically linked plugin's loader reads), its libraries, the
-# reaper's own modules, imported there later.
-STATE_PLACES = ("/var", "/run")
+# --root: a dir of CNI's own below the places of variable state (/var/lib/cni-ipam,
+# /run/cni-ipam-state). Bound anywhere else, the node's files would stand for this machine's
+# own in the namespace where the plugins and the reaper run as root: its /etc (ld.so.preload,
+# which every dynamically linked plugin's loader reads), its libraries, a dir of the plugins'
+# PATH (/usr/local/sbin is /var/usrlocal/sbin on an ostree system), the journal's socket
+# (/run/systemd/journal), the user databases NSS reads (/var/lib/sss, /var/lib/misc).
+STATE_PLACES = ("/var/lib", "/run")
+CNI_PREFIX = "cni"
 
 
 def bind_refusal(node_path: str) -> str | None:
     """Why the root's dir at node_path may not be bound over this machine's own dir of that
-    name (confine.py), if it may not: it must lie below one of STATE_PLACES, and neither hold
-    nor lie in a dir this interpreter loads code from, both as this machine resolves them."""
+    name (confine.py), if it may not: it must lie below a dir of one of STATE_PLACES whose
+    name begins with CNI_PREFIX, and neither hold nor lie in a dir this interpreter loads
+    code from (code_dir_refusal), both as this machine resolves them."""
     resolved = os.path.realpath(node_path)
-    if not any(_below(resolved, os.path.realpath(place)) for place in STATE_PLACES):
-        return (
-            f"{node_path} is not below {' or '.join(STATE_PLACES)}: bound there, the node's "
-            "files would stand for this machine's own"
-        )
+    for place in STATE_PLACES:
+        below = _below(resolved, os.path.realpath(place))
+        if below is not None and below.startswith(CNI_PREFIX):
+            return code_dir_refusal(node_path)
+    return (
+        f"{node_path} is not in a dir of CNI's own below {' or '.join(STATE_PLACES)} "
+        f"(named {CNI_PREFIX}...): bound there, the node's files would stand for this "
+        "machine's own"
+    )
+
+
+def code_dir_refusal(node_path: str) -> str | None:
+    """Why this machine's dir at node_path may not have another dir bound over it, if it may
+    not: it holds or lies in a dir this interpreter finds modules in, or its own install, as
+    this machine resolves them (a `python -m` run from /var/lib/cni imports from there)."""
+    resolved = os.path.realpath(node_path)
     for code in _code_dirs():
-        if code != "/" and (_below(code, resolved) or _below(resolved, code) or code == resolved):
+        if code != "/" and (code == resolved or _below(code, resolved) or _below(resolved, code)):
             return f"{node_path} holds or lies in {code}, where this program loads its code from"
     return None
 
 
-def _below(path: str, dir_path: str) -> bool:
-    return path.startswith(dir_path.rstrip("/") + "/")
+def _below(path: str, dir_path: str) -> str | None:
+    """path relative to dir_path, if path lies strictly below it."""
+    prefix = dir_path.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else None
 
 
 def _code_dirs() -> set[str]:

@@ -223,11 +223,11 @@ def read_only_host(workdir: Path) -> dict[str, Any]:
     """Two dataDirs missing on the host: the first mount point can be made, the second cannot
     (its parent is a read-only file system). The run is refused and the first is removed."""
     make_host_state()
-    read_only = Path("/run/read-only")
+    read_only = Path("/run/cni-read-only")
     read_only.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(read_only)], check=True)
     root = make_root(workdir)
-    made_here = Path("/run/made-here")
+    made_here = Path("/run/cni-made-here")
     binds = confine.standard_binds(str(root), [str(made_here / "ipam"), str(read_only / "ipam")])
     ran: list[bool] = []
     mounts_before = thread_mounts()
@@ -349,7 +349,7 @@ def rescued_disk_without_sys_admin(workdir: Path) -> dict[str, Any]:
 
 
 # A dataDir missing on the host: each run makes it as a mount point, or finds it made.
-SHARED_DATA_DIR = Path("/run/made-here/ipam")
+SHARED_DATA_DIR = Path("/run/cni-made-here/ipam")
 
 
 def two_runs_one_mount_point(workdir: Path) -> dict[str, Any]:
@@ -415,7 +415,7 @@ def two_runs_one_mount_point(workdir: Path) -> dict[str, Any]:
 
 # Attacks on the shared mount points: several runs at once, as a rescue box repairing several
 # disks would start them. Every mount point made lies under /run, a tmpfs of this namespace.
-MADE_HERE = Path("/run/made-here")
+MADE_HERE = Path("/run/cni-made-here")
 
 
 def netlist_for(data_dir: Path) -> NetworkList:
@@ -516,7 +516,7 @@ class StagedRun:
 
 def a_done_first(a: StagedRun, b: StagedRun) -> dict[str, Any]:
     """A in, then B; A done while B stands in; then B done. What each saw, and what the host
-    holds of /run/made-here while B is still in and after."""
+    holds of /run/cni-made-here while B is still in and after."""
     entered = [a.enter(), b.enter()]
     finished = [a.finish()]
     left_while_b_in = host_made_here()
@@ -539,7 +539,7 @@ def shared_run(workdir: Path, name: str) -> StagedRun:
 
 
 def host_made_here() -> list[str]:
-    """Every path left under /run/made-here on the host, it included."""
+    """Every path left under /run/cni-made-here on the host, it included."""
     if not MADE_HERE.exists():
         return []
     return sorted([str(MADE_HERE)] + [str(p) for p in MADE_HERE.rglob("*")])
@@ -592,7 +592,7 @@ INNER_DATA_DIR = MADE_HERE / "ipam"  # = SHARED_DATA_DIR
 
 
 def nested(workdir: Path, outer_first: bool) -> dict[str, Any]:
-    """One run's dataDir is a parent of the other's: /run/made-here and /run/made-here/ipam,
+    """One run's dataDir is a parent of the other's: /run/cni-made-here and /run/cni-made-here/ipam,
     both missing on the host. The one in first makes what it needs; the one in first is done
     first, and only then does the other run its DEL."""
     make_host_state()
@@ -675,7 +675,7 @@ def interrupted_while_another_stands(workdir: Path) -> dict[str, Any]:
 
 def racing_mkdir(workdir: Path) -> dict[str, Any]:
     """Two runs make the same missing mount points at the same moment: each os.mkdir of
-    /run/made-here and of /run/made-here/ipam waits for the other run's, so one of the two
+    /run/cni-made-here and of /run/cni-made-here/ipam waits for the other run's, so one of the two
     gets FileExistsError. Then one is done (DEL after DEL), then the other."""
     make_host_state()
     real_mkdir = os.mkdir
@@ -728,8 +728,8 @@ def racing_mkdir(workdir: Path) -> dict[str, Any]:
 
 
 def split_chain(workdir: Path) -> dict[str, Any]:
-    """The race of racing_mkdir, made to come out one way: A makes /run/made-here, B makes
-    /run/made-here/ipam in it just before A would (A's mkdir: FileExistsError). A is done
+    """The race of racing_mkdir, made to come out one way: A makes /run/cni-made-here, B makes
+    /run/cni-made-here/ipam in it just before A would (A's mkdir: FileExistsError). A is done
     first (B stands on ipam), then B: no run stands anywhere any more."""
     make_host_state()
     real_mkdir = os.mkdir
@@ -785,11 +785,11 @@ def symlinked_host_paths(workdir: Path) -> dict[str, Any]:
     store at both (as before the fix, when the mount went through the symlink), the host's
     decoy stays, and the directory made through the symlink is removed again."""
     make_host_state()
-    real, linked = Path("/run/real-data"), Path("/run/linked-data")
+    real, linked = Path("/run/cni-real-data"), Path("/run/cni-linked-data")
     (real / NETWORK).mkdir(parents=True)
     (real / NETWORK / IP).write_text(RESERVATION)
     linked.symlink_to(real)
-    real_parent, linked_parent = Path("/run/real-parent"), Path("/run/linked-parent")
+    real_parent, linked_parent = Path("/run/cni-real-parent"), Path("/run/cni-linked-parent")
     real_parent.mkdir()
     linked_parent.symlink_to(real_parent)
     under_link = linked_parent / "ipam"
@@ -811,7 +811,7 @@ def symlinked_host_paths(workdir: Path) -> dict[str, Any]:
 def host_mount_point_target(workdir: Path) -> dict[str, Any]:
     """A dataDir that is a mount point on the host itself (a tmpfs, with a decoy)."""
     make_host_state()
-    mounted = Path("/run/mounted-data")
+    mounted = Path("/run/cni-mounted-data")
     mounted.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mounted)], check=True)
     (mounted / NETWORK).mkdir()
@@ -828,7 +828,7 @@ def host_mount_point_target(workdir: Path) -> dict[str, Any]:
 
 
 def parent_removed_while_making(workdir: Path) -> dict[str, Any]:
-    """Someone removes /run/made-here just as the run is making /run/made-here/ipam in it:
+    """Someone removes /run/cni-made-here just as the run is making /run/cni-made-here/ipam in it:
     once (the run makes both again and goes on), then every time (refused, in bounded time)."""
     make_host_state()
     confine.MOUNT_POINT_WAIT = 1.0
@@ -876,7 +876,7 @@ def no_fd_or_lock_left(workdir: Path) -> dict[str, Any]:
     exclusively held: none is left, and every mount point can be locked exclusively after."""
     make_host_state()
     confine.MOUNT_POINT_WAIT = 0.5
-    read_only = Path("/run/read-only")
+    read_only = Path("/run/cni-read-only")
     read_only.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(read_only)], check=True)
     held = MADE_HERE / "held"
@@ -930,8 +930,8 @@ def dangling_symlink_target(workdir: Path) -> dict[str, Any]:
     """A dataDir that is a dangling symlink on the host, and one under a dangling symlink:
     refused with ConfineError, and in bounded time."""
     make_host_state()
-    dangling = Path("/run/dangling")
-    dangling.symlink_to("/run/nowhere")
+    dangling = Path("/run/cni-dangling")
+    dangling.symlink_to("/run/cni-nowhere")
     out: dict[str, Any] = {"wait": confine.MOUNT_POINT_WAIT}
     for name, data_dir in (("dangling", dangling), ("under_dangling", dangling / "ipam")):
         run = StagedRun(root_with_stores(workdir, name, [data_dir]), [data_dir], del_in=data_dir)
@@ -943,13 +943,13 @@ def dangling_symlink_target(workdir: Path) -> dict[str, Any]:
             "error": run.error,
             "work_ran": "released" in run.seen,
         }
-    out["nowhere_made"] = os.path.lexists("/run/nowhere")
+    out["nowhere_made"] = os.path.lexists("/run/cni-nowhere")
     return out
 
 
 def left_behind_when_none_stands(workdir: Path) -> dict[str, Any]:
-    """A has two dataDirs, /run/made-here/a and /run/made-here/b, both missing; B has only
-    /run/made-here/b. A makes both, B mounts on b, A is done first: b stays for B, but no run
+    """A has two dataDirs, /run/cni-made-here/a and /run/cni-made-here/b, both missing; B has only
+    /run/cni-made-here/b. A makes both, B mounts on b, A is done first: b stays for B, but no run
     ever stands on a again, and it must not be left on the host."""
     make_host_state()
     only_a, shared = MADE_HERE / "a", MADE_HERE / "b"
@@ -1013,7 +1013,7 @@ def many_runs_at_random(workdir: Path) -> dict[str, Any]:
 
 
 def marked_in_another_boot(workdir: Path) -> dict[str, Any]:
-    """/run/made-here/ipam is on the host already, left to the others by a run, but in another
+    """/run/cni-made-here/ipam is on the host already, left to the others by a run, but in another
     boot (a persistent file system keeps the mark, and what it names may be anyone's since). A
     run stands on it and is done: it made neither, and the mark is not this boot's: both stay."""
     make_host_state()
@@ -1030,7 +1030,7 @@ def marked_in_another_boot(workdir: Path) -> dict[str, Any]:
     }
 
 
-UNMARKABLE = Path("/run/no-marks")  # a ramfs: it keeps no extended attribute
+UNMARKABLE = Path("/run/cni-no-marks")  # a ramfs: it keeps no extended attribute
 
 
 def unmarkable_mount_points(workdir: Path) -> dict[str, Any]:
@@ -1091,7 +1091,7 @@ def service_mounted_on(path: Path) -> Iterator[tuple[str, Callable[[], str]]]:
 
 
 def crashed_maker_not_adopted(workdir: Path) -> dict[str, Any]:
-    """A run is killed (SIGKILL) while it stands on /run/made-here/ipam, which it made: the
+    """A run is killed (SIGKILL) while it stands on /run/cni-made-here/ipam, which it made: the
     dir stays on the host, empty. A service then mounts on it in a mount namespace of its own
     (as systemd's BindPaths= or an `unshare -m` tool would). A later run on another root
     stands on it and is done: it must not remove it, which would detach the service's mount."""
@@ -1123,7 +1123,7 @@ def crashed_maker_not_adopted(workdir: Path) -> dict[str, Any]:
 
 
 def killed_stander_not_adopted(workdir: Path) -> dict[str, Any]:
-    """A makes /run/made-here/ipam; B, a process of its own, stands on it; A is done: it
+    """A makes /run/cni-made-here/ipam; B, a process of its own, stands on it; A is done: it
     leaves the dir to B (marked), which it cannot remove while B stands there. B is killed
     (SIGKILL). A service then mounts on the dir in a mount namespace of its own; a later run,
     C, stands on it and is done. The mark was there before C came: not C's to act on."""
@@ -1160,7 +1160,7 @@ def killed_stander_not_adopted(workdir: Path) -> dict[str, Any]:
 
 
 def service_mounts_while_a_run_stands(workdir: Path) -> dict[str, Any]:
-    """A run makes /run/made-here/ipam and stands on it; a service mounts on it meanwhile, in
+    """A run makes /run/cni-made-here/ipam and stands on it; a service mounts on it meanwhile, in
     a mount namespace of its own. The run is done: the rmdir would detach the service's mount
     there, so the dir stays, and the service keeps its mount."""
     make_host_state()
@@ -1175,10 +1175,11 @@ def service_mounts_while_a_run_stands(workdir: Path) -> dict[str, Any]:
 
 
 def finishing_together(workdir: Path) -> dict[str, Any]:
-    """A's dataDir is /run/made-here/a, B's /run/made-here/b; A made /run/made-here. A is done
-    first: it removes a, and its rmdir of /run/made-here fails (b is in it) while it holds
-    that dir exclusively; B is done just then, removes b and finds /run/made-here held. B
-    waits for A's moment to pass, and removes it: nothing is left."""
+    """A's dataDir is /run/cni-made-here/a, B's /run/cni-made-here/b; A made
+    /run/cni-made-here. A is done first: it removes a, and its rmdir of /run/cni-made-here
+    fails (b is in it) while it holds that dir exclusively; B is done just then, removes b
+    and finds /run/cni-made-here held. B waits for A's moment to pass, and removes it:
+    nothing is left."""
     make_host_state()
     a_dir, b_dir = MADE_HERE / "a", MADE_HERE / "b"
     a = StagedRun(root_with_stores(workdir, "a", [a_dir]), [a_dir], del_in=a_dir)
@@ -1196,7 +1197,7 @@ def finishing_together(workdir: Path) -> dict[str, Any]:
                 MADE_HERE
             ):
                 a_failed.set()
-                time.sleep(confine.REMOVAL_WAIT / 2)  # still holding /run/made-here
+                time.sleep(confine.REMOVAL_WAIT / 2)  # still holding /run/cni-made-here
             raise
 
     os.rmdir = held_a_moment
@@ -1218,7 +1219,7 @@ def finishing_together(workdir: Path) -> dict[str, Any]:
 
 
 def symlink_swapped_before_rmdir(workdir: Path) -> dict[str, Any]:
-    """The dataDir is reached through a host symlink, /run/made-here/link -> real1, followed
+    """The dataDir is reached through a host symlink, /run/cni-made-here/link -> real1, followed
     as every host symlink on a mount point's way is. The run makes real1/ipam; when it
     removes it, the link has just been turned to real2, which holds the admin's own empty
     ipam: the run removes the dir it made, never the admin's."""

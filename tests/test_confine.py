@@ -66,15 +66,20 @@ def test_standard_binds_come_from_the_resolved_root_and_nested_targets_are_cover
     real = tmp_path / "disk"
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
-    extra = ["/var/lib/cni/networks", "/var/lib/ipam/", "/var/lib/ipam/inner", "/run/other"]
+    extra = [
+        "/var/lib/cni/networks",
+        "/var/lib/cni-ipam/",
+        "/var/lib/cni-ipam/inner",
+        "/run/cni-other",
+    ]
     binds = confine.standard_binds(str(tmp_path / "link"), extra)
     assert {b.target for b in binds} == {
         "/var/lib/cni",
         "/etc/cni",
         "/run/netns",
         "/run/cni",
-        "/var/lib/ipam",
-        "/run/other",
+        "/var/lib/cni-ipam",
+        "/run/cni-other",
     }
     for bind in binds:
         assert bind.source == str(real) + bind.target
@@ -83,12 +88,15 @@ def test_standard_binds_come_from_the_resolved_root_and_nested_targets_are_cover
 @pytest.mark.parametrize(
     ("target", "why"),
     [
-        ("/etc", "/etc is not below /var or /run"),  # ld.so.preload, for every plugin's loader
-        ("/usr/lib/python3", "/usr/lib/python3 is not below /var or /run"),
-        ("/srv/ipam", "/srv/ipam is not below /var or /run"),
-        ("/var", "/var is not below /var or /run"),
-        ("/var/lib/app", "/var/lib/app holds or lies in /var/lib/app/site"),
-        ("/var/lib/app/site/cni_reaper", "lies in /var/lib/app/site"),
+        ("/etc", "/etc is not in a dir of CNI's own"),  # ld.so.preload, for every loader
+        ("/usr/lib/python3", "/usr/lib/python3 is not in a dir of CNI's own"),
+        ("/srv/ipam", "/srv/ipam is not in a dir of CNI's own"),
+        ("/var/lib", "/var/lib is not in a dir of CNI's own"),
+        ("/var/lib/sss", "/var/lib/sss is not in a dir of CNI's own"),  # NSS's user database
+        ("/run/systemd/journal", "is not in a dir of CNI's own"),  # the journal's socket
+        ("/var/usrlocal/sbin", "is not in a dir of CNI's own"),  # /usr/local/sbin on ostree
+        ("/var/lib/cni-app", "/var/lib/cni-app holds or lies in /var/lib/cni-app/site"),
+        ("/var/lib/cni-app/site/cni_reaper", "lies in /var/lib/cni-app/site"),
     ],
 )
 def test_a_target_over_this_machines_code_or_config_is_never_bound(
@@ -97,7 +105,7 @@ def test_a_target_over_this_machines_code_or_config_is_never_bound(
     """Bound from a --root, a dir the node's config names stands for this machine's own in
     the namespace where the plugins and the reaper's thread run as root: only a place of
     variable state is, and none that holds or lies in a dir this interpreter imports from."""
-    monkeypatch.syspath_prepend("/var/lib/app/site")
+    monkeypatch.syspath_prepend("/var/lib/cni-app/site")
     assert why in (bind_refusal(target) or "")
     with pytest.raises(confine.ConfineError, match="cannot confine plugins to"):
         confine.standard_binds(str(tmp_path), [target])
@@ -107,6 +115,21 @@ def test_a_target_over_this_machines_code_or_config_is_never_bound(
     assert host_local.bound_data_dirs(configs) == set()
     assert why in host_local.store_problems(configs, str(tmp_path))["n"]
     assert host_local.store_problems(configs, "/") == {}
+
+
+@pytest.mark.parametrize("cwd", ["/var/lib/cni", "/etc/cni/net.d", "/run/cni"])
+def test_a_standard_target_over_a_dir_python_imports_from_refuses_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cwd: str
+) -> None:
+    """`cd /var/lib/cni && python3 -m cni_reaper --root ...` puts /var/lib/cni first on
+    sys.path: the root's dir mounted there would be imported from, as root, by the confined
+    thread's first import of a module (found by the attack review of the binds: the node's
+    queue.py ran). The run is refused, with what to do instead."""
+    monkeypatch.syspath_prepend(cwd)
+    with pytest.raises(confine.ConfineError) as refused:
+        confine.standard_binds(str(tmp_path))
+    assert "holds or lies in" in str(refused.value) and cwd in str(refused.value)
+    assert str(refused.value).endswith("run it from another dir, or as the installed command")
 
 
 def test_a_relative_target_is_a_bug(tmp_path: Path) -> None:
@@ -245,7 +268,7 @@ def test_a_mount_point_the_host_cannot_make_refuses_and_leaves_nothing(tmp_path:
     seen = run_case("read-only-host", tmp_path)
     assert seen["error"] == (
         f"cannot confine plugins to {tmp_path / 'root'}: cannot make the mount point "
-        f"/run/read-only/ipam: Read-only file system; {confine.ADVICE}"
+        f"/run/cni-read-only/ipam: Read-only file system; {confine.ADVICE}"
     )
     assert not seen["work_ran"]
     assert seen["caller_mounts_unchanged"]
@@ -300,7 +323,7 @@ def test_the_reaper_refuses_a_rescued_disk_it_cannot_confine(tmp_path: Path) -> 
 
 # Attacks on the shared mount points (several runs on several roots at once).
 
-MADE_HERE = "/run/made-here"
+MADE_HERE = "/run/cni-made-here"
 SHARED = f"{MADE_HERE}/ipam"
 
 
@@ -339,7 +362,7 @@ def test_the_maker_done_last_removes_what_it_made(tmp_path: Path) -> None:
 def test_nested_targets_of_two_runs_each_release_in_its_own_root(
     tmp_path: Path, order: str
 ) -> None:
-    """One run's dataDir (/run/made-here) is a parent of the other's (/run/made-here/ipam);
+    """One run's dataDir (/run/cni-made-here) is a parent of the other's (/run/cni-made-here/ipam);
     the one in first is done first, then the other DELs."""
     needs_host_local()
     seen = run_case(f"nested-{order}", tmp_path)
@@ -350,7 +373,7 @@ def test_nested_targets_of_two_runs_each_release_in_its_own_root(
 
 @pytest.mark.parametrize("order", ["outer-first", "inner-first"])
 def test_nested_targets_of_two_runs_leave_nothing(tmp_path: Path, order: str) -> None:
-    """When the first run was done, the other's dir was still in /run/made-here (or the other
+    """When the first run was done, the other's dir was still in /run/cni-made-here (or the other
     stood on it), so the first left it; the other, done last, removes it with its own, made
     by a run in this boot. Until marks (2026-12-03) it was left behind, empty."""
     needs_host_local()
@@ -376,8 +399,8 @@ def test_an_interrupted_maker_leaves_the_other_its_mount(tmp_path: Path) -> None
 
 
 def test_two_runs_racing_to_make_the_same_mount_points(tmp_path: Path) -> None:
-    """Each mkdir of /run/made-here and /run/made-here/ipam waits for the other run's: one of
-    each pair gets FileExistsError, and neither run is refused."""
+    """Each mkdir of /run/cni-made-here and /run/cni-made-here/ipam waits for the other
+    run's: one of each pair gets FileExistsError, and neither run is refused."""
     needs_host_local()
     seen = run_case("racing-mkdir", tmp_path)
     assert seen["entered"] == [True, True] and seen["finished"] == [True, True]
@@ -388,7 +411,7 @@ def test_two_runs_racing_to_make_the_same_mount_points(tmp_path: Path) -> None:
 
 
 def test_a_mount_point_chain_made_by_two_runs_leaves_nothing(tmp_path: Path) -> None:
-    """A made /run/made-here, B made /run/made-here/ipam in it (A's mkdir: FileExistsError).
+    """A made /run/cni-made-here, B made /run/cni-made-here/ipam in it (A's mkdir: FileExistsError).
     A is done first, while B stands on ipam: made-here must stay while B is in. Once B is
     done, B removes the ipam it made, and made-here, A's, marked as made in this boot."""
     needs_host_local()
@@ -464,8 +487,8 @@ def test_a_dangling_symlink_target_is_refused_at_once(tmp_path: Path) -> None:
 
 
 def test_a_mount_point_no_run_stands_on_is_not_left_behind(tmp_path: Path) -> None:
-    """A made /run/made-here/a and /run/made-here/b; B stood on b only. b stays for B while B
-    is in; a, which no run stands on, must go when A is done."""
+    """A made /run/cni-made-here/a and /run/cni-made-here/b; B stood on b only. b stays
+    for B while B is in; a, which no run stands on, must go when A is done."""
     needs_host_local()
     seen = run_case("left-behind-when-none-stands", tmp_path)
     released_in_own_root(seen["a"])
@@ -503,7 +526,7 @@ def test_where_no_mark_can_be_kept_only_the_maker_removes(tmp_path: Path) -> Non
     assert seen["entered"] == [True, True] and seen["finished"] == [True, True]
     released_in_own_root(seen["a"])
     released_in_own_root(seen["b"])
-    assert seen["left"] == ["/run/no-marks/made", "/run/no-marks/made/ipam"]
+    assert seen["left"] == ["/run/cni-no-marks/made", "/run/cni-no-marks/made/ipam"]
 
 
 def test_a_killed_runs_mount_point_is_not_adopted_by_a_later_run(tmp_path: Path) -> None:

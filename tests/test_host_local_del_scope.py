@@ -344,7 +344,7 @@ def test_a_chain_that_runs_host_local_twice_runs_no_del(
     )
 
 
-@pytest.mark.parametrize("data_dir", ["/etc", "/srv/ipam", "/var"])
+@pytest.mark.parametrize("data_dir", ["/etc", "/srv/ipam", "/var/lib", "/run/systemd/journal"])
 def test_under_root_a_data_dir_outside_the_places_of_state_is_not_bound_and_runs_no_del(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], data_dir: str
 ) -> None:
@@ -371,8 +371,8 @@ def test_under_root_a_data_dir_outside_the_places_of_state_is_not_bound_and_runs
     assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
     assert found["plugin_errors"][0]["msg"] == (
         f"host-local's dataDir is not bound for the plugins under {crashed.node.root}: "
-        f"{data_dir} is not below /var or /run: bound there, the node's files would stand for "
-        "this machine's own; no DEL of this network runs"
+        f"{data_dir} is not in a dir of CNI's own below /var/lib or /run (named cni...): bound "
+        "there, the node's files would stand for this machine's own; no DEL of this network runs"
     )
     # The earlier boot's address released all the same, by the reaper under host-local's
     # lock in the root's own store, as for any DEL that cannot run.
@@ -798,7 +798,8 @@ def test_multus_del_is_held_to_every_store_of_the_owner_whatever_its_ifname(
     network under an ifname of its own (net1, ...): the entry's network has no store, and
     its ifname is Multus's. Every store this run found is held to the owner under any
     ifname; one holding an address of A from this boot leaves the DEL (found reading
-    cli.doubted against Multus's CmdDel: the DEL ran and released it, exit 0)."""
+    cli.doubted against Multus's CmdDel: the DEL ran and released it, exit 0). The check
+    comes before the one that keeps Multus's DEL from running under a --root at all."""
     bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
     root = crashed.node.root
     delegates = []
@@ -820,11 +821,17 @@ def test_multus_del_is_held_to_every_store_of_the_owner_whatever_its_ifname(
     crashed.reboot()
     crashed.node.record_before_runtime(crashed.t0 + 20, *stores)
     if not this_boot:
-        # The control: every address of A an earlier boot's, the DEL runs and frees them.
+        # Every address of A an earlier boot's: under a --root no DEL through Multus runs at
+        # all (its cniDir, its kubeconfig, its daemon's socket would be this machine's), the
+        # entry is quarantined as for any DEL that cannot run, and the delegates' addresses
+        # stay for Multus's DEL on the node (found by the attack review of the binds).
         code, report = crashed.run(capsys, "--bin-dir", str(bin_dir))
-        assert code == ExitCode.OK, report
+        assert code == ExitCode.ACTION_FAILED, report
         assert not entry.exists()
-        assert [sorted(os.listdir(store)) for store in stores] == [["lock"], ["lock"]]
+        assert [os.listdir(store) for store in stores] == [["10.244.0.5"], ["10.245.0.5"]]
+        (found,) = report["entries"]
+        assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
+        assert "no DEL through Multus runs under a --root" in found["plugin_errors"][0]["msg"]
         return
     (stores[1] / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())  # this boot's
 

@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from cni_reaper.errors import RefusedError
-from cni_reaper.node_root import PLUGIN_STATE_DIRS, bind_refusal
+from cni_reaper.node_root import PLUGIN_STATE_DIRS, bind_refusal, code_dir_refusal
 from cni_reaper.record import Record
 from cni_reaper.unopened import DIR_FLAGS
 
@@ -153,6 +153,13 @@ def standard_binds(
         why = bind_refusal(given)
         if why is not None:
             raise ConfineError(f"cannot confine plugins to {root}: {why}")
+    for bind in binds:
+        why = code_dir_refusal(bind.target)
+        if why is not None:
+            raise ConfineError(
+                f"cannot confine plugins to {root}: {why}; run it from another dir, or as "
+                "the installed command"
+            )
     return binds
 
 

@@ -22,6 +22,7 @@ from cni_reaper.netconf import (
     NetworkList,
     as_go_reads,
     go_field,
+    kinds_run,
     parse_conf_bytes,
 )
 from cni_reaper.node_root import LeavesRoot, host_path, resolve_inside
@@ -115,8 +116,7 @@ def _delegate_problem(
         return f"{kept}, which nests too deep to decode here: what it would release cannot be told"
     except ValueError as e:
         return f"{kept}, which does not decode here ({e}): what it would release cannot be told"
-    kinds = {go_field(plugin, "type") for plugin in delegate.plugins}
-    if kinds & DELEGATING:
+    if not kinds_run(delegate).isdisjoint(DELEGATING):
         return f"{kept}, whose delegate delegates again: what that would release is not read"
     twice = host_local.twice(delegate)
     if twice is not None:

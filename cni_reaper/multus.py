@@ -47,7 +47,7 @@ from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
 from cni_reaper.content import Content, ContentVerdict
 from cni_reaper.filestat import FileStat
-from cni_reaper.netconf import NetworkList, go_field
+from cni_reaper.netconf import NetworkList, go_field, kinds_run
 from cni_reaper.plan import Action, held, not_to_change
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
@@ -195,9 +195,10 @@ def _cannot(what: str, where: str, e: OSError) -> str:
 
 
 def runs_multus(netlist: NetworkList) -> bool:
-    """Whether the chain runs Multus, thin or thick: its DEL DELs delegates whose configs
-    (Multus's scratch file, the pod's networks) this run does not read."""
-    return any(go_field(p, "type") in (THIN_PLUGIN, THICK_SHIM) for p in netlist.plugins)
+    """Whether the chain runs Multus, thin or thick, as a plugin or as one's IPAM plugin: its
+    DEL DELs delegates whose configs (Multus's scratch file, the pod's networks) this run
+    does not read."""
+    return not kinds_run(netlist).isdisjoint((THIN_PLUGIN, THICK_SHIM))
 
 
 def confined_problem(netlist: NetworkList, root: str) -> str | None:
@@ -210,7 +211,8 @@ def confined_problem(netlist: NetworkList, root: str) -> str | None:
     return (
         f"under {root}, Multus's DEL would read and remove this machine's own files where its "
         "config names its cache dir, a kubeconfig or a daemon's socket, and ask the API "
-        "server: no DEL through Multus runs under a --root (the node's runtime runs it)"
+        "server: no DEL through Multus runs under a --root (on the node, the runtime's DEL "
+        "of a sandbox it knows runs it)"
     )
 
 

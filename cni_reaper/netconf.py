@@ -237,6 +237,18 @@ def go_object(
     return merged
 
 
+def kinds_run(netlist: NetworkList) -> set[Any]:
+    """Every plugin type a DEL through the chain runs, as plugin.resolve_chain finds them:
+    each plugin's "type", and the "type" of each one's "ipam" object, whose plugin it execs."""
+    kinds = set()
+    for conf in netlist.plugins:
+        kinds.add(go_field(conf, "type"))
+        ipam = go_object(conf, "ipam")
+        if isinstance(ipam, tuple):
+            kinds.add(go_field(ipam, "type"))
+    return kinds
+
+
 def as_go_decodes(value: Any) -> Any:
     """A decoded document as libcni holds it after its own decoding into map[string]any: a
     lone surrogate escape is U+FFFD (Python keeps it, and no file name can hold it), two keys

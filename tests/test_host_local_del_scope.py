@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from cni_reaper import host_local
 from cni_reaper.errors import ExitCode
+from cni_reaper.netconf import NetworkConfigs, NetworkList
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, cache_entry_bytes, host_local_conflist
 
@@ -753,14 +754,22 @@ def test_flannels_empty_data_dir_is_the_working_dir_not_the_default(
     assert found["reason"].startswith("flannel's dataDir '' is not one the plugins see under")
 
 
+@pytest.mark.parametrize(
+    "delegate",
+    [
+        {"type": "flannel", "dataDir": "/x"},
+        # the delegating plugin run as the IPAM plugin the delegate execs (found by the attack
+        # review of cd1ab78: Multus read and removed a file of the machine's)
+        {"type": "bridge", "ipam": {"type": "multus"}, "cniDir": "/etc/multus-cache"},
+    ],
+)
 def test_a_scratch_file_whose_delegate_is_flannel_again_leaves_the_del(
-    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], delegate: dict[str, Any]
 ) -> None:
     """That flannel's DEL would run the delegate of a scratch file of its own dataDir's, which
     this run does not read."""
     bin_dir, scratch = flannel_node(crashed, {"type": "flannel"}, {})
-    delegate = {"cniVersion": "1.0.0", "name": "cbr0", "type": "flannel", "dataDir": "/x"}
-    scratch.write_text(json.dumps(delegate))
+    scratch.write_text(json.dumps({"cniVersion": "1.0.0", "name": "cbr0", **delegate}))
     _, entry = a_damaged_entry_and_its_address(crashed)
 
     code, report = crashed.run(capsys, "--bin-dir", str(bin_dir), "--bin-dir", PLUGIN_DIR)
@@ -846,3 +855,25 @@ def test_multus_del_is_held_to_every_store_of_the_owner_whatever_its_ifname(
     assert found["reason"].startswith(
         f"host-local's DEL would also release {stores[1] / '10.245.0.9'}"
     )
+
+
+@pytest.mark.parametrize(
+    "plugin",
+    [
+        {"type": "multus"},
+        {"TYPE": "multus-shim"},
+        {"type": "bridge", "ipam": {"type": "multus"}},  # run as bridge's IPAM plugin
+    ],
+)
+def test_under_root_no_del_runs_through_multus_as_a_plugin_or_an_ipam_plugin(
+    plugin: dict[str, Any],
+) -> None:
+    """Multus's DEL opens the files its config names (its cniDir, its kubeconfig, a daemon's
+    socket), none of which the plugins' confinement mounts from a --root: the machine's own.
+    Run as an IPAM plugin it was missed (found by the attack review of cd1ab78)."""
+    netlist = NetworkList("m", "1.0.0", (plugin,), "(test)")
+    configs = NetworkConfigs({"m": netlist}, ())
+    refused = "no DEL through Multus runs under a --root"
+    assert refused in host_local.store_problems(configs, "/mnt/node")["m"]
+    assert refused in (host_local.cached_config_problem(netlist, configs, "/mnt/node") or "")
+    assert host_local.store_problems(configs, "/") == {}

@@ -24,6 +24,7 @@ from cni_reaper.node_root import (
     LeavesRoot,
     bind_refusal,
     host_path,
+    lies_in,
     resolve_inside,
 )
 from cni_reaper.pool import ListedAddresses, listed
@@ -258,7 +259,7 @@ def bound_under_root(node_path: str, configs: NetworkConfigs) -> bool:
 
 
 def _in_any(node_path: str, dirs: Iterable[str]) -> bool:
-    return any(node_path == d or node_path.startswith(d.rstrip("/") + "/") for d in dirs)
+    return any(lies_in(node_path, d) for d in dirs)
 
 
 class Releases:

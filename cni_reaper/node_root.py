@@ -62,9 +62,14 @@ def code_dir_refusal(node_path: str) -> str | None:
     this machine resolves them (a `python -m` run from /var/lib/cni imports from there)."""
     resolved = os.path.realpath(node_path)
     for code in _code_dirs():
-        if code != "/" and (code == resolved or _below(code, resolved) or _below(resolved, code)):
+        if code != "/" and (lies_in(code, resolved) or lies_in(resolved, code)):
             return f"{node_path} holds or lies in {code}, where this program loads its code from"
     return None
+
+
+def lies_in(path: str, directory: str) -> bool:
+    """path is directory or lies below it; both absolute and normalized."""
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _below(path: str, dir_path: str) -> str | None:

@@ -117,6 +117,13 @@ def test_a_target_over_this_machines_code_or_config_is_never_bound(
     assert host_local.store_problems(configs, "/") == {}
 
 
+def test_a_target_given_by_an_iterator_is_refused_all_the_same(tmp_path: Path) -> None:
+    """The targets are read twice, for the binds and for the refusal: an iterator's second
+    reading is empty (found by the review of the change: /etc was bound)."""
+    with pytest.raises(confine.ConfineError, match="/etc is not in a dir of CNI's own"):
+        confine.standard_binds(str(tmp_path), (target for target in ["/etc"]))
+
+
 @pytest.mark.parametrize("cwd", ["/var/lib/cni", "/etc/cni/net.d", "/run/cni"])
 def test_a_standard_target_over_a_dir_python_imports_from_refuses_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cwd: str

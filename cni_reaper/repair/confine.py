@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from cni_reaper.errors import RefusedError
-from cni_reaper.node_root import PLUGIN_STATE_DIRS, bind_refusal, code_dir_refusal
+from cni_reaper.node_root import PLUGIN_STATE_DIRS, bind_refusal, code_dir_refusal, lies_in
 from cni_reaper.record import Record
 from cni_reaper.unopened import DIR_FLAGS
 
@@ -136,19 +136,20 @@ def standard_binds(
     real_root = os.path.realpath(root)
     if real_root == "/":
         raise ValueError("root / is the host itself: there is nothing to confine to")
+    extra = tuple(extra_targets)  # read twice: an iterator would pass the refusal below empty
     wanted: list[tuple[str, str]] = []  # (resolved on the host, as given)
-    for given in (*PLUGIN_STATE_DIRS, *extra_targets):
+    for given in (*PLUGIN_STATE_DIRS, *extra):
         if not os.path.isabs(given):
             raise ValueError(f"bind target {given!r} is not an absolute path")
         target = os.path.normpath(given)
         wanted.append((os.path.realpath(target), target))
     kept: list[tuple[str, str]] = []
     for resolved, target in sorted(wanted, key=lambda pair: (len(pair[0]), pair[0])):
-        if not any(_under(resolved, outer) for outer, _ in kept):
+        if not any(lies_in(resolved, outer) for outer, _ in kept):
             kept.append((resolved, target))
     binds = tuple(Bind(target, os.path.join(real_root, target.lstrip("/"))) for _, target in kept)
     check_layout(root, binds, kept_paths)
-    for given in extra_targets:
+    for given in extra:
         # host_local.bound_data_dirs() leaves these out: a caller that did not.
         why = bind_refusal(given)
         if why is not None:
@@ -171,19 +172,19 @@ def check_layout(root: str, binds: Sequence[Bind], kept_paths: Iterable[str] = (
     kept = [(path, os.path.realpath(path)) for path in kept_paths]
     for bind in binds:
         target = os.path.realpath(bind.target)
-        if _under(target, real_root):
+        if lies_in(target, real_root):
             raise ConfineError(
                 f"cannot confine plugins to {root}: {bind.target} lies in the root itself, "
                 f"and mounting over it would hide the root's own files; {ADVICE}"
             )
-        if _under(real_root, target):
+        if lies_in(real_root, target):
             raise ConfineError(
                 f"cannot confine plugins to {root}: the root lies under {bind.target}, where "
                 f"the root's own {bind.source} must be mounted; mount the node's disk "
                 f"somewhere outside {bind.target}"
             )
         for path, resolved in kept:
-            if _under(resolved, target):
+            if lies_in(resolved, target):
                 raise ConfineError(
                     f"cannot confine plugins to {root}: {path}, which the reaper itself uses, "
                     f"lies under {bind.target}, where the root's {bind.source} must be "
@@ -219,7 +220,7 @@ def run_confined(
         for path in bind:
             if not os.path.isabs(path) or os.path.normpath(path) != path:
                 raise ValueError(f"bind path {path!r} is not absolute and normalized")
-        if not _under(bind.source, real_root):
+        if not lies_in(bind.source, real_root):
             raise ValueError(f"bind source {bind.source!r} is not under the root {real_root!r}")
     check_layout(root, binds)
     note = on_note or _ignore
@@ -725,11 +726,6 @@ def _boot_id() -> bytes | None:
     except OSError:
         return None
     return found or None
-
-
-def _under(path: str, directory: str) -> bool:
-    """path is directory or lies below it; both absolute and normalized."""
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _ignore(_note: str) -> None:

@@ -52,7 +52,7 @@ from cni_reaper.journal import (
     warning_fields,
 )
 from cni_reaper.lock import RunLock
-from cni_reaper.node_root import LeavesRoot
+from cni_reaper.node_root import LeavesRoot, RootBinds
 from cni_reaper.node_root import canonical as node_path
 from cni_reaper.notify import Notifier
 from cni_reaper.options import Options
@@ -329,6 +329,7 @@ class _Run(Record):
     clock: boot.Clock
     runner: PluginRunner | None
     configs: netconf.NetworkConfigs
+    binds: RootBinds  # what the plugins see of the root's dirs
     runtimes: runtime_config.RuntimeConfigs
     plugin_dirs: PluginDirs
     budget: Budget | None  # a real run's; a dry run runs nothing to bound
@@ -385,6 +386,7 @@ def _run(
             raise RefusedError(_runtime_running_refusal(paths, running))
         warnings.append(f"a container runtime is running ({running})")
     configs = netconf.load_conf_dirs(paths.conf_dirs)
+    binds = _root_binds(paths, configs)
     plugin_dirs = vet_plugin_dirs(paths.bin_dirs)
     warnings.extend(plugin_dirs.problems)
     run = _Run(
@@ -393,6 +395,7 @@ def _run(
         clock,
         runner,
         configs,
+        binds,
         runtimes,
         plugin_dirs,
         budget,
@@ -415,20 +418,9 @@ def _run(
             if confine.needs_confinement(paths.root):
                 # Plugins must work on the root's CNI state, never this machine's: the whole
                 # run goes on in a thread of its own, in a mount namespace where they see it.
-                binds = confine.standard_binds(
-                    paths.root,
-                    extra_targets=host_local.bound_data_dirs(configs),
-                    kept_paths=(
-                        paths.results_dir,
-                        paths.state_dir,
-                        paths.quarantine_dir,
-                        paths.lock_file,
-                        *paths.bin_dirs,
-                    ),
-                )
                 report = confine.run_confined(
                     paths.root,
-                    binds,
+                    confine.standard_binds(paths.root, binds.data_dirs, _kept_paths(paths)),
                     lambda: _pipeline(run),
                     cancel=budget.cancel if budget is not None else None,
                     on_note=warnings.append,
@@ -448,6 +440,29 @@ def _run(
 
         _write_metrics(args.metrics_file, metrics.render(report, started, time.time()), env)
     return report.exit_code
+
+
+def _root_binds(paths: NodePaths, configs: netconf.NetworkConfigs) -> RootBinds:
+    """What a run binds for the plugins under paths.root, a dry run as a real one: a dataDir
+    whose bind would refuse the run is refused alone, and with it that network's DELs."""
+    data_dirs = host_local.data_dirs(configs)
+    if paths.root == "/" or not data_dirs:
+        return RootBinds(paths.root, data_dirs)
+    from cni_reaper.repair import confine  # noqa: PLC0415 (threading: --root runs only)
+
+    kept = _kept_paths(paths)
+    return RootBinds(paths.root, data_dirs, lambda d: confine.bind_problem(paths.root, d, kept))
+
+
+def _kept_paths(paths: NodePaths) -> tuple[str, ...]:
+    """The paths the reaper itself goes on using while its plugins run confined."""
+    return (
+        paths.results_dir,
+        paths.state_dir,
+        paths.quarantine_dir,
+        paths.lock_file,
+        *paths.bin_dirs,
+    )
 
 
 def _emit_more(args: Options, paths: NodePaths, report: Report, events: EventLog) -> None:
@@ -610,7 +625,7 @@ def _pipeline(run: _Run) -> Report:
         live = _live_containers(run) if needed else frozenset()
         pins = _pinned_netns(run) if needed else frozenset()
         ready(lambda container_id: why_alive(live, container_id), pins)
-        no_del = host_local.store_problems(run.configs, paths.root)
+        no_del = host_local.store_problems(run.configs, run.binds)
         warnings.extend(no_del.values())
         _reservations(
             run,
@@ -637,10 +652,10 @@ def _pipeline(run: _Run) -> Report:
         proof.open_dir(paths.results_dir, os.fstat(results_fd))
         fates.present = lambda name: _regular_in(results_fd, name)
         fates.names = lambda: os.listdir(results_fd)
-        del_problems = host_local.store_problems(run.configs, paths.root)
+        del_problems = host_local.store_problems(run.configs, run.binds)
 
         def cached_problem(netlist: netconf.NetworkList) -> str | None:
-            return host_local.cached_config_problem(netlist, run.configs, paths.root)
+            return host_local.cached_config_problem(netlist, run.binds)
 
         warnings.extend(del_problems.values())
         sandboxes = _sandbox_records(run)
@@ -698,9 +713,7 @@ def _pipeline(run: _Run) -> Report:
                     why = reads.of(store).against_owner(split.container_id)
                     if why is not None:
                         return why
-            return flannel.scratch_problem(
-                netlist, split.container_id, paths.root, read_stores, run.configs
-            )
+            return flannel.scratch_problem(netlist, split.container_id, run.binds, read_stores)
 
         settle = _settling(run, report, proof, results_fd, paths.results_dir, boot_ctx.boot_id)
         entries = cached_configs.noting(
@@ -920,7 +933,7 @@ class _CachedConfigs:
                     cached.config,
                     entry.name,
                     network,
-                    lambda n: host_local.cached_config_problem(n, run.configs, run.paths.root),
+                    lambda n: host_local.cached_config_problem(n, run.binds),
                 )
                 if netlist is not None:
                     return netlist, why_not
@@ -1291,9 +1304,8 @@ def _reservations(
             assert r.owner is not None  # an orphan's DEL is by its owner
             doubt = doubts.against(r.owner.container_id, p.del_ifname or host_local.DEFAULT_IFNAME)
             if doubt is None and p.netlist is not None:
-                doubt = flannel.scratch_problem(
-                    p.netlist, r.owner.container_id, run.paths.root, (store,), run.configs
-                )
+                owner = r.owner.container_id
+                doubt = flannel.scratch_problem(p.netlist, owner, run.binds, (store,))
             if doubt is None:
                 add(r.ip, r.number, p.owner_state, True)
                 changing.append(p)

@@ -25,7 +25,7 @@ from cni_reaper.netconf import (
     kinds_run,
     parse_conf_bytes,
 )
-from cni_reaper.node_root import LeavesRoot, host_path, resolve_inside
+from cni_reaper.node_root import LeavesRoot, RootBinds, host_path, resolve_inside
 from cni_reaper.unopened import READ_FLAGS, NotRegularFile, refuse_unless_regular
 
 DEFAULT_DATA_DIR = "/var/lib/cni/flannel"
@@ -39,9 +39,8 @@ MAX_SCRATCH_BYTES = 1 << 16
 def scratch_problem(
     netlist: NetworkList,
     container_id: str,
-    root: str,
+    binds: RootBinds,
     read_stores: Collection[str],
-    configs: NetworkConfigs,
 ) -> str | None:
     """Why a DEL of the container through this chain may not run, if it runs flannel: the
     delegate config flannel kept keeps its host-local store elsewhere than read_stores (the
@@ -56,23 +55,26 @@ def scratch_problem(
         data_dir = data_dir if isinstance(data_dir, str) else DEFAULT_DATA_DIR
         # Go's filepath.Join; a relative dataDir is the plugin's working dir's, which is /.
         node_path = os.path.normpath("/" + os.path.join(data_dir, container_id).lstrip("/"))
-        if root != "/" and not _seen_as_the_root_has_it(node_path, root, configs):
+        if not _seen_as_the_root_has_it(node_path, binds):
             return (
-                f"flannel's dataDir {data_dir!r} is not one the plugins see under {root}, or "
+                f"flannel's dataDir {data_dir!r} is not one the plugins see under {binds.root}, or "
                 "is reached through a symlink: its DEL would read this machine's own"
             )
-        why = _delegate_problem(node_path, container_id, root, read_stores, configs)
+        why = _delegate_problem(node_path, container_id, binds, read_stores)
         if why is not None:
             return why
     return None
 
 
-def _seen_as_the_root_has_it(node_path: str, root: str, configs: NetworkConfigs) -> bool:
-    """Whether a plugin confined to root (confine.py) sees the root's own node_path: it lies
-    in a dir bound there, and no symlink is on its way, which the plugin would follow as this
-    machine has it."""
-    if not host_local.bound_under_root(os.path.dirname(node_path), configs):
+def _seen_as_the_root_has_it(node_path: str, binds: RootBinds) -> bool:
+    """Whether a plugin run under the root sees the root's own node_path: the root is /, or
+    node_path lies in a dir bound there (confine.py) and no symlink is on its way, which the
+    plugin would follow as this machine has it."""
+    if not binds.confined:
+        return True
+    if not binds.covers(os.path.dirname(node_path)):
         return False
+    root = binds.root
     try:
         return resolve_inside(root, node_path) == host_path(root, node_path)
     except (LeavesRoot, OSError):
@@ -82,10 +84,10 @@ def _seen_as_the_root_has_it(node_path: str, root: str, configs: NetworkConfigs)
 def _delegate_problem(
     node_path: str,
     container_id: str,
-    root: str,
+    binds: RootBinds,
     read_stores: Collection[str],
-    configs: NetworkConfigs,
 ) -> str | None:
+    root = binds.root
     # Under a root, scratch_problem() has seen no symlink on the way: the path as named is
     # the one the plugin opens.
     path = host_path(root, node_path)
@@ -124,7 +126,7 @@ def _delegate_problem(
     if not host_local.data_dirs(NetworkConfigs({delegate.name: delegate}, ())):
         return None  # its delegate runs no host-local
     named = host_local.store_of(delegate, "/")  # as the plugin names it
-    if root != "/" and named is not None and not _seen_as_the_root_has_it(named, root, configs):
+    if named is not None and not _seen_as_the_root_has_it(named, binds):
         return (
             f"{kept}, whose host-local keeps {named}: not a store the plugins see under {root}, "
             "or one reached through a symlink"

@@ -20,11 +20,10 @@ from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object
 from cni_reaper.node_root import (
-    PLUGIN_STATE_DIRS,
     LeavesRoot,
+    RootBinds,
     bind_refusal,
     host_path,
-    lies_in,
     resolve_inside,
 )
 from cni_reaper.pool import ListedAddresses, listed
@@ -196,25 +195,26 @@ class StoreReads:
         return doubts
 
 
-def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
+def store_problems(configs: NetworkConfigs, binds: RootBinds) -> dict[str, str]:
     """Networks whose DEL is not run, and why: a chain that runs host-local more than once
     (twice()); under a root other than /, a chain that runs Multus (multus.confined_problem),
-    a dataDir not bound (bound_data_dirs), or a store reached through a symlink: the plugins
+    a dataDir not bound (binds.refused), or a store reached through a symlink: the plugins
     run confined to the root's dirs (confine.py), but a symlink below them is followed there
     as on this machine, to this machine's files."""
+    root = binds.root
     problems = {
         name: why
         for name, n in configs.networks.items()
         if (why := twice(n) or multus.confined_problem(n, root))
     }
-    if root == "/":
+    if not binds.confined:
         return problems
-    bound = bound_data_dirs(configs)
     for name, data_dir in _data_dirs(configs):
-        if name not in problems and not _in_any(data_dir, (*PLUGIN_STATE_DIRS, *bound)):
+        if name not in problems and not binds.covers(data_dir):
+            why = binds.refused.get(data_dir) or bind_refusal(data_dir)
             problems[name] = (
-                f"host-local's dataDir is not bound for the plugins under {root}: "
-                f"{bind_refusal(data_dir)}; no DEL of this network runs"
+                f"host-local's dataDir is not bound for the plugins under {root}: {why}; "
+                "no DEL of this network runs"
             )
     for name, node_path in _store_node_paths(configs):
         if name in problems:
@@ -232,34 +232,23 @@ def store_problems(configs: NetworkConfigs, root: str) -> dict[str, str]:
     return problems
 
 
-def cached_config_problem(netlist: NetworkList, configs: NetworkConfigs, root: str) -> str | None:
+def cached_config_problem(netlist: NetworkList, binds: RootBinds) -> str | None:
     """Why a config cached in a results entry, not in the conf dirs, may not run a DEL: it
     runs host-local more than once (twice()); or, under a root other than /, plugins run
     confined to binds made from the standard dirs and the conf dirs' dataDirs, so a dataDir
     only this config names is this machine's own there."""
-    why = twice(netlist) or multus.confined_problem(netlist, root)
-    if why is not None or root == "/":
+    why = twice(netlist) or multus.confined_problem(netlist, binds.root)
+    if why is not None or not binds.confined:
         return why
     alone = NetworkConfigs({netlist.name: netlist}, ())
     for _, data_dir in _data_dirs(alone):
-        if not bound_under_root(data_dir, configs):
+        if not binds.covers(data_dir):
             return (
                 f"its cached config's host-local dataDir {data_dir} is not one the plugins "
-                f"see under {root}: it would be this machine's own"
+                f"see under {binds.root}: it would be this machine's own"
             )
-    problems = store_problems(alone, root)
+    problems = store_problems(alone, binds)
     return next(iter(problems.values()), None)
-
-
-def bound_under_root(node_path: str, configs: NetworkConfigs) -> bool:
-    """Whether node_path lies in a dir confine.py binds from a root other than /: the
-    standard ones and every dataDir the conf dirs' configs name. Elsewhere a confined plugin
-    sees this machine's own."""
-    return _in_any(node_path, (*PLUGIN_STATE_DIRS, *bound_data_dirs(configs)))
-
-
-def _in_any(node_path: str, dirs: Iterable[str]) -> bool:
-    return any(lies_in(node_path, d) for d in dirs)
 
 
 class Releases:
@@ -359,13 +348,6 @@ _PRINTABLE = re.compile(rb"[\x21-\x7e]*")  # ASCII with no space or control
 def data_dirs(configs: NetworkConfigs) -> set[str]:
     """Every host-local dataDir the network configs use, as absolute node paths."""
     return {data_dir for _, data_dir in _data_dirs(configs)}
-
-
-def bound_data_dirs(configs: NetworkConfigs) -> set[str]:
-    """The host-local dataDirs the network configs use that confine.py binds under a root
-    other than /, as absolute node paths: those node_root.bind_refusal() lets be bound (the
-    default among them, which lies under a standard bind target)."""
-    return {d for _, d in _data_dirs(configs) if bind_refusal(d) is None}
 
 
 class StoreDoubts:

@@ -17,6 +17,7 @@ import re
 import stat
 import sys
 from collections import deque
+from collections.abc import Callable, Iterable
 
 from cni_reaper.unopened import DIR_FLAGS, READ_FLAGS, refuse_unless_regular_mode
 
@@ -65,6 +66,43 @@ def code_dir_refusal(node_path: str) -> str | None:
         if code != "/" and (lies_in(code, resolved) or lies_in(resolved, code)):
             return f"{node_path} holds or lies in {code}, where this program loads its code from"
     return None
+
+
+class RootBinds:
+    """The node's dirs a run binds where the plugins look (repair/confine.py), decided once a
+    run, before it: under a root other than /, the standard ones (PLUGIN_STATE_DIRS) and each
+    host-local dataDir the conf dirs name that bind_refusal() lets be bound and whose own bind
+    cannot_bind() finds nothing against (its mount point cannot be made: a file in its way).
+    A dataDir refused keeps the network from running a DEL, not the run from running; the
+    dry run and the real one decide it alike. Under / the plugins see the node as it is."""
+
+    def __init__(
+        self,
+        root: str,
+        data_dirs: Iterable[str] = (),
+        cannot_bind: Callable[[str], str | None] = lambda _: None,
+    ) -> None:
+        self.root = root
+        self.confined = root != "/"
+        self.refused: dict[str, str] = {}  # dataDir -> why it is not bound
+        bound: list[str] = []
+        if self.confined:
+            for data_dir in sorted(set(data_dirs), key=lambda d: (len(d), d)):
+                why = bind_refusal(data_dir)
+                outer = (*PLUGIN_STATE_DIRS, *bound)
+                if why is None and not any(lies_in(data_dir, d) for d in outer):
+                    why = cannot_bind(data_dir)  # a bind of its own, not in an outer one
+                if why is None:
+                    bound.append(data_dir)
+                else:
+                    self.refused[data_dir] = why
+        self.data_dirs = tuple(bound)  # the dataDirs bound, outer ones first
+
+    def covers(self, node_path: str) -> bool:
+        """A plugin run under the root sees the root's own node_path, symlinks aside: it lies
+        in a dir bound there, or the root is /."""
+        dirs = (*PLUGIN_STATE_DIRS, *self.data_dirs)
+        return not self.confined or any(lies_in(node_path, d) for d in dirs)
 
 
 def lies_in(path: str, directory: str) -> bool:

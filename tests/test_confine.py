@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cni_reaper import host_local
 from cni_reaper.netconf import NetworkConfigs, NetworkList
-from cni_reaper.node_root import bind_refusal
+from cni_reaper.node_root import PLUGIN_STATE_DIRS, RootBinds, bind_refusal, lies_in
 from cni_reaper.repair import confine
 from tests.confine_scenario import HOST_STORE, IP, NETWORK, RESERVATION
 from tests.nodetree import CONTAINER_IDS, have_plugins
@@ -112,9 +114,10 @@ def test_a_target_over_this_machines_code_or_config_is_never_bound(
     ipam = {"type": "host-local", "dataDir": target}
     netlist = NetworkList("n", "1.0.0", ({"type": "bridge", "ipam": ipam},), "(test)")
     configs = NetworkConfigs({"n": netlist}, ())
-    assert host_local.bound_data_dirs(configs) == set()
-    assert why in host_local.store_problems(configs, str(tmp_path))["n"]
-    assert host_local.store_problems(configs, "/") == {}
+    binds = RootBinds(str(tmp_path), host_local.data_dirs(configs))
+    assert binds.data_dirs == ()
+    assert why in host_local.store_problems(configs, binds)["n"]
+    assert host_local.store_problems(configs, RootBinds("/", host_local.data_dirs(configs))) == {}
 
 
 def test_a_target_given_by_an_iterator_is_refused_all_the_same(tmp_path: Path) -> None:
@@ -137,6 +140,84 @@ def test_a_standard_target_over_a_dir_python_imports_from_refuses_the_run(
         confine.standard_binds(str(tmp_path))
     assert "holds or lies in" in str(refused.value) and cwd in str(refused.value)
     assert str(refused.value).endswith("run it from another dir, or as the installed command")
+
+
+def test_a_mount_point_that_cannot_be_made_is_told_before_the_run(tmp_path: Path) -> None:
+    """What _hold_mount_point() would refuse the whole run for, told beforehand, so that a
+    run leaves only that dataDir's network alone (the attack review of 2dee816, F5)."""
+    (tmp_path / "file").write_bytes(b"")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    problem = confine.mount_point_problem
+    assert problem(str(tmp_path / "file/ipam")) == (
+        f"the mount point {tmp_path}/file/ipam cannot be made: {tmp_path}/file is no directory"
+    )
+    assert "file is no directory" in (problem(str(tmp_path / "file")) or "")
+    assert problem(str(tmp_path / "dangling/ipam")) == (
+        f"the mount point {tmp_path}/dangling/ipam cannot be made: {tmp_path}/dangling is a "
+        "symbolic link to nothing"
+    )
+    for fine in ("dir", "dir/a/b", "link", "link/a", "new/a"):
+        assert problem(str(tmp_path / fine)) is None, fine
+    # The layout's own refusals, for one bind.
+    assert "lies in the root itself" in (
+        confine.bind_problem(str(tmp_path), str(tmp_path / "d")) or ""
+    )
+    kept = str(tmp_path / "dir/state")
+    why = confine.bind_problem("/mnt/node", str(tmp_path / "dir"), [kept])
+    assert why is not None and why.startswith(f"{kept}, which the reaper itself uses, lies under")
+
+
+_DATA_DIRS = st.sampled_from(
+    [
+        "/var/lib/cni/networks",
+        "/var/lib/cni/x",
+        "/var/lib/cni-a",
+        "/var/lib/cni-a/b",
+        "/var/lib/cni-a/b/c",
+        "/var/lib/cni-b",
+        "/run/cni-c",
+        "/run/cni-c/d",
+        "/run/cni/e",
+        "/etc/cni-f",
+        "/srv/cni-g",
+        "/var/lib/sss",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data_dirs=st.lists(_DATA_DIRS, max_size=8), blocked=st.sets(_DATA_DIRS, max_size=4))
+def test_a_data_dir_is_bound_only_where_its_own_bind_is_sound(
+    data_dirs: list[str], blocked: set[str]
+) -> None:
+    """Over every set of dataDirs and every set of places whose mount point cannot be made:
+    each dataDir is seen by the plugins as the root has it, or refused with why, never both;
+    none is bound that bind_refusal() refuses; one bound by a bind of its own (in no standard
+    dir or other dataDir bound) is one cannot_bind() finds nothing against; and the binds
+    made from them refuse no run."""
+    asked: list[str] = []
+
+    def cannot_bind(target: str) -> str | None:
+        asked.append(target)
+        hit = [b for b in blocked if target == b or target.startswith(b + "/")]
+        return f"{hit[0]} is in the way" if hit else None
+
+    binds = RootBinds("/mnt/node", data_dirs, cannot_bind)
+
+    for data_dir in data_dirs:
+        assert binds.covers(data_dir) != (data_dir in binds.refused), data_dir
+    for data_dir in binds.data_dirs:
+        assert bind_refusal(data_dir) is None
+        outer = (*PLUGIN_STATE_DIRS, *(d for d in binds.data_dirs if d != data_dir))
+        if not any(lies_in(data_dir, d) for d in outer):
+            assert data_dir in asked and cannot_bind(data_dir) is None
+    for data_dir, why in binds.refused.items():
+        assert why in (bind_refusal(data_dir), cannot_bind(data_dir))
+    binds_made = confine.standard_binds("/mnt/node", binds.data_dirs)
+    assert {b.target for b in binds_made} <= {*PLUGIN_STATE_DIRS, *binds.data_dirs}
+    assert RootBinds("/", data_dirs, cannot_bind).covers("/anywhere")
 
 
 def test_a_relative_target_is_a_bug(tmp_path: Path) -> None:

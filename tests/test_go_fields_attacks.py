@@ -21,6 +21,7 @@ import pytest
 from cni_reaper import host_local, multus, netconf, pool
 from cni_reaper.errors import ExitCode
 from cni_reaper.netconf import ConfigError, NetworkConfigs, NetworkList, parse_conf_bytes
+from cni_reaper.node_root import RootBinds
 from cni_reaper.plugin import resolve_chain, vet_plugin_dirs
 from cni_reaper.repair.replay import plugin_stdin
 from tests.crashed import Crashed, by_path
@@ -452,7 +453,8 @@ def test_a_data_dir_in_any_case_never_leads_out_of_the_root(tmp_path: Path) -> N
     stores = dict(host_local.stores(configs, str(root)))
 
     assert stores == {"up": str(root / "outside/up")}
-    assert "esc" in host_local.store_problems(configs, str(root))
+    binds = RootBinds(str(root), host_local.data_dirs(configs))
+    assert "esc" in host_local.store_problems(configs, binds)
 
 
 def test_a_multus_cni_dir_in_any_case_that_climbs_out_of_the_root_is_refused(

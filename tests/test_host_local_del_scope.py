@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,14 @@ from hypothesis import strategies as st
 from cni_reaper import host_local
 from cni_reaper.errors import ExitCode
 from cni_reaper.netconf import NetworkConfigs, NetworkList
+from cni_reaper.node_root import RootBinds
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, cache_entry_bytes, host_local_conflist
+from tests.private_node import cannot_run, unshare
 
 A, B = CONTAINER_IDS[:2]
 OWNER_A = f"{A}\r\neth0".encode()
+REPO = Path(__file__).resolve().parent.parent
 
 
 def orphaned(crashed: Crashed, *container_ids: str) -> Path:
@@ -379,6 +383,67 @@ def test_under_root_a_data_dir_outside_the_places_of_state_is_not_bound_and_runs
     # lock in the root's own store, as for any DEL that cannot run.
     (address,) = report["host_local"]
     assert (address["action"], address["outcome"], address["del"]) == ("quarantine", "done", None)
+    assert "10.62.0.2" not in os.listdir(store)
+
+
+def sealed_run(crashed: Crashed, in_the_way: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    """One run of its own, in a mount namespace where in_the_way is a file of the machine's."""
+    sealed = [*unshare(), sys.executable, "-m", "tests.sealed_run", str(crashed.t0 + 60)]
+    argv = [*sealed, in_the_way, "--", *crashed.argv("--json", *extra)]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_under_root_a_data_dir_whose_mount_point_cannot_be_made_stops_only_its_network(
+    crashed: Crashed,
+) -> None:
+    """A dataDir whose mount point cannot be made on this machine (a file of its own in the
+    way) refused the whole run (exit 75), every other network's repair with it: now only that
+    network runs no DEL, as for a dataDir that may not be bound, and the dry run says so too
+    (found by the attack review of 2dee816, F5)."""
+    if os.geteuid() != 0:
+        cannot_run("needs root to make a private mount namespace")
+    entry_a = crashed.add(A)
+    entry_a.write_bytes(b"")
+    ipam = {
+        "type": "host-local",
+        "dataDir": "/run/cni-blocked/ipam",
+        "ranges": [[{"subnet": "10.62.0.0/24"}]],
+    }
+    conf = {"cniVersion": "1.0.0", "name": "hx", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_conf("40-hx.conflist", json.dumps(conf).encode())
+    store = crashed.node.root / "run/cni-blocked/ipam/hx"
+    store.mkdir(parents=True)
+    (store / "10.62.0.2").write_bytes(f"{B}\r\neth0".encode())
+    entry_b = crashed.node.write_result(f"hx-{B}-eth0", b"")
+    crashed.reboot()
+    refusal = (
+        f"host-local's dataDir is not bound for the plugins under {crashed.node.root}: the mount "
+        "point /run/cni-blocked/ipam cannot be made: /run/cni-blocked is no directory; no DEL of "
+        "this network runs"
+    )
+
+    code, dry = sealed_run(crashed, "/run/cni-blocked", "--dry-run")
+
+    assert code == ExitCode.ACTION_FAILED  # as the real run will end
+    assert refusal in dry["warnings"]
+    planned = {e["network"]: e for e in dry["entries"]}
+    assert (planned["hl"]["del"]["config_problem"], planned["hx"]["del"]["config_problem"]) == (
+        None,
+        refusal,
+    )
+
+    code, report = sealed_run(crashed, "/run/cni-blocked")
+
+    assert code == ExitCode.ACTION_FAILED
+    assert not entry_a.exists() and not entry_b.exists()
+    found = {e["network"]: e for e in report["entries"]}
+    assert (found["hl"]["outcome"], found["hl"]["del"]["plugins_run"]) == ("done", ["host-local"])
+    assert crashed.ips() == {}
+    assert (found["hx"]["outcome"], found["hx"]["del"]["plugins_run"]) == ("failed", [])
+    assert found["hx"]["plugin_errors"][0]["msg"] == refusal
+    # Its earlier boot's address released all the same, by the reaper under host-local's lock.
     assert "10.62.0.2" not in os.listdir(store)
 
 
@@ -874,6 +939,6 @@ def test_under_root_no_del_runs_through_multus_as_a_plugin_or_an_ipam_plugin(
     netlist = NetworkList("m", "1.0.0", (plugin,), "(test)")
     configs = NetworkConfigs({"m": netlist}, ())
     refused = "no DEL through Multus runs under a --root"
-    assert refused in host_local.store_problems(configs, "/mnt/node")["m"]
-    assert refused in (host_local.cached_config_problem(netlist, configs, "/mnt/node") or "")
-    assert host_local.store_problems(configs, "/") == {}
+    assert refused in host_local.store_problems(configs, RootBinds("/mnt/node"))["m"]
+    assert refused in (host_local.cached_config_problem(netlist, RootBinds("/mnt/node")) or "")
+    assert host_local.store_problems(configs, RootBinds("/")) == {}

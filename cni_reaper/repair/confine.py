@@ -150,7 +150,7 @@ def standard_binds(
     binds = tuple(Bind(target, os.path.join(real_root, target.lstrip("/"))) for _, target in kept)
     check_layout(root, binds, kept_paths)
     for given in extra:
-        # host_local.bound_data_dirs() leaves these out: a caller that did not.
+        # node_root.RootBinds leaves these out: a caller that did not.
         why = bind_refusal(given)
         if why is not None:
             raise ConfineError(f"cannot confine plugins to {root}: {why}")
@@ -165,31 +165,62 @@ def standard_binds(
 
 
 def check_layout(root: str, binds: Sequence[Bind], kept_paths: Iterable[str] = ()) -> None:
-    """ConfineError if a bind would hide what it must not: a target over the root or part of
-    it, a target over the root's own path (--root /var/lib/cni/x: the source would be looked
-    up through the bind itself), or a target over a path the reaper keeps using."""
-    real_root = os.path.realpath(root)
-    kept = [(path, os.path.realpath(path)) for path in kept_paths]
+    """ConfineError if a bind would hide what it must not (layout_problem)."""
+    kept = tuple(kept_paths)
     for bind in binds:
-        target = os.path.realpath(bind.target)
-        if lies_in(target, real_root):
-            raise ConfineError(
-                f"cannot confine plugins to {root}: {bind.target} lies in the root itself, "
-                f"and mounting over it would hide the root's own files; {ADVICE}"
+        why = layout_problem(root, bind, kept)
+        if why is not None:
+            raise ConfineError(f"cannot confine plugins to {root}: {why}")
+
+
+def layout_problem(root: str, bind: Bind, kept_paths: Iterable[str] = ()) -> str | None:
+    """What bind would hide that it must not, if anything: the root or part of it (its target
+    lies in the root), the root's own path (--root /var/lib/cni/x: the source would be looked
+    up through the bind itself), or a path the reaper keeps using."""
+    real_root = os.path.realpath(root)
+    target = os.path.realpath(bind.target)
+    if lies_in(target, real_root):
+        return (
+            f"{bind.target} lies in the root itself, and mounting over it would hide the "
+            f"root's own files; {ADVICE}"
+        )
+    if lies_in(real_root, target):
+        return (
+            f"the root lies under {bind.target}, where the root's own {bind.source} must be "
+            f"mounted; mount the node's disk somewhere outside {bind.target}"
+        )
+    for path in kept_paths:
+        if lies_in(os.path.realpath(path), target):
+            return (
+                f"{path}, which the reaper itself uses, lies under {bind.target}, where the "
+                f"root's {bind.source} must be mounted; name a path outside {bind.target}"
             )
-        if lies_in(real_root, target):
-            raise ConfineError(
-                f"cannot confine plugins to {root}: the root lies under {bind.target}, where "
-                f"the root's own {bind.source} must be mounted; mount the node's disk "
-                f"somewhere outside {bind.target}"
-            )
-        for path, resolved in kept:
-            if lies_in(resolved, target):
-                raise ConfineError(
-                    f"cannot confine plugins to {root}: {path}, which the reaper itself uses, "
-                    f"lies under {bind.target}, where the root's {bind.source} must be "
-                    f"mounted; name a path outside {bind.target}"
-                )
+    return None
+
+
+def bind_problem(root: str, target: str, kept_paths: Iterable[str] = ()) -> str | None:
+    """Why a bind of root's dir at target, a dataDir's, over this machine's dir of that name
+    would refuse the whole run, as far as can be told before it is tried: its layout
+    (layout_problem), or a mount point that cannot be made or held, this machine's file in
+    its way (mount_point_problem). Told so, a run leaves that network's DELs alone instead."""
+    bind = Bind(target, os.path.join(os.path.realpath(root), target.lstrip("/")))
+    return layout_problem(root, bind, kept_paths) or mount_point_problem(target)
+
+
+def mount_point_problem(target: str) -> str | None:
+    """Why _hold_mount_point() could not hold a directory at target on this machine, as far as
+    its state now tells: a file, or a symbolic link to nothing, where it or a parent must be
+    a directory, or missing dirs that cannot be made in the one found (read-only, immutable)."""
+    path = target
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    if _dangling(path):
+        return f"the mount point {target} cannot be made: {path} is a symbolic link to nothing"
+    if not os.path.isdir(path):
+        return f"the mount point {target} cannot be made: {path} is no directory"
+    if path != target and not os.access(path, os.W_OK):
+        return f"the mount point {target} cannot be made: {path} cannot be written"
+    return None
 
 
 def run_confined(

@@ -445,13 +445,15 @@ def _run(
 def _root_binds(paths: NodePaths, configs: netconf.NetworkConfigs) -> RootBinds:
     """What a run binds for the plugins under paths.root, a dry run as a real one: a dataDir
     whose bind would refuse the run is refused alone, and with it that network's DELs."""
-    data_dirs = host_local.data_dirs(configs)
-    if paths.root == "/" or not data_dirs:
-        return RootBinds(paths.root, data_dirs)
-    from cni_reaper.repair import confine  # noqa: PLC0415 (threading: --root runs only)
 
-    kept = _kept_paths(paths)
-    return RootBinds(paths.root, data_dirs, lambda d: confine.bind_problem(paths.root, d, kept))
+    def cannot_bind(data_dir: str) -> str | None:
+        # Asked only of a dataDir outside the standard dirs, which most nodes have none of:
+        # the dry run of one loads no threading.
+        from cni_reaper.repair import confine  # noqa: PLC0415
+
+        return confine.bind_problem(paths.root, data_dir, _kept_paths(paths))
+
+    return RootBinds(paths.root, host_local.data_dirs(configs), cannot_bind)
 
 
 def _kept_paths(paths: NodePaths) -> tuple[str, ...]:
@@ -706,13 +708,11 @@ def _pipeline(run: _Run) -> Report:
                 why = reads.of(store).against(split.container_id, split.ifname)
                 if why is not None:
                     return why
-            if multus.runs_multus(netlist):
-                # Its delegates keep their addresses in stores of their own networks: every
-                # store this run found is held to the owner, whatever the ifname.
-                for store in network_stores.values():
-                    why = reads.of(store).against_owner(split.container_id)
-                    if why is not None:
-                        return why
+            why = reads.against_delegates(
+                netlist, split.container_id, network_stores.values(), paths.root
+            )
+            if why is not None:
+                return why
             return flannel.scratch_problem(netlist, split.container_id, run.binds, read_stores)
 
         settle = _settling(run, report, proof, results_fd, paths.results_dir, boot_ctx.boot_id)
@@ -1277,6 +1277,9 @@ def _reservations(
     # A dry run's stores as its inventory listed them (reserved_before holds none).
     listings: dict[str, pool.ListedAddresses] = {}
     verbose = args.verbose
+    delegate_reads = host_local.StoreReads(boot_ctx, proof)
+    all_stores = [store for _, store in stores]
+    named_stores: dict[int, tuple[netconf.NetworkList, str | None]] = {}  # by id: its store
     for network, store in stores:
         add = states.setdefault(store, pool.AddressStates()).add_listed
         listing = pool.ListedAddresses() if args.dry_run else None
@@ -1302,9 +1305,24 @@ def _reservations(
         for p in handed_over(orphans):
             r = p.reservation
             assert r.owner is not None  # an orphan's DEL is by its owner
-            doubt = doubts.against(r.owner.container_id, p.del_ifname or host_local.DEFAULT_IFNAME)
+            owner = r.owner.container_id
+            ifname = p.del_ifname or host_local.DEFAULT_IFNAME
+            doubt = doubts.against(owner, ifname)
             if doubt is None and p.netlist is not None:
-                owner = r.owner.container_id
+                # Read now, after the entries' DELs: what they released is gone. The store
+                # the DEL's config keeps, where that is not the one the orphan was found in
+                # (a config an entry cached, naming a dataDir of its own), is read as well.
+                known = named_stores.get(id(p.netlist))  # one config for most orphans
+                if known is None or known[0] is not p.netlist:
+                    known = (p.netlist, host_local.store_of(p.netlist, run.paths.root))
+                    named_stores[id(p.netlist)] = known
+                named = known[1]
+                if named is not None and named != store:
+                    doubt = delegate_reads.of(named).against(owner, ifname)
+                doubt = doubt or delegate_reads.against_delegates(
+                    p.netlist, owner, all_stores, run.paths.root
+                )
+            if doubt is None and p.netlist is not None:
                 doubt = flannel.scratch_problem(p.netlist, owner, run.binds, (store,))
             if doubt is None:
                 add(r.ip, r.number, p.owner_state, True)

@@ -22,6 +22,7 @@ from cni_reaper.netconf import (
     NetworkList,
     as_go_reads,
     go_field,
+    go_object,
     kinds_run,
     parse_conf_bytes,
 )
@@ -29,9 +30,6 @@ from cni_reaper.node_root import LeavesRoot, RootBinds, host_path, resolve_insid
 from cni_reaper.unopened import READ_FLAGS, NotRegularFile, refuse_unless_regular
 
 DEFAULT_DATA_DIR = "/var/lib/cni/flannel"
-# Plugins whose DEL runs a config of their own keeping, not the one they are handed: as a
-# delegate, one more config this run does not read.
-DELEGATING = frozenset({"flannel", multus.THIN_PLUGIN, multus.THICK_SHIM})
 # A delegate config is some 300 bytes; past this, what flannel would make of it is not read.
 MAX_SCRATCH_BYTES = 1 << 16
 
@@ -47,8 +45,12 @@ def scratch_problem(
     stores this run read and checks the DEL against), cannot be told, or, under a root other
     than /, lies where the plugins would see this machine's own files."""
     for plugin in netlist.plugins:
-        if go_field(plugin, "type") != "flannel":
+        ipam = go_object(plugin, "ipam")
+        as_ipam = isinstance(ipam, tuple) and go_field(ipam, "type") == "flannel"
+        if go_field(plugin, "type") != "flannel" and not as_ipam:
             continue
+        # Run as a plugin's IPAM plugin, flannel is handed that plugin's config: its dataDir
+        # is that config's own key.
         # flannel sets the default, then decodes its config over it: a null keeps it, an
         # empty string does not.
         data_dir = go_field(plugin, "dataDir")
@@ -118,7 +120,7 @@ def _delegate_problem(
         return f"{kept}, which nests too deep to decode here: what it would release cannot be told"
     except ValueError as e:
         return f"{kept}, which does not decode here ({e}): what it would release cannot be told"
-    if not kinds_run(delegate).isdisjoint(DELEGATING):
+    if not kinds_run(delegate).isdisjoint(multus.DELEGATING):
         return f"{kept}, whose delegate delegates again: what that would release is not read"
     twice = host_local.twice(delegate)
     if twice is not None:

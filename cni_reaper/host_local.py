@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from cni_reaper import failpoint, multus
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.filestat import FileStat
-from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object
+from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object, kinds_run
 from cni_reaper.node_root import (
     LeavesRoot,
     RootBinds,
@@ -185,6 +185,7 @@ class StoreReads:
     def __init__(self, boot: BootContext, proof: Proof) -> None:
         self._boot, self._proof = boot, proof
         self._read: dict[str, StoreDoubts] = {}
+        self._multus: dict[int, tuple[NetworkList, bool]] = {}  # by id: the chain, runs Multus
 
     def of(self, store: str) -> StoreDoubts:
         doubts = self._read.get(store)
@@ -194,10 +195,52 @@ class StoreReads:
                 pass
         return doubts
 
+    def against_delegates(
+        self, netlist: NetworkList, container_id: str, stores: Iterable[str], root: str
+    ) -> str | None:
+        """Why a DEL of the container through netlist may not run for what its delegates
+        would release, if it runs Multus: Multus's DEL DELs every delegate its scratch file
+        names, each from its own network's store under an ifname of its own (net1, ...). Each
+        of stores is held to the owner, whatever the ifname; so is the store of each delegate
+        the scratch file names (a NetworkAttachmentDefinition's dataDir no conf names), and
+        one that delegates again, or cannot be read, leaves the DEL."""
+        known = self._multus.get(id(netlist))  # one chain for every orphan of a store
+        if known is None or known[0] is not netlist:
+            known = self._multus[id(netlist)] = (netlist, multus.runs_multus(netlist))
+        if not known[1]:
+            return None
+        for store in stores:
+            why = self.of(store).against_owner(container_id)
+            if why is not None:
+                return why
+        listed = multus.scratch_delegates(netlist, container_id, root)
+        if listed is None:
+            return None
+        path, delegates = listed
+        runs = f"Multus's DEL runs the delegates its scratch file {path} names"
+        if isinstance(delegates, str):
+            return f"{runs}, {delegates}"
+        for delegate in delegates:
+            if not kinds_run(delegate).isdisjoint(multus.DELEGATING):
+                return f"{runs}, one of which delegates again: what that would release is not read"
+            why = twice(delegate)
+            if why is not None:
+                return why
+            if not _host_local_ipams(delegate):
+                continue
+            kept = store_of(delegate, root)
+            if kept is None:
+                return f"{runs}, one of which keeps a host-local store that cannot be reached"
+            why = self.of(kept).against_owner(container_id)
+            if why is not None:
+                return why
+        return None
+
 
 def store_problems(configs: NetworkConfigs, binds: RootBinds) -> dict[str, str]:
     """Networks whose DEL is not run, and why: a chain that runs host-local more than once
-    (twice()); under a root other than /, a chain that runs Multus (multus.confined_problem),
+    (twice()), or Multus with a binDir that fails a plugin dir's checks (bin_dir_problem);
+    under a root other than /, a chain that runs Multus (multus.confined_problem),
     a dataDir not bound (binds.refused), or a store reached through a symlink: the plugins
     run confined to the root's dirs (confine.py), but a symlink below them is followed there
     as on this machine, to this machine's files."""
@@ -205,7 +248,7 @@ def store_problems(configs: NetworkConfigs, binds: RootBinds) -> dict[str, str]:
     problems = {
         name: why
         for name, n in configs.networks.items()
-        if (why := twice(n) or multus.confined_problem(n, root))
+        if (why := twice(n) or multus.confined_problem(n, root) or multus.bin_dir_problem(n, root))
     }
     if not binds.confined:
         return problems
@@ -237,7 +280,11 @@ def cached_config_problem(netlist: NetworkList, binds: RootBinds) -> str | None:
     runs host-local more than once (twice()); or, under a root other than /, plugins run
     confined to binds made from the standard dirs and the conf dirs' dataDirs, so a dataDir
     only this config names is this machine's own there."""
-    why = twice(netlist) or multus.confined_problem(netlist, binds.root)
+    why = (
+        twice(netlist)
+        or multus.confined_problem(netlist, binds.root)
+        or multus.bin_dir_problem(netlist, binds.root)
+    )
     if why is not None or not binds.confined:
         return why
     alone = NetworkConfigs({netlist.name: netlist}, ())

@@ -40,15 +40,24 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
-from collections.abc import Callable, Collection, Iterable
+import stat
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 from cni_reaper import cache, content, leaving, node_root
 from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.cache import CacheEntry
 from cni_reaper.content import Content, ContentVerdict
 from cni_reaper.filestat import FileStat
-from cni_reaper.netconf import NetworkList, go_field, kinds_run
+from cni_reaper.netconf import (
+    NetworkList,
+    as_go_reads,
+    go_field,
+    go_object,
+    kinds_run,
+    parse_conf_bytes,
+)
 from cni_reaper.plan import Action, held, not_to_change
+from cni_reaper.plugin import vet_plugin_dirs
 from cni_reaper.record import Record
 from cni_reaper.trust import untrusted
 from cni_reaper.unopened import DIR_FLAGS
@@ -61,9 +70,14 @@ if TYPE_CHECKING:
 
 SUBDIR = "multus"  # Multus's cacheDir, under libcni's cache dir
 DEFAULT_CNI_DIR = "/var/lib/cni/multus"  # the same, as Multus's own default names it
+DEFAULT_BIN_DIR = "/opt/cni/bin"  # where Multus looks up its delegates' plugins first
+# A scratch file holds a few delegates' configs, some KiB: past this, they are not read.
+MAX_SCRATCH_BYTES = 1 << 20
 QUARANTINE_SUBDIR = "multus"  # its files' box in a boot's quarantine dir
 THIN_PLUGIN = "multus"  # the plugin type that runs Multus on the node itself
 THICK_SHIM = "multus-shim"  # the one that hands the call to Multus's daemon
+# Plugins whose DEL runs a config of their own keeping, not the one they are handed.
+DELEGATING = frozenset({"flannel", THIN_PLUGIN, THICK_SHIM})
 # The reaper's own dirs looked at, at most, to tell a cache dir from them: its state dir holds
 # a quarantine dir per boot with a few subdirs, and nothing prunes it.
 MAX_OWN_DIRS = 1_000_000
@@ -199,6 +213,94 @@ def runs_multus(netlist: NetworkList) -> bool:
     DEL DELs delegates whose configs (Multus's scratch file, the pod's networks) this run
     does not read."""
     return not kinds_run(netlist).isdisjoint((THIN_PLUGIN, THICK_SHIM))
+
+
+def _thin_plugin_confs(netlist: NetworkList) -> Iterator[Mapping[str, Any]]:
+    """Each config of the chain the thin Multus plugin reads: its own, or, run as a plugin's
+    IPAM plugin, the config that plugin is handed."""
+    for plugin in netlist.plugins:
+        ipam = go_object(plugin, "ipam")
+        as_ipam = isinstance(ipam, tuple) and go_field(ipam, "type") == THIN_PLUGIN
+        if go_field(plugin, "type") == THIN_PLUGIN or as_ipam:
+            yield plugin
+
+
+def scratch_delegates(
+    netlist: NetworkList, container_id: str, root: str
+) -> tuple[str, list[NetworkList] | str] | None:
+    """The delegates the thin Multus plugin's DEL of the container through this chain runs,
+    as its scratch file (<cniDir>/<container ID>) names them: the file's path and their
+    configs (each one's raw bytes, "Bytes", which Multus's DEL hands on), or why they cannot
+    be told. None where the chain runs no thin Multus, or the file is not there or holds no
+    JSON list: Multus's DEL then asks the API server for the pod's networks (not read here),
+    or runs no delegate (multus-cni: CmdDel, consumeScratchNetConf)."""
+    for plugin in _thin_plugin_confs(netlist):
+        value = go_field(plugin, "cniDir")
+        cni_dir = value if isinstance(value, str) else DEFAULT_CNI_DIR
+        node_path = posixpath.normpath("/" + posixpath.join(cni_dir, container_id).lstrip("/"))
+        path = node_root.host_path(root, node_path)
+        try:
+            fd, _ = node_root.open_inside(root, node_path)
+        except FileNotFoundError:
+            return None
+        except (node_root.LeavesRoot, OSError) as e:
+            return path, f"which cannot be opened here ({e})"
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SCRATCH_BYTES:
+                return path, f"which is no file of at most {MAX_SCRATCH_BYTES} bytes"
+            data = os.read(fd, MAX_SCRATCH_BYTES + 1)
+        except OSError as e:
+            return path, f"which cannot be read ({e.strerror})"
+        finally:
+            os.close(fd)
+        return path, _delegates_in(data, path)
+    return None
+
+
+def _delegates_in(data: bytes, path: str) -> list[NetworkList] | str:
+    import base64  # noqa: PLC0415 (only a DEL through Multus reads its delegates)
+
+    try:
+        doc = content.decode(as_go_reads(data))
+    except (ValueError, RecursionError):
+        return "which does not decode here: what its delegates would release cannot be told"
+    if type(doc) is not list:
+        return f"which holds JSON {type(doc).__name__}, not Multus's list of delegates"
+    delegates = []
+    for index, item in enumerate(doc):
+        raw = go_field(item, "Bytes") if type(item) is dict else None
+        try:
+            if type(raw) is not str:
+                raise ValueError("no config")
+            config = base64.b64decode(content.without_newlines(raw), validate=True)
+            delegates.append(parse_conf_bytes(config, f"{path} (delegate {index})", None))
+        except (ValueError, TypeError) as e:
+            return f"whose delegate {index} has no config that decodes here ({e})"
+    return delegates
+
+
+def bin_dir_problem(netlist: NetworkList, root: str) -> str | None:
+    """Why no DEL through this chain may run, if it runs the thin Multus plugin with a binDir
+    (its own default, /opt/cni/bin, where none is given) that fails the checks every dir of
+    CNI_PATH passes (plugin.vet_plugin_dirs): Multus looks its delegates' plugins up there
+    before CNI_PATH, whatever dirs this run was given (multus-cni: conflistDel, confDel). Run
+    as a plugin's IPAM plugin, it is handed that plugin's config, whose binDir it reads."""
+    for plugin in _thin_plugin_confs(netlist):
+        # Decoded over Multus's defaults: a null keeps /opt/cni/bin, a string replaces it;
+        # Go joins a relative one to the plugin's working dir, which is /.
+        value = go_field(plugin, "binDir")
+        named = value if isinstance(value, str) else DEFAULT_BIN_DIR
+        if "\0" in named:
+            return f"Multus's binDir {named!r} names no dir it could search"
+        node_path = posixpath.normpath("/" + named.lstrip("/"))
+        vetted = vet_plugin_dirs([node_root.host_path(root, node_path)])
+        for bin_dir, why in vetted.refused:
+            return (
+                f"Multus runs its delegates' plugins from its binDir {bin_dir} first, which "
+                f"fails the checks of a plugin dir ({why}): no DEL through it runs"
+            )
+    return None
 
 
 def confined_problem(netlist: NetworkList, root: str) -> str | None:

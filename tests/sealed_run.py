@@ -24,9 +24,9 @@ if __name__ == "__main__":
         private_tmpfs(Path(target))
     for in_the_way in map(Path, sys.argv[2:split]):
         private_tmpfs(in_the_way.parent)  # a tmpfs of its own there, over whatever was
-        for target in map(Path, PLUGIN_STATE_DIRS):
-            if in_the_way.parent in target.parents:
-                target.mkdir(parents=True, exist_ok=True)  # in that tmpfs, as empty as before
+        for state_dir in map(Path, PLUGIN_STATE_DIRS):
+            if in_the_way.parent in state_dir.parents:
+                state_dir.mkdir(parents=True, exist_ok=True)  # in that tmpfs, as empty as before
         in_the_way.write_bytes(b"the machine's own\n")
     now = float(sys.argv[1])
     sys.exit(cli.main(sys.argv[split + 1 :], clock=lambda: now))

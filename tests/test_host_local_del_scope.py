@@ -7,6 +7,7 @@ store, one too large for the inventory to read, while the report said they were 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -848,20 +849,35 @@ def test_a_scratch_file_whose_delegate_is_flannel_again_leaves_the_del(
 
 
 # Multus's DEL as multus-cni's CmdDel does it, for what matters here: the scratch file its ADD
-# kept (<cniDir>/<container ID>, a list of the delegates' configs), each delegate DEL'd with
-# its own ifname (the first eth0, then net1, ...), the file removed once they are.
+# kept (<cniDir>/<container ID>: a JSON list of its delegates, each with the config it runs,
+# base64, in "Bytes"), each delegate DEL'd with its own ifname (the first the one it is
+# given, then net1, ...) and its plugin looked up in Multus's binDir (/opt/cni/bin), then
+# CNI_PATH; the file removed once they are.
 MULTUS_STAND_IN = r"""[ "$CNI_COMMAND" = DEL ] || exit 0
 f="/var/lib/cni/multus/$CNI_CONTAINERID"
 [ -f "$f" ] || exit 0
 python3 - "$f" <<'PY' || exit 1
-import json, os, subprocess, sys
-for n, delegate in enumerate(json.load(open(sys.argv[1]))):
-    env = {**os.environ, "CNI_IFNAME": f"net{n}" if n else "eth0"}
+import base64, json, os, subprocess, sys
+for n, item in enumerate(json.load(open(sys.argv[1]))):
+    delegate = json.loads(base64.b64decode(item["Bytes"]))
+    ifname = item.get("ifnameRequest") or (os.environ["CNI_IFNAME"] if n == 0 else f"net{n}")
+    dirs = ["/opt/cni/bin", *os.environ["CNI_PATH"].split(":")]
+    found = [d for d in dirs if os.path.isfile(os.path.join(d, delegate["type"]))]
     stdin = json.dumps(delegate).encode()
-    subprocess.run(["/usr/lib/cni/" + delegate["type"]], input=stdin, env=env, check=True)
+    env = {**os.environ, "CNI_IFNAME": ifname}
+    subprocess.run([os.path.join(found[0], delegate["type"])], input=stdin, env=env, check=True)
 PY
 rm -f "$f"
 """
+
+
+def multus_scratch(*delegates: dict[str, Any]) -> str:
+    """A scratch file as Multus's ADD writes it (saveDelegates: its DelegateNetConf list)."""
+    listed = [
+        {"Name": d["name"], "Bytes": base64.b64encode(json.dumps(d).encode()).decode()}
+        for d in delegates
+    ]
+    return json.dumps(listed)
 
 
 @pytest.mark.parametrize("this_boot", [True, False])
@@ -890,7 +906,7 @@ def test_multus_del_is_held_to_every_store_of_the_owner_whatever_its_ifname(
         result = root / "var/lib/cni/multus/results" / f"{network}-{A}-{ifname}"
         result.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         result.write_bytes(cached)
-    (root / "var/lib/cni/multus" / A).write_text(json.dumps(delegates))
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
     entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
     crashed.reboot()
     crashed.node.record_before_runtime(crashed.t0 + 20, *stores)
@@ -919,6 +935,341 @@ def test_multus_del_is_held_to_every_store_of_the_owner_whatever_its_ifname(
     assert (found["action"], found["del"]) == ("leave", None)
     assert found["reason"].startswith(
         f"host-local's DEL would also release {stores[1] / '10.245.0.9'}"
+    )
+
+
+class OnTheNode:
+    """Runs at --root / on the tree as the node itself (tests/node_itself.py)."""
+
+    def __init__(self, crashed: Crashed) -> None:
+        if os.geteuid() != 0:
+            cannot_run("needs root to make a mount and PID namespace and change root")
+        self.crashed = crashed
+        self.enter = [*unshare(net=True, pid=True), sys.executable, "-m", "tests.node_itself"]
+        self.enter.append(str(crashed.node.root))
+
+    def record(self, *dirs: str) -> None:
+        """This boot's first run's record of the results dir and dirs (node paths)."""
+        argv = [*self.enter, str(self.crashed.t0 + 20), *dirs, "--"]
+        recorded = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert recorded.returncode == 0, recorded.stderr
+
+    def run(self, *argv: str) -> tuple[int, dict[str, Any]]:
+        run = [*self.enter, str(self.crashed.t0 + 60), "--", "--root", "/", "--json", *argv]
+        proc = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.stdout, proc.stderr
+        return proc.returncode, json.loads(proc.stdout)
+
+
+def test_on_the_node_an_entrys_del_through_multus_runs_and_releases_its_delegates(
+    crashed: Crashed,
+) -> None:
+    """The control the --root tests cannot give (no DEL through Multus runs under a --root):
+    on the node, every address of the owner from an earlier boot, the damaged Multus entry's
+    DEL runs Multus, whose delegates release their addresses, and the entry is quarantined."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    delegates, stores = [], []
+    for n, (network, subnet) in enumerate((("cbr0", "10.244.0"), ("extra", "10.245.0"))):
+        ipam = {"type": "host-local", "ranges": [[{"subnet": f"{subnet}.0/24"}]]}
+        delegates.append({"cniVersion": "1.0.0", "name": network, "type": "bridge", "ipam": ipam})
+        store = root / "var/lib/cni/networks" / network
+        store.mkdir(parents=True)
+        (store / f"{subnet}.5").write_bytes(f"{A}\r\n{'net1' if n else 'eth0'}".encode())
+        stores.append(store)
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
+    entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/networks/extra")
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    assert bin_dir == root / "opt/cni/bin"
+    assert code == ExitCode.OK, report
+    assert not entry.exists() and not (root / "var/lib/cni/multus" / A).exists()
+    assert [os.listdir(store) for store in stores] == [["lock"], ["lock"]]
+    (found,) = report["entries"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("done", ["multus"])
+
+
+@pytest.mark.parametrize("this_boot", [True, False])
+def test_on_the_node_an_orphans_del_through_multus_is_held_to_every_store_of_the_owner(
+    crashed: Crashed, this_boot: bool
+) -> None:
+    """An orphan whose network's chain runs Multus: its DEL DELs every delegate Multus's
+    scratch file names, from their own stores under their own ifnames. Only its own store was
+    held to the owner, and on the node (--root /, where Multus's DEL runs) a delegate's
+    address reserved in this boot was released (the review of 5cce9af held the entries' DELs
+    so, not the orphans'). With nothing of the owner's from this boot, the DEL runs through
+    Multus."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    own = networks / "multus-cni-network"
+    own.mkdir(parents=True)
+    (own / "10.250.0.5").write_bytes(OWNER_A)  # the orphan: no results entry, no sandbox
+    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.245.0.0/24"}]]}
+    delegate = {"cniVersion": "1.0.0", "name": "extra", "type": "bridge", "ipam": ipam}
+    # Multus's first delegate runs as eth0 (here its own network again), the next as net1.
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    first = {
+        **delegate,
+        "name": "multus-cni-network",
+        "ipam": {**ipam, "ranges": [[{"subnet": "10.250.0.0/24"}]]},
+    }
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(first, delegate))
+    extra = networks / "extra"
+    extra.mkdir()
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/multus-cni-network", "/var/lib/cni/networks/extra")
+    argv = ["--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR]
+    if not this_boot:
+        code, report = node.run(*argv)
+        assert code == ExitCode.OK, report
+        assert os.listdir(own) == ["lock"]
+        (found,) = report["host_local"]
+        assert (found["ip"], found["outcome"], found["del"]["plugins_run"]) == (
+            "10.250.0.5",
+            "done",
+            ["multus"],
+        )
+        return
+    (extra / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())  # this boot's
+
+    code, report = node.run(*argv)
+
+    assert code == ExitCode.DATA
+    assert "10.245.0.9" in os.listdir(extra)
+    assert "10.250.0.5" in os.listdir(own)
+    found = by_ip(report)["10.250.0.5"]
+    assert (found["action"], found["del"]) == ("leave", None)
+    assert found["reason"].startswith(
+        "host-local's DEL would also release /var/lib/cni/networks/extra/10.245.0.9, which was "
+        "written current-boot"
+    )
+
+
+def multus_node_with_a_nad_store(crashed: Crashed, nad: dict[str, Any]) -> tuple[Path, Path, Path]:
+    """A damaged Multus entry of A whose scratch file names cbr0 (the default dataDir) and a
+    second delegate of the given config, as a NetworkAttachmentDefinition gives it (no conf in
+    net.d names it); each holds an earlier boot's address of A, in this boot's record. Returns
+    the entry and the two stores."""
+    crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}
+    cbr0: dict[str, Any] = {"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge", "ipam": ipam}
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(cbr0, nad))
+    default = root / "var/lib/cni/networks/cbr0"
+    default.mkdir(parents=True)
+    (default / "10.244.0.5").write_bytes(OWNER_A)
+    data_dir = nad["ipam"]["dataDir"]
+    second = root / data_dir.lstrip("/") / nad["name"]
+    second.mkdir(parents=True)
+    (second / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
+    for delegate, ifname in ((cbr0, "eth0"), (nad, "net1")):
+        # What libcni cached of each delegate's ADD, in Multus's own cache dir.
+        name = f"{delegate['name']}-{A}-{ifname}"
+        cached = cache_entry_bytes(json.dumps(delegate).encode(), delegate["name"], A, ifname)
+        result = root / "var/lib/cni/multus/results" / name
+        result.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        result.write_bytes(cached)
+    entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
+    crashed.reboot()
+    return entry, default, second
+
+
+@pytest.mark.parametrize("this_boot", [True, False])
+def test_on_the_node_multus_is_held_to_the_store_of_every_delegate_its_scratch_file_names(
+    crashed: Crashed, this_boot: bool
+) -> None:
+    """A delegate Multus's scratch file names may keep its addresses in a dataDir no conf
+    names (a NetworkAttachmentDefinition's): its store is read too, and one holding an
+    address of the owner from this boot leaves the DEL (found by the attack review at
+    --root /: the DEL ran and released it, exit 0, and the report named no such store)."""
+    ipam: dict[str, Any] = {"type": "host-local", "dataDir": "/var/lib/cni/macvlan-ipam"}
+    ipam["ranges"] = [[{"subnet": "10.245.0.0/24"}]]
+    nad: dict[str, Any] = {"cniVersion": "1.0.0", "name": "extra", "type": "bridge"}
+    nad["ipam"] = ipam
+    entry, default, second = multus_node_with_a_nad_store(crashed, nad)
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/macvlan-ipam/extra")
+    if this_boot:
+        (second / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    (found,) = report["entries"]
+    if not this_boot:
+        assert code == ExitCode.OK, report
+        assert not entry.exists() and os.listdir(second) == ["lock"]
+        assert (found["outcome"], found["del"]["plugins_run"]) == ("done", ["multus"])
+        return
+    assert code == ExitCode.DATA
+    assert entry.exists() and sorted(os.listdir(second)) == ["10.245.0.5", "10.245.0.9"]
+    assert os.listdir(default) == ["10.244.0.5"]
+    assert (found["action"], found["del"]) == ("leave", None)
+    assert found["reason"].startswith(
+        "host-local's DEL would also release /var/lib/cni/macvlan-ipam/extra/10.245.0.9"
+    )
+
+
+def test_on_the_node_a_multus_delegate_that_delegates_again_leaves_the_del(
+    crashed: Crashed,
+) -> None:
+    """Multus's delegate is flannel, whose DEL runs the config its own scratch file keeps,
+    which may name any store (found by the attack review at --root /: a store of this boot's
+    named there was released, exit 73). The DEL is left."""
+    nad: dict[str, Any] = {"cniVersion": "1.0.0", "name": "extra", "type": "flannel"}
+    nad["ipam"] = {"type": "host-local", "dataDir": "/var/lib/cni/fl-ipam"}
+    entry, _, second = multus_node_with_a_nad_store(crashed, nad)
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/fl-ipam/extra")
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and os.listdir(second) == ["10.245.0.5"]
+    (found,) = report["entries"]
+    assert found["reason"] == (
+        f"Multus's DEL runs the delegates its scratch file /var/lib/cni/multus/{A} names, one of "
+        "which delegates again: what that would release is not read"
+    )
+
+
+@pytest.mark.parametrize("bin_dir", ["named", "default"])
+def test_on_the_node_no_del_runs_through_multus_whose_bin_dir_others_may_write(
+    crashed: Crashed, bin_dir: str
+) -> None:
+    """Multus looks its delegates' plugins up in its binDir (/opt/cni/bin unless its config
+    names one) before CNI_PATH, whatever plugin dirs the run was given: a bridge planted
+    there by another user ran as root (found by the attack review at --root /). That dir
+    passes a plugin dir's checks, or no DEL through Multus runs."""
+    root = crashed.node.root
+    own_bin = root / "srv/reaper-bin"  # where the run is told its plugins are
+    own_bin.mkdir(parents=True)
+    stand_in = MULTUS_STAND_IN.replace(
+        "/opt/cni/bin", "/var/lib/multus-bin" if bin_dir == "named" else "/opt/cni/bin"
+    )
+    (own_bin / "multus").write_text("#!/bin/sh\n" + stand_in)
+    (own_bin / "multus").chmod(0o755)
+    multus_conf: dict[str, Any] = {"type": "multus"}
+    planted_dir = root / "opt/cni/bin"
+    if bin_dir == "named":
+        multus_conf["binDir"] = "/var/lib/multus-bin"
+        planted_dir = root / "var/lib/multus-bin"
+    conf = {"cniVersion": "1.0.0", "name": "multus-cni-network", "plugins": [multus_conf]}
+    crashed.node.write_conf("00-multus.conflist", json.dumps(conf).encode())
+    planted_dir.mkdir(parents=True)
+    planted_dir.chmod(0o777)
+    marker = root / "planted-ran"
+    (planted_dir / "bridge").write_text(f"#!/bin/sh\ntouch {'/' + str(marker.relative_to(root))}\n")
+    (planted_dir / "bridge").chmod(0o755)
+    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}
+    cbr0 = {"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge", "ipam": ipam}
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(cbr0))
+    entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record()
+
+    code, report = node.run("--bin-dir", "/srv/reaper-bin", "--bin-dir", PLUGIN_DIR)
+
+    assert not marker.exists()
+    assert code == ExitCode.ACTION_FAILED, report
+    assert not entry.exists()  # quarantined, as for any DEL that cannot run
+    (found,) = report["entries"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
+    shown = "/" + str(planted_dir.relative_to(root))
+    assert found["plugin_errors"][0]["msg"].startswith(
+        f"Multus runs its delegates' plugins from its binDir {shown} first, which fails the "
+        "checks of a plugin dir ("
+    )
+
+
+def test_on_the_node_an_orphans_del_is_held_to_the_store_its_config_keeps(
+    crashed: Crashed,
+) -> None:
+    """An orphan found in the default dataDir's store of a network no conf names is DEL'd
+    through the config a whole entry of that network cached, whose host-local keeps another
+    store (/srv/ipam): that store is read too, and an address of the owner reserved there in
+    this boot leaves the DEL (found by the attack review at --root /: the DEL released it,
+    and the report never named it)."""
+    c = CONTAINER_IDS[2]
+    root = crashed.node.root
+    ipam = {"type": "host-local", "dataDir": "/srv/ipam", "ranges": [[{"subnet": "10.70.0.0/24"}]]}
+    conf = {"cniVersion": "1.0.0", "name": "old", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    cached = cache_entry_bytes(json.dumps(conf).encode(), "old", c, "eth0")
+    crashed.node.write_result(f"old-{c}-eth0", cached)
+    default = root / "var/lib/cni/networks/old"
+    default.mkdir(parents=True)
+    (default / "10.70.0.5").write_bytes(f"{B}\r\neth0".encode())  # B's orphan
+    srv = root / "srv/ipam/old"
+    srv.mkdir(parents=True)
+    (srv / "10.70.0.6").write_bytes(f"{c}\r\neth0".encode())
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/old", "/srv/ipam/old")
+    (srv / "10.70.0.9").write_bytes(f"{B}\r\neth0".encode())  # this boot's
+
+    code, report = node.run("--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert sorted(os.listdir(srv)) == ["10.70.0.6", "10.70.0.9"]
+    assert os.listdir(default) == ["10.70.0.5"]
+    found = by_ip(report)["10.70.0.5"]
+    assert (found["action"], found["del"]) == ("leave", None)
+    assert found["reason"].startswith(
+        "host-local's DEL would also release /srv/ipam/old/10.70.0.9, which was written "
+        "current-boot"
+    )
+
+
+def test_on_the_node_flannel_run_as_an_ipam_plugin_is_checked_as_flannel(
+    crashed: Crashed,
+) -> None:
+    """flannel run as bridge's IPAM plugin runs the delegate config its scratch file keeps,
+    as flannel the plugin does: that file's store is checked (found by the attack review at
+    --root /: only a plugin whose own type is flannel was, and an address of this boot in
+    the store the file named was released, exit 0)."""
+    bin_dir = crashed.node.root / "opt/cni/bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "flannel").write_text("#!/bin/sh\n" + FAITHFUL_FLANNEL)
+    (bin_dir / "flannel").chmod(0o755)
+    bridge = {"type": "bridge", "bridge": "cni0", "ipam": {"type": "flannel"}}
+    conf = {"cniVersion": "1.0.0", "name": "cbr0", "plugins": [bridge]}
+    crashed.node.write_conf("10-cbr0.conflist", json.dumps(conf).encode())
+    root = crashed.node.root
+    ipam: dict[str, Any] = {"type": "host-local", "dataDir": "/var/lib/cni/old-ipam"}
+    ipam["ranges"] = [[{"subnet": "10.244.0.0/24"}]]
+    scratch = root / "var/lib/cni/flannel" / A
+    scratch.parent.mkdir(parents=True)
+    scratch.write_text(
+        json.dumps({"cniVersion": "1.0.0", "name": "cbr0", "type": "host-local", "ipam": ipam})
+    )
+    store = root / "var/lib/cni/old-ipam/cbr0"
+    store.mkdir(parents=True)
+    (store / "10.244.0.5").write_bytes(OWNER_A)
+    entry = crashed.node.write_result(f"cbr0-{A}-eth0", b"")
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/old-ipam/cbr0")
+    (store / "10.244.0.6").write_bytes(OWNER_A)  # this boot's
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and sorted(os.listdir(store)) == ["10.244.0.5", "10.244.0.6"]
+    (found,) = report["entries"]
+    assert (found["action"], found["del"]) == ("leave", None)
+    assert found["reason"].startswith(
+        f"flannel's DEL runs the delegate config it kept in /var/lib/cni/flannel/{A}, whose "
+        "host-local keeps /var/lib/cni/old-ipam/cbr0"
     )
 
 

@@ -57,6 +57,30 @@ def bind_refusal(node_path: str) -> str | None:
     )
 
 
+def nesting_refusal(data_dir: str, data_dirs: Iterable[str]) -> str | None:
+    """Why data_dir may not be bound because this machine's symlinks nest it otherwise than
+    its name does: a plugin walks the machine's own path to a mount, then the root's dir
+    below it, so a dataDir is the root's dir of its name only where it lies in a standard
+    dir, or another dataDir, exactly when its resolved path does. /var/run/cni/x lies in the
+    /run/cni mounted from the root, not in the root's /var/run/cni/x read for it; with the
+    machine's /var/lib/cni -> /var/lib/cni-x, /var/lib/cni-x/a is the root's /var/lib/cni/a
+    (confine.standard_binds leaves out a target nested so). Against another dataDir, only
+    one a symlink of this machine's leads to is refused."""
+    resolved = os.path.realpath(data_dir)
+    for other in (*PLUGIN_STATE_DIRS, *data_dirs):
+        if other == data_dir or (other not in PLUGIN_STATE_DIRS and resolved == data_dir):
+            continue
+        other_resolved = os.path.realpath(other)
+        by_name = lies_in(data_dir, other) or lies_in(other, data_dir)
+        if by_name != (lies_in(resolved, other_resolved) or lies_in(other_resolved, resolved)):
+            return (
+                f"{data_dir} and {other} nest otherwise on this machine ({resolved}, "
+                f"{other_resolved}) than by name: the plugins would see another of the "
+                "root's dirs there than the one read for it"
+            )
+    return None
+
+
 def code_dir_refusal(node_path: str) -> str | None:
     """Why this machine's dir at node_path may not have another dir bound over it, if it may
     not: it holds or lies in a dir this interpreter finds modules in, or its own install, as
@@ -87,8 +111,9 @@ class RootBinds:
         self.refused: dict[str, str] = {}  # dataDir -> why it is not bound
         bound: list[str] = []
         if self.confined:
-            for data_dir in sorted(set(data_dirs), key=lambda d: (len(d), d)):
-                why = bind_refusal(data_dir)
+            given = sorted(set(data_dirs), key=lambda d: (len(d), d))
+            for data_dir in given:
+                why = bind_refusal(data_dir) or nesting_refusal(data_dir, given)
                 outer = (*PLUGIN_STATE_DIRS, *bound)
                 if why is None and not any(lies_in(data_dir, d) for d in outer):
                     why = cannot_bind(data_dir)  # a bind of its own, not in an outer one

@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 
 from cni_reaper import host_local
 from cni_reaper.netconf import NetworkConfigs, NetworkList
-from cni_reaper.node_root import PLUGIN_STATE_DIRS, RootBinds, bind_refusal, lies_in
+from cni_reaper.node_root import (
+    PLUGIN_STATE_DIRS,
+    RootBinds,
+    bind_refusal,
+    lies_in,
+    nesting_refusal,
+)
 from cni_reaper.repair import confine
 from tests.confine_scenario import HOST_STORE, IP, NETWORK, RESERVATION
 from tests.nodetree import CONTAINER_IDS, have_plugins
@@ -169,6 +175,36 @@ def test_a_mount_point_that_cannot_be_made_is_told_before_the_run(tmp_path: Path
     assert why is not None and why.startswith(f"{kept}, which the reaper itself uses, lies under")
 
 
+def test_a_data_dir_this_machines_symlinks_nest_otherwise_than_its_name_is_not_bound(
+    tmp_path: Path,
+) -> None:
+    """confine.standard_binds leaves out a target that lies in another as this machine
+    resolves them: the plugins then see the outer one's dir of the root, not the one read
+    for the dataDir. So a dataDir is bound only where its name nests as its resolved path
+    does (found by the attack review of 290d74f: a machine's /var/lib/cni-b -> cni-a had
+    the DEL act on the root's cni-a store while cni-b's was read)."""
+    (tmp_path / "cni-a").mkdir()
+    (tmp_path / "cni-b").symlink_to(tmp_path / "cni-a")
+    a, b = str(tmp_path / "cni-a"), str(tmp_path / "cni-b")
+    assert nesting_refusal(a, [a, b]) is None
+    why = nesting_refusal(b, [a, b])
+    assert why is not None and why.startswith(f"{b} and {a} nest otherwise on this machine")
+    if os.path.realpath("/var/run") == "/run":
+        why = nesting_refusal("/var/run/cni/x", [])
+        assert why is not None and why.startswith("/var/run/cni/x and /run/cni nest otherwise")
+        binds = RootBinds("/mnt/node", ["/var/run/cni/x", "/run/cni/y"])
+        assert binds.data_dirs == ("/run/cni/y",) and not binds.covers("/var/run/cni/x/n")
+
+
+def test_a_mount_point_whose_name_is_too_long_is_told_before_the_run(tmp_path: Path) -> None:
+    """mkdir would fail with ENAMETOOLONG and refuse the whole run (the attack review of
+    290d74f: a node's config naming such a dataDir denied every network its repair)."""
+    long_name = str(tmp_path / ("a" * 300) / "ipam")
+    assert (confine.mount_point_problem(long_name) or "").endswith(
+        f"is longer than {tmp_path} takes"
+    )
+
+
 _DATA_DIRS = st.sampled_from(
     [
         "/var/lib/cni/networks",
@@ -209,12 +245,13 @@ def test_a_data_dir_is_bound_only_where_its_own_bind_is_sound(
     for data_dir in data_dirs:
         assert binds.covers(data_dir) != (data_dir in binds.refused), data_dir
     for data_dir in binds.data_dirs:
-        assert bind_refusal(data_dir) is None
+        assert bind_refusal(data_dir) is None and nesting_refusal(data_dir, data_dirs) is None
         outer = (*PLUGIN_STATE_DIRS, *(d for d in binds.data_dirs if d != data_dir))
         if not any(lies_in(data_dir, d) for d in outer):
             assert data_dir in asked and cannot_bind(data_dir) is None
     for data_dir, why in binds.refused.items():
-        assert why in (bind_refusal(data_dir), cannot_bind(data_dir))
+        nesting = nesting_refusal(data_dir, data_dirs)
+        assert why in (bind_refusal(data_dir), nesting, cannot_bind(data_dir))
     binds_made = confine.standard_binds("/mnt/node", binds.data_dirs)
     assert {b.target for b in binds_made} <= {*PLUGIN_STATE_DIRS, *binds.data_dirs}
     assert RootBinds("/", data_dirs, cannot_bind).covers("/anywhere")

@@ -448,6 +448,43 @@ def test_under_root_a_data_dir_whose_mount_point_cannot_be_made_stops_only_its_n
     assert "10.62.0.2" not in os.listdir(store)
 
 
+def test_under_root_a_data_dir_this_machines_symlink_nests_otherwise_runs_no_del(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A dataDir of /var/run/cni/x, on a machine whose /var/run is /run, as every systemd
+    distribution's is: a plugin walks it into the /run/cni mounted from the root, whose x is
+    a symlink to this machine's dir, while the reaper read the root's /var/run/cni/x (found
+    by the attack review of 290d74f: this machine's file was removed, exit 0; before, the
+    check ran inside the namespace and refused the network by accident)."""
+    if os.path.realpath("/var/run") != "/run":
+        cannot_run("needs this machine's /var/run to be a symlink to /run")
+    victim = tmp_path / "victim"
+    (victim / "hv").mkdir(parents=True)
+    (victim / "hv/10.66.0.7").write_bytes(f"{B}\r\neth0".encode())
+    ipam: dict[str, Any] = {"type": "host-local", "dataDir": "/var/run/cni/x"}
+    ipam["ranges"] = [[{"subnet": "10.66.0.0/24"}]]
+    conf = {"cniVersion": "1.0.0", "name": "hv", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_conf("40-hv.conflist", json.dumps(conf).encode())
+    root = crashed.node.root
+    (root / "var/run/cni/x/hv").mkdir(parents=True)
+    (root / "run/cni").mkdir(parents=True)
+    (root / "run/cni/x").symlink_to(victim)
+    entry = crashed.node.write_result(f"hv-{B}-eth0", b"")
+    crashed.reboot()
+
+    code, report = crashed.run(capsys)
+
+    assert os.listdir(victim / "hv") == ["10.66.0.7"]
+    assert code == ExitCode.ACTION_FAILED
+    assert not entry.exists()
+    (found,) = report["entries"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
+    assert found["plugin_errors"][0]["msg"].startswith(
+        f"host-local's dataDir is not bound for the plugins under {root}: /var/run/cni/x and "
+        "/run/cni nest otherwise on this machine"
+    )
+
+
 def test_host_local_as_the_plugin_reads_its_ipam_whatever_type_it_names(
     crashed: Crashed, capsys: pytest.CaptureFixture[str]
 ) -> None:

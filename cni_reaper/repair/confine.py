@@ -220,6 +220,13 @@ def mount_point_problem(target: str) -> str | None:
         return f"the mount point {target} cannot be made: {path} is no directory"
     if path != target and not os.access(path, os.W_OK):
         return f"the mount point {target} cannot be made: {path} cannot be written"
+    longest = max(len(os.fsencode(name)) for name in target.split("/"))
+    try:
+        name_max, path_max = os.pathconf(path, "PC_NAME_MAX"), os.pathconf(path, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096  # Linux's NAME_MAX and PATH_MAX
+    if longest > name_max or len(os.fsencode(target)) >= path_max:
+        return f"the mount point {target} cannot be made: its name is longer than {path} takes"
     return None
 
 

@@ -719,8 +719,17 @@ def _pipeline(run: _Run) -> Report:
         entries = cached_configs.noting(
             cache.inventory(results_fd, run.configs.networks.keys(), settle)
         )
+
+        def unread(planned: PlannedEntry) -> str | None:
+            """Why the DEL is not run, the entry quarantined all the same, if doubted()
+            found what it would release through Multus not to be read."""
+            split, netlist = planned.entry.split, planned.netlist
+            if planned.action is not Action.DEL_AND_QUARANTINE or split is None or not netlist:
+                return None
+            return reads.unread_delegates(netlist, split.container_id)
+
         plan = held_until(
-            map(planner, entries), lambda: ready(delegate_alive, pins), alive, doubted
+            map(planner, entries), lambda: ready(delegate_alive, pins), alive, doubted, unread
         )
         if args.dry_run:
             results = outcome.dry_run(plan)
@@ -1302,7 +1311,8 @@ def _reservations(
                 left.append(p)
             elif verbose and action is ReservationAction.KEEP:
                 kept.append(p)
-        for p in handed_over(orphans):
+        for orphan in handed_over(orphans):
+            p = orphan
             r = p.reservation
             assert r.owner is not None  # an orphan's DEL is by its owner
             owner = r.owner.container_id
@@ -1322,6 +1332,9 @@ def _reservations(
                 doubt = doubt or delegate_reads.against_delegates(
                     p.netlist, owner, all_stores, run.paths.root
                 )
+                no_del = delegate_reads.unread_delegates(p.netlist, owner)
+                if doubt is None and no_del is not None and p.config_problem is None:
+                    p = orphan._replace(config_problem=no_del)
             if doubt is None and p.netlist is not None:
                 doubt = flannel.scratch_problem(p.netlist, owner, run.binds, (store,))
             if doubt is None:

@@ -186,6 +186,8 @@ class StoreReads:
         self._boot, self._proof = boot, proof
         self._read: dict[str, StoreDoubts] = {}
         self._multus: dict[int, tuple[NetworkList, bool]] = {}  # by id: the chain, runs Multus
+        # (id of a Multus chain, owner) -> the chain, why its DEL may not run, why it runs none
+        self._delegates: dict[tuple[int, str], tuple[NetworkList, str | None, str | None]] = {}
 
     def of(self, store: str) -> StoreDoubts:
         doubts = self._read.get(store)
@@ -203,43 +205,73 @@ class StoreReads:
         names, each from its own network's store under an ifname of its own (net1, ...). Each
         of stores is held to the owner, whatever the ifname; so is the store of each delegate
         the scratch file names (a NetworkAttachmentDefinition's dataDir no conf names), and
-        one that delegates again, or cannot be read, leaves the DEL."""
-        known = self._multus.get(id(netlist))  # one chain for every orphan of a store
-        if known is None or known[0] is not netlist:
-            known = self._multus[id(netlist)] = (netlist, multus.runs_multus(netlist))
-        if not known[1]:
+        one that delegates again, or a file whose delegates cannot be told, leaves the DEL.
+        One answer per chain and owner: every orphan of the owner asks again."""
+        chain = self._multus.get(id(netlist))  # one chain for most entries and orphans
+        if chain is None or chain[0] is not netlist:
+            chain = self._multus[id(netlist)] = (netlist, multus.runs_multus(netlist))
+        if not chain[1]:
             return None
+        key = (id(netlist), container_id)
+        known = self._delegates.get(key)
+        if known is None or known[0] is not netlist:
+            doubt, unread = self._delegates_doubt(netlist, container_id, stores, root)
+            known = self._delegates[key] = (netlist, doubt, unread)
+        return known[1]
+
+    def unread_delegates(self, netlist: NetworkList, container_id: str) -> str | None:
+        """Why no DEL of the container through netlist may run, after against_delegates()
+        found nothing against it: a Multus of it has no scratch file whose delegates can be
+        read (none there, or a crash's damage, which this run moves away), so its DEL would
+        DEL the pod's networks the API server names, whose stores this run does not read.
+        The runtime's DEL of a sandbox it knows runs Multus so."""
+        known = self._delegates.get((id(netlist), container_id))
+        return known[2] if known is not None and known[0] is netlist else None
+
+    def _delegates_doubt(
+        self, netlist: NetworkList, container_id: str, stores: Iterable[str], root: str
+    ) -> tuple[str | None, str | None]:
         for store in stores:
             why = self.of(store).against_owner(container_id)
             if why is not None:
-                return why
-        listed = multus.scratch_delegates(netlist, container_id, root)
-        if listed is None:
-            return None
-        path, delegates = listed
-        runs = f"Multus's DEL runs the delegates its scratch file {path} names"
-        if isinstance(delegates, str):
-            return f"{runs}, {delegates}"
-        for delegate in delegates:
-            if not kinds_run(delegate).isdisjoint(multus.DELEGATING):
-                return f"{runs}, one of which delegates again: what that would release is not read"
-            why = twice(delegate)
-            if why is not None:
-                return why
-            if not _host_local_ipams(delegate):
-                continue
-            kept = store_of(delegate, root)
-            if kept is None:
-                return f"{runs}, one of which keeps a host-local store that cannot be reached"
-            why = self.of(kept).against_owner(container_id)
-            if why is not None:
-                return why
-        return None
+                return why, None
+        unread = None
+        for read in multus.scratch_delegates(netlist, container_id, root):
+            runs = f"Multus's DEL runs the delegates its scratch file {read.path} names"
+            if read.problem is not None:
+                return f"{runs}, {read.problem}", None
+            if read.unread:
+                unread = unread or (
+                    f"Multus has no scratch file {read.path} whose delegates can be read: its "
+                    "DEL would DEL the pod's networks the API server names, whose stores this "
+                    "run does not read, so no DEL through it runs (the runtime's DEL of a "
+                    "sandbox it knows runs it)"
+                )
+            for delegate in read.delegates:
+                if not kinds_run(delegate).isdisjoint(multus.DELEGATING):
+                    again = "one of which delegates again: what that would release is not read"
+                    return f"{runs}, {again}", None
+                why = twice(delegate)
+                if why is not None:
+                    return why, None
+                if not _host_local_ipams(delegate):
+                    continue
+                kept = store_of(delegate, root)
+                if kept is None:
+                    return (
+                        f"{runs}, one of which keeps a host-local store that cannot be reached",
+                        None,
+                    )
+                why = self.of(kept).against_owner(container_id)
+                if why is not None:
+                    return why, None
+        return None, unread
 
 
 def store_problems(configs: NetworkConfigs, binds: RootBinds) -> dict[str, str]:
     """Networks whose DEL is not run, and why: a chain that runs host-local more than once
-    (twice()), or Multus with a binDir that fails a plugin dir's checks (bin_dir_problem);
+    (twice()), or Multus whose delegates' plugins would run from where this run has not
+    checked them (multus.delegate_plugins_problem);
     under a root other than /, a chain that runs Multus (multus.confined_problem),
     a dataDir not bound (binds.refused), or a store reached through a symlink: the plugins
     run confined to the root's dirs (confine.py), but a symlink below them is followed there
@@ -248,7 +280,11 @@ def store_problems(configs: NetworkConfigs, binds: RootBinds) -> dict[str, str]:
     problems = {
         name: why
         for name, n in configs.networks.items()
-        if (why := twice(n) or multus.confined_problem(n, root) or multus.bin_dir_problem(n, root))
+        if (
+            why := twice(n)
+            or multus.confined_problem(n, root)
+            or multus.delegate_plugins_problem(n, root)
+        )
     }
     if not binds.confined:
         return problems
@@ -283,7 +319,7 @@ def cached_config_problem(netlist: NetworkList, binds: RootBinds) -> str | None:
     why = (
         twice(netlist)
         or multus.confined_problem(netlist, binds.root)
-        or multus.bin_dir_problem(netlist, binds.root)
+        or multus.delegate_plugins_problem(netlist, binds.root)
     )
     if why is not None or not binds.confined:
         return why

@@ -225,67 +225,102 @@ def _thin_plugin_confs(netlist: NetworkList) -> Iterator[Mapping[str, Any]]:
             yield plugin
 
 
-def scratch_delegates(
-    netlist: NetworkList, container_id: str, root: str
-) -> tuple[str, list[NetworkList] | str] | None:
-    """The delegates the thin Multus plugin's DEL of the container through this chain runs,
-    as its scratch file (<cniDir>/<container ID>) names them: the file's path and their
-    configs (each one's raw bytes, "Bytes", which Multus's DEL hands on), or why they cannot
-    be told. None where the chain runs no thin Multus, or the file is not there or holds no
-    JSON list: Multus's DEL then asks the API server for the pod's networks (not read here),
-    or runs no delegate (multus-cni: CmdDel, consumeScratchNetConf)."""
+class ScratchRead(Record):
+    """What one Multus of a chain will DEL for a container, as its scratch file tells."""
+
+    path: str  # the scratch file, as found from here
+    delegates: tuple[NetworkList, ...]  # the configs its DEL hands its delegates
+    problem: str | None  # why they cannot be told from the file, which is there
+    # No file, or none that decodes to a list (a crash's damage, which this run moves away):
+    # Multus's DEL then asks the API server for the pod's networks, which are not read here.
+    unread: bool
+
+
+def scratch_delegates(netlist: NetworkList, container_id: str, root: str) -> list[ScratchRead]:
+    """What the DEL of the container through this chain has each thin Multus plugin of it
+    DEL, as its scratch file (<cniDir>/<container ID>) names the delegates: each one's config
+    is its raw bytes ("Bytes"), a conflist where its ConfList has plugins, else one plugin's
+    config (multus-cni: CmdDel, consumeScratchNetConf, delPlugins)."""
+    found = []
     for plugin in _thin_plugin_confs(netlist):
         value = go_field(plugin, "cniDir")
         cni_dir = value if isinstance(value, str) else DEFAULT_CNI_DIR
         node_path = posixpath.normpath("/" + posixpath.join(cni_dir, container_id).lstrip("/"))
-        path = node_root.host_path(root, node_path)
-        try:
-            fd, _ = node_root.open_inside(root, node_path)
-        except FileNotFoundError:
-            return None
-        except (node_root.LeavesRoot, OSError) as e:
-            return path, f"which cannot be opened here ({e})"
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SCRATCH_BYTES:
-                return path, f"which is no file of at most {MAX_SCRATCH_BYTES} bytes"
-            data = os.read(fd, MAX_SCRATCH_BYTES + 1)
-        except OSError as e:
-            return path, f"which cannot be read ({e.strerror})"
-        finally:
-            os.close(fd)
-        return path, _delegates_in(data, path)
-    return None
+        found.append(_scratch_read(root, node_path))
+    return found
 
 
-def _delegates_in(data: bytes, path: str) -> list[NetworkList] | str:
-    import base64  # noqa: PLC0415 (only a DEL through Multus reads its delegates)
+def _scratch_read(root: str, node_path: str) -> ScratchRead:
+    path = node_root.host_path(root, node_path)
+    try:
+        fd, _ = node_root.open_inside(root, node_path)
+    except FileNotFoundError:
+        return ScratchRead(path, (), None, True)
+    except (node_root.LeavesRoot, OSError) as e:
+        return ScratchRead(path, (), f"which cannot be opened here ({e})", False)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SCRATCH_BYTES:
+            why = f"which is no file of at most {MAX_SCRATCH_BYTES} bytes"
+            return ScratchRead(path, (), why, False)
+        data = os.read(fd, MAX_SCRATCH_BYTES + 1)
+    except OSError as e:
+        return ScratchRead(path, (), f"which cannot be read ({e.strerror})", False)
+    finally:
+        os.close(fd)
+    import json  # noqa: PLC0415 (only a DEL through Multus reads its delegates)
 
     try:
-        doc = content.decode(as_go_reads(data))
+        # As Go decodes it: each object's members in the file's order, a key in any case,
+        # the last one given winning (go_field on pairs).
+        doc = json.loads(as_go_reads(data), object_pairs_hook=tuple)
     except (ValueError, RecursionError):
-        return "which does not decode here: what its delegates would release cannot be told"
+        return ScratchRead(path, (), None, True)
     if type(doc) is not list:
-        return f"which holds JSON {type(doc).__name__}, not Multus's list of delegates"
+        return ScratchRead(path, (), None, True)
+    delegates = _delegates_in(doc, path)
+    if isinstance(delegates, str):
+        return ScratchRead(path, (), delegates, False)
+    return ScratchRead(path, tuple(delegates), None, False)
+
+
+def _delegates_in(doc: list[Any], path: str) -> list[NetworkList] | str:
+    import base64  # noqa: PLC0415 (only a DEL through Multus reads its delegates)
+
     delegates = []
     for index, item in enumerate(doc):
-        raw = go_field(item, "Bytes") if type(item) is dict else None
         try:
+            if type(item) is not tuple:
+                raise ValueError("no object")
+            raw = go_field(item, "Bytes")
             if type(raw) is not str:
                 raise ValueError("no config")
+            listed = go_object(item, "ConfList")
+            plugins = go_field(listed, "plugins") if type(listed) is tuple else None
+            if plugins is not None and type(plugins) is not list:
+                raise ValueError("its ConfList's plugins are no list")
             config = base64.b64decode(content.without_newlines(raw), validate=True)
-            delegates.append(parse_conf_bytes(config, f"{path} (delegate {index})", None))
+            source = f"{path} (delegate {index})"
+            delegates.append(parse_conf_bytes(config, source, not plugins))
         except (ValueError, TypeError) as e:
             return f"whose delegate {index} has no config that decodes here ({e})"
     return delegates
 
 
-def bin_dir_problem(netlist: NetworkList, root: str) -> str | None:
-    """Why no DEL through this chain may run, if it runs the thin Multus plugin with a binDir
-    (its own default, /opt/cni/bin, where none is given) that fails the checks every dir of
-    CNI_PATH passes (plugin.vet_plugin_dirs): Multus looks its delegates' plugins up there
-    before CNI_PATH, whatever dirs this run was given (multus-cni: conflistDel, confDel). Run
-    as a plugin's IPAM plugin, it is handed that plugin's config, whose binDir it reads."""
+def delegate_plugins_problem(netlist: NetworkList, root: str) -> str | None:
+    """Why no DEL through this chain may run, if Multus would run its delegates' plugins
+    from where this run has not checked them: the thick plugin's daemon, from a binDir (and
+    a cache dir) of its own config, which this run does not read; the thin plugin, from a
+    binDir (its own default, /opt/cni/bin, where none is given) that fails the checks every
+    dir of CNI_PATH passes (plugin.vet_plugin_dirs), since it looks there before CNI_PATH,
+    whatever dirs this run was given (multus-cni: conflistDel, confDel). Run as a plugin's
+    IPAM plugin, the thin one is handed that plugin's config, whose binDir it reads."""
+    if THICK_SHIM in kinds_run(netlist):
+        return (
+            "Multus's daemon runs its delegates from a config, cache dir and binDir of its own, "
+            "which this run does not read: no DEL through it runs (the runtime's DEL of a "
+            "sandbox it knows runs it)"
+        )
     for plugin in _thin_plugin_confs(netlist):
         # Decoded over Multus's defaults: a null keeps /opt/cni/bin, a string replaces it;
         # Go joins a relative one to the plugin's working dir, which is /.

@@ -307,11 +307,14 @@ def held_until(
     ready: Callable[[], str | None],
     alive: Callable[[PlannedEntry], str | None] | None = None,
     doubted: Callable[[PlannedEntry], str | None] | None = None,
+    no_del: Callable[[PlannedEntry], str | None] | None = None,
 ) -> Iterator[PlannedEntry]:
     """The plan, with every entry that would change something held back until the whole plan
     is made and ready() finds nothing against acting; if it does, they are left instead, for
     its reason. alive() then says of each whether the whole plan showed it may be alive, and
-    doubted() why else its DEL may not run (what it would release besides)."""
+    doubted() why else its DEL may not run (what it would release besides); no_del(), asked
+    after it, why the entry is quarantined with no DEL (what the DEL would release cannot be
+    read, and the runtime's own DEL will run it)."""
     held = []
     for planned in plan:
         if planned.action in _CHANGING:  # changes_things, without a call per entry
@@ -329,7 +332,8 @@ def held_until(
         elif doubt is not None:
             yield planned._replace(action=Action.LEAVE, reason=doubt)
         elif veto is None:
-            yield planned
+            unread = no_del(planned) if no_del is not None else None
+            yield planned if unread is None else planned._replace(config_problem=unread)
         else:
             yield planned._replace(
                 action=Action.LEAVE,

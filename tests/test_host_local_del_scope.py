@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cni_reaper import host_local
+from cni_reaper import host_local, multus
 from cni_reaper.errors import ExitCode
-from cni_reaper.netconf import NetworkConfigs, NetworkList
+from cni_reaper.netconf import NetworkConfigs, NetworkList, kinds_run
 from cni_reaper.node_root import RootBinds
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, cache_entry_bytes, host_local_conflist
@@ -1090,7 +1090,9 @@ def test_on_the_node_an_orphans_del_through_multus_is_held_to_every_store_of_the
     )
 
 
-def multus_node_with_a_nad_store(crashed: Crashed, nad: dict[str, Any]) -> tuple[Path, Path, Path]:
+def multus_node_with_a_nad_store(
+    crashed: Crashed, nad: dict[str, Any], scratch: list[dict[str, Any]] | None = None
+) -> tuple[Path, Path, Path]:
     """A damaged Multus entry of A whose scratch file names cbr0 (the default dataDir) and a
     second delegate of the given config, as a NetworkAttachmentDefinition gives it (no conf in
     net.d names it); each holds an earlier boot's address of A, in this boot's record. Returns
@@ -1100,7 +1102,8 @@ def multus_node_with_a_nad_store(crashed: Crashed, nad: dict[str, Any]) -> tuple
     ipam = {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}
     cbr0: dict[str, Any] = {"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge", "ipam": ipam}
     (root / "var/lib/cni/multus").mkdir(parents=True)
-    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(cbr0, nad))
+    written = multus_scratch(cbr0, nad) if scratch is None else json.dumps(scratch)
+    (root / "var/lib/cni/multus" / A).write_text(written)
     default = root / "var/lib/cni/networks/cbr0"
     default.mkdir(parents=True)
     (default / "10.244.0.5").write_bytes(OWNER_A)
@@ -1153,6 +1156,149 @@ def test_on_the_node_multus_is_held_to_the_store_of_every_delegate_its_scratch_f
     assert found["reason"].startswith(
         "host-local's DEL would also release /var/lib/cni/macvlan-ipam/extra/10.245.0.9"
     )
+
+
+def nad_with_a_store_of_this_boot(crashed: Crashed, **extra: Any) -> tuple[dict[str, Any], Path]:
+    """extra, a delegate a NetworkAttachmentDefinition gives, keeping its addresses in
+    /var/lib/cni/nad-ipam; returns its config and its store."""
+    ipam = {"type": "host-local", "dataDir": "/var/lib/cni/nad-ipam"}
+    nad: dict[str, Any] = {"cniVersion": "1.0.0", "name": "extra", "type": "bridge", **extra}
+    nad["ipam"] = {**ipam, "ranges": [[{"subnet": "10.245.0.0/24"}]]}
+    return nad, crashed.node.root / "var/lib/cni/nad-ipam/extra"
+
+
+def b64(doc: dict[str, Any]) -> str:
+    return base64.b64encode(json.dumps(doc).encode()).decode()
+
+
+CBR0 = {
+    "cniVersion": "1.0.0",
+    "name": "cbr0",
+    "type": "bridge",
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]},
+}
+
+
+@pytest.mark.parametrize("spelling", ["a conf with a plugins key", "Bytes given twice"])
+def test_on_the_node_a_scratch_file_is_read_as_multus_reads_it(
+    crashed: Crashed, spelling: str
+) -> None:
+    """Multus's DEL runs a delegate as a conflist only where its item's ConfList has plugins,
+    else its Bytes as one plugin's config, "plugins" key or not; Go decodes the file in its
+    order, a key in any case, the last one winning. Read otherwise, the delegate's store
+    went unread and its address of this boot was released, exit 0 (found by the attack
+    review of 780275b)."""
+    if spelling == "a conf with a plugins key":
+        nad, store = nad_with_a_store_of_this_boot(crashed, plugins=[{"type": "tuning"}])
+        scratch = [{"Name": "cbr0", "Bytes": b64(CBR0)}, {"Name": "extra", "Bytes": b64(nad)}]
+    else:
+        nad, store = nad_with_a_store_of_this_boot(crashed)
+        decoy = {**nad, "ipam": {"type": "static"}}
+        second = {"bytes": b64(decoy), "Name": "extra", "Bytes": b64(nad)}
+        scratch = [{"Name": "cbr0", "Bytes": b64(CBR0)}, second]
+    entry, _, second_store = multus_node_with_a_nad_store(crashed, nad, scratch)
+    assert second_store == store
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/nad-ipam/extra")
+    (store / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and sorted(os.listdir(store)) == ["10.245.0.5", "10.245.0.9"]
+    (found,) = report["entries"]
+    assert found["reason"].startswith(
+        "host-local's DEL would also release /var/lib/cni/nad-ipam/extra/10.245.0.9"
+    )
+
+
+def test_on_the_node_a_chain_of_two_multus_has_both_scratch_files_read(
+    crashed: Crashed,
+) -> None:
+    """Each Multus of a chain DELs what its own scratch file names: the second one's was
+    not read when the first one's was missing (found by the attack review of 780275b)."""
+    nad, store = nad_with_a_store_of_this_boot(crashed)
+    entry, _, _ = multus_node_with_a_nad_store(crashed, nad)
+    second = crashed.node.root / "var/lib/cni/multus-b" / A
+    second.parent.mkdir()
+    (crashed.node.root / "var/lib/cni/multus" / A).rename(second)
+    chain = [
+        {"type": "multus", "cniDir": "/var/lib/cni/multus-a"},
+        {"type": "multus", "cniDir": "/var/lib/cni/multus-b"},
+    ]
+    conf = {"cniVersion": "1.0.0", "name": "multus-cni-network", "plugins": chain}
+    crashed.node.write_conf("60-multus-cni-network.conflist", json.dumps(conf).encode())
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/nad-ipam/extra")
+    (store / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and "10.245.0.9" in os.listdir(store)
+    (found,) = report["entries"]
+    assert found["reason"].startswith(
+        "host-local's DEL would also release /var/lib/cni/nad-ipam/extra/10.245.0.9"
+    )
+
+
+@pytest.mark.parametrize("scratch", ["lost in the crash", "damaged by the crash"])
+def test_on_the_node_multus_with_no_scratch_file_to_read_runs_no_del(
+    crashed: Crashed, scratch: str
+) -> None:
+    """With no scratch file (lost, or damaged and moved away by this run), Multus's DEL asks
+    the API server for the pod's networks, whose stores this run does not read: no DEL
+    through it runs, and the entry is quarantined, so that the runtime's own DEL of a sandbox
+    it knows runs Multus (found by the attack review of 780275b: only the stores found were
+    held, and a network's address of this boot was released, exit 0)."""
+    nad, store = nad_with_a_store_of_this_boot(crashed)
+    entry, default, _ = multus_node_with_a_nad_store(crashed, nad)
+    scratch_file = crashed.node.root / "var/lib/cni/multus" / A
+    if scratch == "lost in the crash":
+        scratch_file.unlink()
+    else:
+        scratch_file.write_bytes(scratch_file.read_bytes()[:40])
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/nad-ipam/extra", "/var/lib/cni/multus")
+    (store / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.ACTION_FAILED, report
+    assert not entry.exists()
+    assert sorted(os.listdir(store)) == ["10.245.0.5", "10.245.0.9"]
+    assert os.listdir(default) == ["10.244.0.5"]
+    (found,) = report["entries"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
+    assert found["del"]["config_problem"].startswith(
+        f"Multus has no scratch file /var/lib/cni/multus/{A} whose delegates can be read"
+    )
+
+
+def test_on_the_node_no_del_runs_through_multus_s_daemon(crashed: Crashed) -> None:
+    """The thick plugin hands the DEL to Multus's daemon, which runs the delegates from a
+    config, cache dir and binDir of its own: none of them read here (found by the attack
+    review of 780275b: with the daemon up, a delegate's address of this boot was released,
+    and a bridge planted in a /opt/cni/bin others may write ran as root)."""
+    nad, store = nad_with_a_store_of_this_boot(crashed)
+    entry, _, _ = multus_node_with_a_nad_store(crashed, nad)
+    (crashed.node.root / "opt/cni/bin/multus").rename(crashed.node.root / "opt/cni/bin/multus-shim")
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "multus-cni-network",
+        "plugins": [{"type": "multus-shim"}],
+    }
+    crashed.node.write_conf("60-multus-cni-network.conflist", json.dumps(conf).encode())
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/nad-ipam/extra")
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.ACTION_FAILED, report
+    assert not entry.exists() and os.listdir(store) == ["10.245.0.5"]
+    (found,) = report["entries"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
+    assert found["del"]["config_problem"].startswith("Multus's daemon runs its delegates")
 
 
 def test_on_the_node_a_multus_delegate_that_delegates_again_leaves_the_del(
@@ -1329,4 +1475,7 @@ def test_under_root_no_del_runs_through_multus_as_a_plugin_or_an_ipam_plugin(
     refused = "no DEL through Multus runs under a --root"
     assert refused in host_local.store_problems(configs, RootBinds("/mnt/node"))["m"]
     assert refused in (host_local.cached_config_problem(netlist, RootBinds("/mnt/node")) or "")
-    assert host_local.store_problems(configs, RootBinds("/")) == {}
+    # On the node the thin plugin's DEL runs; the thick one's daemon is never asked.
+    on_the_node = host_local.store_problems(configs, RootBinds("/"))
+    assert refused not in on_the_node.get("m", "")
+    assert ("m" in on_the_node) == (multus.THICK_SHIM in kinds_run(netlist))

@@ -21,8 +21,8 @@ from cni_reaper.netconf import (
     NetworkConfigs,
     NetworkList,
     as_go_reads,
+    configs_running,
     go_field,
-    go_object,
     kinds_run,
     parse_conf_bytes,
 )
@@ -44,13 +44,7 @@ def scratch_problem(
     delegate config flannel kept keeps its host-local store elsewhere than read_stores (the
     stores this run read and checks the DEL against), cannot be told, or, under a root other
     than /, lies where the plugins would see this machine's own files."""
-    for plugin in netlist.plugins:
-        ipam = go_object(plugin, "ipam")
-        as_ipam = isinstance(ipam, tuple) and go_field(ipam, "type") == "flannel"
-        if go_field(plugin, "type") != "flannel" and not as_ipam:
-            continue
-        # Run as a plugin's IPAM plugin, flannel is handed that plugin's config: its dataDir
-        # is that config's own key.
+    for plugin in configs_running(netlist, "flannel"):
         # flannel sets the default, then decodes its config over it: a null keeps it, an
         # empty string does not.
         data_dir = go_field(plugin, "dataDir")

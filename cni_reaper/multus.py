@@ -41,7 +41,7 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable
 
 from cni_reaper import cache, content, leaving, node_root
 from cni_reaper.boot import Written, WrittenVerdict
@@ -51,6 +51,7 @@ from cni_reaper.filestat import FileStat
 from cni_reaper.netconf import (
     NetworkList,
     as_go_reads,
+    configs_running,
     go_field,
     go_object,
     kinds_run,
@@ -215,16 +216,6 @@ def runs_multus(netlist: NetworkList) -> bool:
     return not kinds_run(netlist).isdisjoint((THIN_PLUGIN, THICK_SHIM))
 
 
-def _thin_plugin_confs(netlist: NetworkList) -> Iterator[Mapping[str, Any]]:
-    """Each config of the chain the thin Multus plugin reads: its own, or, run as a plugin's
-    IPAM plugin, the config that plugin is handed."""
-    for plugin in netlist.plugins:
-        ipam = go_object(plugin, "ipam")
-        as_ipam = isinstance(ipam, tuple) and go_field(ipam, "type") == THIN_PLUGIN
-        if go_field(plugin, "type") == THIN_PLUGIN or as_ipam:
-            yield plugin
-
-
 class ScratchRead(Record):
     """What one Multus of a chain will DEL for a container, as its scratch file tells."""
 
@@ -242,7 +233,7 @@ def scratch_delegates(netlist: NetworkList, container_id: str, root: str) -> lis
     is its raw bytes ("Bytes"), a conflist where its ConfList has plugins, else one plugin's
     config (multus-cni: CmdDel, consumeScratchNetConf, delPlugins)."""
     found = []
-    for plugin in _thin_plugin_confs(netlist):
+    for plugin in configs_running(netlist, THIN_PLUGIN):
         value = go_field(plugin, "cniDir")
         cni_dir = value if isinstance(value, str) else DEFAULT_CNI_DIR
         node_path = posixpath.normpath("/" + posixpath.join(cni_dir, container_id).lstrip("/"))
@@ -321,7 +312,7 @@ def delegate_plugins_problem(netlist: NetworkList, root: str) -> str | None:
             "which this run does not read: no DEL through it runs (the runtime's DEL of a "
             "sandbox it knows runs it)"
         )
-    for plugin in _thin_plugin_confs(netlist):
+    for plugin in configs_running(netlist, THIN_PLUGIN):
         # Decoded over Multus's defaults: a null keeps /opt/cni/bin, a string replaces it;
         # Go joins a relative one to the plugin's working dir, which is /.
         value = go_field(plugin, "binDir")

@@ -12,7 +12,7 @@ import json
 import math
 import os
 import stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from cni_reaper.content import no_constants
 from cni_reaper.record import Record
@@ -235,6 +235,18 @@ def go_object(
         else:
             merged = (*(merged or ()), *go_pairs(item))
     return merged
+
+
+def configs_running(netlist: NetworkList, kind: str) -> Iterator[Mapping[str, Any]]:
+    """Each plugin config of the chain a DEL hands to a plugin of this type: the config of a
+    plugin of the type, and of a plugin whose "ipam" names it, since an IPAM plugin is handed
+    the config of the plugin that execs it, whose top-level keys it reads."""
+    for conf in netlist.plugins:
+        ipam = go_object(conf, "ipam")
+        if go_field(conf, "type") == kind or (
+            isinstance(ipam, tuple) and go_field(ipam, "type") == kind
+        ):
+            yield conf
 
 
 def kinds_run(netlist: NetworkList) -> set[Any]:

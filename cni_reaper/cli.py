@@ -726,7 +726,7 @@ def _pipeline(run: _Run) -> Report:
             split, netlist = planned.entry.split, planned.netlist
             if planned.action is not Action.DEL_AND_QUARANTINE or split is None or not netlist:
                 return None
-            return reads.unread_delegates(netlist, split.container_id)
+            return reads.claim_delegates(netlist, split.container_id)
 
         plan = held_until(
             map(planner, entries), lambda: ready(delegate_alive, pins), alive, doubted, unread
@@ -1332,7 +1332,7 @@ def _reservations(
                 doubt = doubt or delegate_reads.against_delegates(
                     p.netlist, owner, all_stores, run.paths.root
                 )
-                no_del = delegate_reads.unread_delegates(p.netlist, owner)
+                no_del = delegate_reads.claim_delegates(p.netlist, owner)
                 if doubt is None and no_del is not None and p.config_problem is None:
                     p = orphan._replace(config_problem=no_del)
             if doubt is None and p.netlist is not None:

@@ -177,6 +177,22 @@ def store_of(netlist: NetworkList, root: str) -> str | None:
     return None
 
 
+# Why no DEL runs through a Multus whose delegates cannot be read from its scratch file.
+_UNREAD = (
+    "its DEL would DEL the pod's networks the API server names, whose stores this run does "
+    "not read, so no DEL through it runs (the runtime's DEL of a sandbox it knows runs it)"
+)
+
+
+class _DelegatesRead(Record):
+    """What a run read of the delegates a DEL of one owner through one chain runs."""
+
+    chain: NetworkList  # kept, so that its id names no other chain while this is kept
+    doubt: str | None  # why the DEL may not run: what it would release besides
+    unread: str | None  # why no DEL runs: what it would release cannot be read
+    scratch_files: tuple[str, ...]  # those its Multus reads, and its DEL removes
+
+
 class StoreReads:
     """Each store an entry DEL runs through, read once, before the first such DEL: what else
     the DEL would release (StoreDoubts.against), and what it should have released, to check
@@ -187,7 +203,9 @@ class StoreReads:
         self._read: dict[str, StoreDoubts] = {}
         self._multus: dict[int, tuple[NetworkList, bool]] = {}  # by id: the chain, runs Multus
         # (id of a Multus chain, owner) -> the chain, why its DEL may not run, why it runs none
-        self._delegates: dict[tuple[int, str], tuple[NetworkList, str | None, str | None]] = {}
+        self._delegates: dict[tuple[int, str], _DelegatesRead] = {}
+        # Scratch files a DEL already planned will have Multus read, and then remove.
+        self._claimed: set[str] = set()
 
     def of(self, store: str) -> StoreDoubts:
         doubts = self._read.get(store)
@@ -214,38 +232,58 @@ class StoreReads:
             return None
         key = (id(netlist), container_id)
         known = self._delegates.get(key)
-        if known is None or known[0] is not netlist:
-            doubt, unread = self._delegates_doubt(netlist, container_id, stores, root)
-            known = self._delegates[key] = (netlist, doubt, unread)
-        return known[1]
+        if known is None or known.chain is not netlist:
+            known = self._delegates_read(netlist, container_id, stores, root)
+            self._delegates[key] = known
+        return known.doubt
 
-    def unread_delegates(self, netlist: NetworkList, container_id: str) -> str | None:
+    def claim_delegates(self, netlist: NetworkList, container_id: str) -> str | None:
         """Why no DEL of the container through netlist may run, after against_delegates()
-        found nothing against it: a Multus of it has no scratch file whose delegates can be
-        read (none there, or a crash's damage, which this run moves away), so its DEL would
-        DEL the pod's networks the API server names, whose stores this run does not read.
-        The runtime's DEL of a sandbox it knows runs Multus so."""
+        found nothing against it; None: it is planned, and claims the scratch files its
+        Multus will read. A Multus of it has no scratch file whose delegates can be read
+        (none there, or a crash's damage, which this run moves away), or one a DEL planned
+        before claimed (Multus's DEL removes it): its DEL would DEL the pod's networks the
+        API server names, whose stores this run does not read. The runtime's DEL of a
+        sandbox it knows runs Multus so."""
         known = self._delegates.get((id(netlist), container_id))
-        return known[2] if known is not None and known[0] is netlist else None
+        if known is None or known.chain is not netlist:
+            return None
+        claimed = [path for path in known.scratch_files if path in self._claimed]
+        if known.unread is None and claimed:
+            return (
+                f"a DEL of another attachment of the container through Multus, planned before, "
+                f"removes its scratch file {claimed[0]}: {_UNREAD}"
+            )
+        self._claimed.update(known.scratch_files)
+        return known.unread
+
+    def _delegates_read(
+        self, netlist: NetworkList, container_id: str, stores: Iterable[str], root: str
+    ) -> _DelegatesRead:
+        reads = multus.scratch_delegates(netlist, container_id, root)
+        files = tuple(read.path for read in reads)
+        doubt, unread = self._delegates_doubt(container_id, stores, root, reads)
+        return _DelegatesRead(netlist, doubt, unread, files)
 
     def _delegates_doubt(
-        self, netlist: NetworkList, container_id: str, stores: Iterable[str], root: str
+        self,
+        container_id: str,
+        stores: Iterable[str],
+        root: str,
+        reads: list[multus.ScratchRead],
     ) -> tuple[str | None, str | None]:
         for store in stores:
             why = self.of(store).against_owner(container_id)
             if why is not None:
                 return why, None
         unread = None
-        for read in multus.scratch_delegates(netlist, container_id, root):
+        for read in reads:
             runs = f"Multus's DEL runs the delegates its scratch file {read.path} names"
             if read.problem is not None:
                 return f"{runs}, {read.problem}", None
             if read.unread:
                 unread = unread or (
-                    f"Multus has no scratch file {read.path} whose delegates can be read: its "
-                    "DEL would DEL the pod's networks the API server names, whose stores this "
-                    "run does not read, so no DEL through it runs (the runtime's DEL of a "
-                    "sandbox it knows runs it)"
+                    f"Multus has no scratch file {read.path} whose delegates can be read: {_UNREAD}"
                 )
             for delegate in read.delegates:
                 if not kinds_run(delegate).isdisjoint(multus.DELEGATING):

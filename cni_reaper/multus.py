@@ -283,11 +283,14 @@ def _delegates_in(doc: list[Any], path: str) -> list[NetworkList] | str:
         try:
             if type(item) is not tuple:
                 raise ValueError("no object")
-            raw = go_field(item, "Bytes")
+            # A null empties a slice, as Go decodes it: no config, no plugins.
+            raw = go_field(item, "Bytes", null_resets=True)
             if type(raw) is not str:
                 raise ValueError("no config")
             listed = go_object(item, "ConfList")
-            plugins = go_field(listed, "plugins") if type(listed) is tuple else None
+            plugins = (
+                go_field(listed, "plugins", null_resets=True) if type(listed) is tuple else None
+            )
             if plugins is not None and type(plugins) is not list:
                 raise ValueError("its ConfList's plugins are no list")
             config = base64.b64decode(content.without_newlines(raw), validate=True)

@@ -1091,7 +1091,7 @@ def test_on_the_node_an_orphans_del_through_multus_is_held_to_every_store_of_the
 
 
 def multus_node_with_a_nad_store(
-    crashed: Crashed, nad: dict[str, Any], scratch: list[dict[str, Any]] | None = None
+    crashed: Crashed, nad: dict[str, Any], scratch: list[dict[str, Any]] | str | None = None
 ) -> tuple[Path, Path, Path]:
     """A damaged Multus entry of A whose scratch file names cbr0 (the default dataDir) and a
     second delegate of the given config, as a NetworkAttachmentDefinition gives it (no conf in
@@ -1102,7 +1102,9 @@ def multus_node_with_a_nad_store(
     ipam = {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}
     cbr0: dict[str, Any] = {"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge", "ipam": ipam}
     (root / "var/lib/cni/multus").mkdir(parents=True)
-    written = multus_scratch(cbr0, nad) if scratch is None else json.dumps(scratch)
+    written = multus_scratch(cbr0, nad) if scratch is None else scratch
+    if not isinstance(written, str):
+        written = json.dumps(written)
     (root / "var/lib/cni/multus" / A).write_text(written)
     default = root / "var/lib/cni/networks/cbr0"
     default.mkdir(parents=True)
@@ -1179,7 +1181,9 @@ CBR0 = {
 }
 
 
-@pytest.mark.parametrize("spelling", ["a conf with a plugins key", "Bytes given twice"])
+@pytest.mark.parametrize(
+    "spelling", ["a conf with a plugins key", "Bytes given twice", "ConfList's plugins null"]
+)
 def test_on_the_node_a_scratch_file_is_read_as_multus_reads_it(
     crashed: Crashed, spelling: str
 ) -> None:
@@ -1188,14 +1192,20 @@ def test_on_the_node_a_scratch_file_is_read_as_multus_reads_it(
     order, a key in any case, the last one winning. Read otherwise, the delegate's store
     went unread and its address of this boot was released, exit 0 (found by the attack
     review of 780275b)."""
+    scratch: list[dict[str, str]] | str
     if spelling == "a conf with a plugins key":
         nad, store = nad_with_a_store_of_this_boot(crashed, plugins=[{"type": "tuning"}])
         scratch = [{"Name": "cbr0", "Bytes": b64(CBR0)}, {"Name": "extra", "Bytes": b64(nad)}]
-    else:
+    elif spelling == "Bytes given twice":
         nad, store = nad_with_a_store_of_this_boot(crashed)
         decoy = {**nad, "ipam": {"type": "static"}}
         second = {"bytes": b64(decoy), "Name": "extra", "Bytes": b64(nad)}
         scratch = [{"Name": "cbr0", "Bytes": b64(CBR0)}, second]
+    else:  # a null empties the slice, as Go decodes it (found by the review of c4138ba)
+        nad, store = nad_with_a_store_of_this_boot(crashed, plugins=[{"type": "tuning"}])
+        listed = '{"plugins": [{"type": "tuning"}], "plugins": null}'
+        item = f'{{"Name": "extra", "ConfList": {listed}, "Bytes": "{b64(nad)}"}}'
+        scratch = f'[{{"Name": "cbr0", "Bytes": "{b64(CBR0)}"}}, {item}]'
     entry, _, second_store = multus_node_with_a_nad_store(crashed, nad, scratch)
     assert second_store == store
     node = OnTheNode(crashed)
@@ -1210,6 +1220,50 @@ def test_on_the_node_a_scratch_file_is_read_as_multus_reads_it(
     assert found["reason"].startswith(
         "host-local's DEL would also release /var/lib/cni/nad-ipam/extra/10.245.0.9"
     )
+
+
+@pytest.mark.parametrize("what", ["two entries", "two orphans"])
+def test_on_the_node_only_the_first_del_of_a_container_through_multus_runs(
+    crashed: Crashed, what: str
+) -> None:
+    """Multus's DEL removes the scratch file it read: a second DEL of the same container
+    through Multus (another ifname's entry or orphan) finds none and DELs the pod's networks
+    the API server names, whose stores this run does not read. Only the first DEL planned
+    runs; the second entry is quarantined with no DEL, the second orphan released by the
+    reaper alone (found by the attack review of c4138ba: both were planned from one reading,
+    and the second released an address of this boot, exit 0)."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    own_ipam = {"type": "host-local", "ranges": [[{"subnet": "10.250.0.0/24"}]]}
+    own = {"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "bridge", "ipam": own_ipam}
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(own))
+    store = root / "var/lib/cni/networks/multus-cni-network"
+    store.mkdir(parents=True)
+    if what == "two entries":
+        for ifname in ("eth0", "net5"):
+            crashed.node.write_result(f"multus-cni-network-{A}-{ifname}", b"")
+    else:
+        crashed.node.results.mkdir(parents=True, mode=0o700)
+        (store / "10.250.0.5").write_bytes(OWNER_A)
+        (store / "10.250.0.7").write_bytes(f"{A}\r\nnet7".encode())
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/multus-cni-network")
+
+    code, report = node.run(
+        "--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR
+    )
+
+    found = report["entries"] if what == "two entries" else report["host_local"]
+    assert code == ExitCode.ACTION_FAILED, report
+    ran = sorted((f["del"]["plugins_run"], f["del"]["config_problem"] or "") for f in found)
+    assert [plugins for plugins, _ in ran] == [[], ["multus"]]
+    assert ran[0][1].startswith(
+        "a DEL of another attachment of the container through Multus, planned before, removes "
+        f"its scratch file /var/lib/cni/multus/{A}"
+    )
+    assert os.listdir(store) in ([], ["lock"])
 
 
 def test_on_the_node_a_chain_of_two_multus_has_both_scratch_files_read(

@@ -726,6 +726,8 @@ def _pipeline(run: _Run) -> Report:
             split, netlist = planned.entry.split, planned.netlist
             if planned.action is not Action.DEL_AND_QUARANTINE or split is None or not netlist:
                 return None
+            if planned.config_problem is not None:
+                return None  # no DEL runs anyway: it claims nothing
             return reads.claim_delegates(netlist, split.container_id)
 
         plan = held_until(
@@ -1311,8 +1313,7 @@ def _reservations(
                 left.append(p)
             elif verbose and action is ReservationAction.KEEP:
                 kept.append(p)
-        for orphan in handed_over(orphans):
-            p = orphan
+        for p in handed_over(orphans):
             r = p.reservation
             assert r.owner is not None  # an orphan's DEL is by its owner
             owner = r.owner.container_id
@@ -1332,11 +1333,13 @@ def _reservations(
                 doubt = doubt or delegate_reads.against_delegates(
                     p.netlist, owner, all_stores, run.paths.root
                 )
-                no_del = delegate_reads.claim_delegates(p.netlist, owner)
-                if doubt is None and no_del is not None and p.config_problem is None:
-                    p = orphan._replace(config_problem=no_del)
             if doubt is None and p.netlist is not None:
                 doubt = flannel.scratch_problem(p.netlist, owner, run.binds, (store,))
+            if doubt is None and p.netlist is not None and p.config_problem is None:
+                # Last, for a DEL that is to run: it claims the scratch files its Multus reads.
+                no_del = delegate_reads.claim_delegates(p.netlist, owner)
+                if no_del is not None:
+                    p = p._replace(config_problem=no_del)  # noqa: PLW2901 (the orphan, as planned)
             if doubt is None:
                 add(r.ip, r.number, p.owner_state, True)
                 changing.append(p)

@@ -194,15 +194,17 @@ class _DelegatesRead(Record):
 
 
 class StoreReads:
-    """Each store an entry DEL runs through, read once, before the first such DEL: what else
-    the DEL would release (StoreDoubts.against), and what it should have released, to check
-    after it (Releases)."""
+    """Each store a DEL runs through, read once: what else the DEL would release
+    (StoreDoubts.against), and what it should have released, to check after it (Releases);
+    for a DEL through Multus, the stores of the delegates its scratch file names, and which
+    scratch files a DEL already planned claims (against_delegates, claim_delegates). The
+    entries' reading comes before their first DEL, the orphans' after the entries' DELs."""
 
     def __init__(self, boot: BootContext, proof: Proof) -> None:
         self._boot, self._proof = boot, proof
         self._read: dict[str, StoreDoubts] = {}
         self._multus: dict[int, tuple[NetworkList, bool]] = {}  # by id: the chain, runs Multus
-        # (id of a Multus chain, owner) -> the chain, why its DEL may not run, why it runs none
+        # (id of a Multus chain, owner) -> what was read of the delegates its DEL runs
         self._delegates: dict[tuple[int, str], _DelegatesRead] = {}
         # Scratch files a DEL already planned will have Multus read, and then remove.
         self._claimed: set[str] = set()

@@ -191,6 +191,9 @@ class _DelegatesRead(Record):
     doubt: str | None  # why the DEL may not run: what it would release besides
     unread: str | None  # why no DEL runs: what it would release cannot be read
     scratch_files: tuple[str, ...]  # those its Multus reads, and its DEL removes
+    # Each delegate's store and the ifname it is DEL'd under (None: the DEL's own), where
+    # the DEL may run: what it releases, to see after it that it did (Releases).
+    releases: tuple[tuple[str, str | None], ...]
 
 
 class StoreReads:
@@ -265,7 +268,29 @@ class StoreReads:
         reads = multus.scratch_delegates(netlist, container_id, root)
         files = tuple(read.path for read in reads)
         doubt, unread = self._delegates_doubt(container_id, stores, root, reads)
-        return _DelegatesRead(netlist, doubt, unread, files)
+        releases = []
+        if doubt is None:
+            for read in reads:
+                for delegate, ifname in zip(read.delegates, read.ifnames):
+                    kept = store_of(delegate, root) if _host_local_ipams(delegate) else None
+                    if kept is not None:
+                        releases.append((kept, ifname))
+        return _DelegatesRead(netlist, doubt, unread, files, tuple(releases))
+
+    def delegates_release(self, netlist: NetworkList, container_id: str, ifname: str) -> list[Held]:
+        """What the DEL of the attachment through netlist has Multus's delegates release,
+        each from its own store under its own ifname, as their stores were read before it;
+        nothing for a chain that runs no Multus."""
+        known = self._delegates.get((id(netlist), container_id))
+        if known is None or known.chain is not netlist:
+            return []
+        found = []
+        for store, delegate_ifname in known.releases:
+            named = delegate_ifname or ifname
+            addresses = self.of(store).released_by(container_id, named)
+            if addresses:
+                found.append(Held(store, named, addresses))
+        return found
 
     def _delegates_doubt(
         self,
@@ -374,34 +399,45 @@ def cached_config_problem(netlist: NetworkList, binds: RootBinds) -> str | None:
     return next(iter(problems.values()), None)
 
 
+class Held(Record):
+    """Addresses a store held for an attachment (<id>, ifname) before a DEL that releases
+    them."""
+
+    store: str
+    ifname: str
+    addresses: tuple[str, ...]
+
+
 class Releases:
     """What host-local held for each attachment before its DEL, to see after the DEL that it
     was released: the one effect of a DEL the reaper can check. A DEL that exits 0 and leaves
-    the address reserved is a failure, never done. What it held is what the check before the
-    DEL read (StoreReads): the same one reading of the store."""
+    an address reserved is a failure, never done. What it held is what the check before the
+    DEL read (StoreReads): the same one reading of each store. A DEL through Multus releases
+    its delegates' addresses, each from its own store under its own ifname."""
 
     def __init__(self, stores: Iterable[tuple[str, str]], reads: StoreReads) -> None:
         self._stores = dict(stores)  # network -> its store dir
         self._reads = reads
 
-    def store(self, network: str) -> str | None:
-        return self._stores.get(network)
+    def held_by(self, netlist: NetworkList, container_id: str, ifname: str) -> list[Held]:
+        """What the DEL of this attachment through netlist releases, as the stores were
+        before any DEL of their networks ran in this run: host-local's of the network's own
+        store, and those of Multus's delegates."""
+        found = self._reads.delegates_release(netlist, container_id, ifname)
+        store = self._stores.get(netlist.name)
+        if store is not None:
+            own = self._reads.of(store).released_by(container_id, ifname)
+            if own and not any(h.store == store and h.ifname == ifname for h in found):
+                found.insert(0, Held(store, ifname, own))
+        return found
 
-    def held_by(self, network: str, container_id: str, ifname: str) -> tuple[str, ...]:
-        """The addresses host-local's DEL of this attachment releases, as the store was
-        before any DEL of the network ran in this run."""
-        store = self._stores.get(network)
-        if store is None:
-            return ()
-        return self._reads.of(store).released_by(container_id, ifname)
-
-    def still_held(
-        self, network: str, container_id: str, ifname: str, addresses: Iterable[str]
-    ) -> list[str]:
-        """Of addresses, those the store still holds for this attachment."""
-        store = self._stores[network]
-        owner = (f"{container_id}\r\n{ifname}".encode(), container_id.encode())
-        return [ip for ip in addresses if go_trim_space(_read_reservation(store, ip)) in owner]
+    @staticmethod
+    def still_held(held: Held, container_id: str) -> list[str]:
+        """Of the addresses held, those the store still holds for the attachment."""
+        owner = (f"{container_id}\r\n{held.ifname}".encode(), container_id.encode())
+        return [
+            ip for ip in held.addresses if go_trim_space(_read_reservation(held.store, ip)) in owner
+        ]
 
 
 def _read_reservation(store: str, name: str) -> bytes:

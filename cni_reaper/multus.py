@@ -54,6 +54,7 @@ from cni_reaper.netconf import (
     configs_running,
     go_field,
     go_object,
+    go_string,
     kinds_run,
     parse_conf_bytes,
 )
@@ -225,6 +226,8 @@ class ScratchRead(Record):
     # No file, or none that decodes to a list (a crash's damage, which this run moves away):
     # Multus's DEL then asks the API server for the pod's networks, which are not read here.
     unread: bool
+    # The ifname each delegate is DEL'd under, None for the ifname of the DEL itself.
+    ifnames: tuple[str | None, ...] = ()
 
 
 def scratch_delegates(netlist: NetworkList, container_id: str, root: str) -> list[ScratchRead]:
@@ -272,10 +275,14 @@ def _scratch_read(root: str, node_path: str) -> ScratchRead:
     delegates = _delegates_in(doc, path)
     if isinstance(delegates, str):
         return ScratchRead(path, (), delegates, False)
-    return ScratchRead(path, tuple(delegates), None, False)
+    configs = tuple(config for config, _ in delegates)
+    return ScratchRead(path, configs, None, False, tuple(ifname for _, ifname in delegates))
 
 
-def _delegates_in(doc: list[Any], path: str) -> list[NetworkList] | str:
+def _delegates_in(doc: list[Any], path: str) -> list[tuple[NetworkList, str | None]] | str:
+    """Each delegate's config, and the ifname Multus's DEL gives it (multus-cni: getIfname):
+    the one its ADD was asked for ("ifnameRequest"), else the DEL's own for the first (the
+    master plugin), net<index> for the others."""
     import base64  # noqa: PLC0415 (only a DEL through Multus reads its delegates)
 
     delegates = []
@@ -283,6 +290,10 @@ def _delegates_in(doc: list[Any], path: str) -> list[NetworkList] | str:
         try:
             if type(item) is not tuple:
                 raise ValueError("no object")
+            # One that is no string fails Go's decoding of the whole list, and Multus's DEL
+            # then DELs no delegate.
+            requested = go_string(item, "ifnameRequest")
+            ifname = requested or (None if index == 0 else f"net{index}")
             # A null empties a slice, as Go decodes it: no config, no plugins.
             raw = go_field(item, "Bytes", null_resets=True)
             if type(raw) is not str:
@@ -295,7 +306,7 @@ def _delegates_in(doc: list[Any], path: str) -> list[NetworkList] | str:
                 raise ValueError("its ConfList's plugins are no list")
             config = base64.b64decode(content.without_newlines(raw), validate=True)
             source = f"{path} (delegate {index})"
-            delegates.append(parse_conf_bytes(config, source, not plugins))
+            delegates.append((parse_conf_bytes(config, source, not plugins), ifname))
         except (ValueError, TypeError) as e:
             return f"whose delegate {index} has no config that decodes here ({e})"
     return delegates

@@ -218,6 +218,19 @@ def go_field(
     return value
 
 
+def go_string(obj: Mapping[str, Any] | tuple[tuple[str, Any], ...], name: str) -> str:
+    """What Go decodes into the string field tagged name ("" where none is given, go_field's
+    last); ValueError where any member given for it is neither a string nor null, for which
+    Go fails the decoding of the whole document."""
+    value = ""
+    for _key, item in _given(obj, name):
+        if item is not None:
+            if type(item) is not str:
+                raise ValueError(f"its {name} is no string")
+            value = item
+    return value
+
+
 def go_object(
     obj: Mapping[str, Any] | tuple[tuple[str, Any], ...], name: str, *, null_resets: bool = False
 ) -> Any:

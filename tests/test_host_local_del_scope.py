@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from cni_reaper import host_local, multus
 from cni_reaper.errors import ExitCode
-from cni_reaper.netconf import NetworkConfigs, NetworkList, kinds_run
+from cni_reaper.netconf import NetworkConfigs, NetworkList, kinds_run, parse_conf_bytes
 from cni_reaper.node_root import RootBinds
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, cache_entry_bytes, host_local_conflist
@@ -975,6 +975,19 @@ def test_multus_del_is_held_to_every_store_of_the_owner_whatever_its_ifname(
     )
 
 
+def two_delegates(root: Path) -> tuple[list[dict[str, Any]], list[Path]]:
+    """Multus's two delegates, cbr0 (10.244.0.0/24) and extra (10.245.0.0/24), each bridge
+    with host-local in the default dataDir, and their stores, made empty."""
+    delegates, stores = [], []
+    for network, subnet in (("cbr0", "10.244.0"), ("extra", "10.245.0")):
+        ipam = {"type": "host-local", "ranges": [[{"subnet": f"{subnet}.0/24"}]]}
+        delegates.append({"cniVersion": "1.0.0", "name": network, "type": "bridge", "ipam": ipam})
+        store = root / "var/lib/cni/networks" / network
+        store.mkdir(parents=True)
+        stores.append(store)
+    return delegates, stores
+
+
 class OnTheNode:
     """Runs at --root / on the tree as the node itself (tests/node_itself.py)."""
 
@@ -1006,14 +1019,9 @@ def test_on_the_node_an_entrys_del_through_multus_runs_and_releases_its_delegate
     DEL runs Multus, whose delegates release their addresses, and the entry is quarantined."""
     bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
     root = crashed.node.root
-    delegates, stores = [], []
-    for n, (network, subnet) in enumerate((("cbr0", "10.244.0"), ("extra", "10.245.0"))):
-        ipam = {"type": "host-local", "ranges": [[{"subnet": f"{subnet}.0/24"}]]}
-        delegates.append({"cniVersion": "1.0.0", "name": network, "type": "bridge", "ipam": ipam})
-        store = root / "var/lib/cni/networks" / network
-        store.mkdir(parents=True)
-        (store / f"{subnet}.5").write_bytes(f"{A}\r\n{'net1' if n else 'eth0'}".encode())
-        stores.append(store)
+    delegates, stores = two_delegates(root)
+    (stores[0] / "10.244.0.5").write_bytes(OWNER_A)
+    (stores[1] / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
     (root / "var/lib/cni/multus").mkdir(parents=True)
     (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
     entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
@@ -1029,6 +1037,109 @@ def test_on_the_node_an_entrys_del_through_multus_runs_and_releases_its_delegate
     assert [os.listdir(store) for store in stores] == [["lock"], ["lock"]]
     (found,) = report["entries"]
     assert (found["outcome"], found["del"]["plugins_run"]) == ("done", ["multus"])
+    assert sorted(found["del"]["released"]) == ["10.244.0.5", "10.245.0.5"]
+
+
+# A Multus whose DEL exits 0 and DELs no delegate, as Multus 4.x does with a scratch file Go
+# cannot decode into its delegates' list.
+MULTUS_DELETING_NOTHING = '[ "$CNI_COMMAND" = DEL ] || exit 0\nexit 0\n'
+
+
+@pytest.mark.parametrize("multus", ["deletes nothing", "ifnameRequest"])
+def test_on_the_node_what_multus_s_delegates_release_is_seen_in_their_stores(
+    crashed: Crashed, multus: str
+) -> None:
+    """A DEL through Multus is done only where its delegates' stores no longer hold what they
+    held for the owner, each under the ifname Multus's DEL gives it (the one its ADD was
+    asked for, else the DEL's own for the first, net<index> for the others), and the report
+    names what they released. Until now only the entry's network's own store was looked at
+    after the DEL, and a Multus entry's network has none: a Multus that exited 0 and DEL'd
+    no delegate was reported done, its addresses leaked, exit 0."""
+    deleting_nothing = multus == "deletes nothing"
+    stand_in = MULTUS_DELETING_NOTHING if deleting_nothing else MULTUS_STAND_IN
+    crashed.node.fake_plugin_network("multus-cni-network", "multus", stand_in)
+    root = crashed.node.root
+    delegates, stores = two_delegates(root)
+    (stores[0] / "10.244.0.5").write_bytes(OWNER_A)
+    scratch = json.loads(multus_scratch(*delegates))
+    if deleting_nothing:
+        (stores[1] / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
+    else:
+        scratch[1]["ifnameRequest"] = "ext0"
+        (stores[1] / "10.245.0.5").write_bytes(f"{A}\r\next0".encode())
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(json.dumps(scratch))
+    entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/networks/extra")
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    (found,) = report["entries"]
+    assert not entry.exists()  # quarantined after its DEL, whatever the DEL did
+    if not deleting_nothing:
+        assert code == ExitCode.OK, report
+        assert (found["outcome"], sorted(found["del"]["released"])) == (
+            "done",
+            ["10.244.0.5", "10.245.0.5"],
+        )
+        assert [os.listdir(store) for store in stores] == [["lock"], ["lock"]]
+        return
+    assert code == ExitCode.ACTION_FAILED, report
+    assert (found["outcome"], found["del"]["released"]) == ("failed", [])
+    assert found["plugin_errors"][0]["msg"] == (
+        "every plugin exited 0, but /var/lib/cni/networks/cbr0 still holds 10.244.0.5; "
+        "/var/lib/cni/networks/extra still holds 10.245.0.5 (ifname net1) for this attachment"
+    )
+    # What the DEL left, no entry names now: the reaper releases it itself, as an orphan's.
+    assert [os.listdir(store) for store in stores] == [["lock"], ["lock"]]
+    assert [(r["ip"], r["outcome"], r["problem"]) for r in report["host_local"]] == [
+        ("10.244.0.5", "done", "DEL not run, and the address is still reserved"),
+        ("10.245.0.5", "done", "DEL not run, and the address is still reserved"),
+    ]
+
+
+IFNAME_KEYS = st.sampled_from(["ifnameRequest", "IFNAMEREQUEST", "ifnamerequest"])
+IFNAME_VALUES = st.sampled_from([None, "", "ext0", "net0", 5, ["x"]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(IFNAME_KEYS, IFNAME_VALUES), max_size=3), max_size=4))
+def test_each_delegate_is_released_under_the_ifname_multus_s_del_gives_it(
+    tmp_path_factory: pytest.TempPathFactory, items: list[list[tuple[str, object]]]
+) -> None:
+    """Model (multus-cni: getIfname, over the scratch file Go decodes): a delegate is DEL'd
+    under the ifname its ADD was asked for, the last string given for the field in any case
+    of its key, a null leaving it as it was; where none (or ""), the first under the DEL's
+    own, each other as net<index>. A value that is no string fails Go's decoding of the
+    whole list: Multus's DEL then DELs no delegate, and the file is read as telling none."""
+    root = tmp_path_factory.mktemp("node")
+    cni_dir = root / "var/lib/cni/multus"
+    cni_dir.mkdir(parents=True)
+    config = {"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge"}
+    raw = base64.b64encode(json.dumps(config).encode()).decode()
+    texts = []
+    for members in items:
+        extra = "".join(f", {json.dumps(key)}: {json.dumps(value)}" for key, value in members)
+        texts.append(f'{{"Name": "cbr0", "Bytes": "{raw}"{extra}}}')
+    (cni_dir / A).write_text(f"[{', '.join(texts)}]")
+    multus_conf = {"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus"}
+    netlist = parse_conf_bytes(json.dumps(multus_conf).encode(), "multus.conf", True)
+
+    (read,) = multus.scratch_delegates(netlist, A, str(root))
+
+    wanted: list[str | None] = []
+    for index, members in enumerate(items):
+        given = [value for _, value in members if value is not None]
+        if any(not isinstance(value, str) for value in given):
+            assert read.problem is not None and "ifnameRequest is no string" in read.problem
+            assert (read.delegates, read.ifnames) == ((), ())
+            return
+        requested = str(given[-1]) if given else ""
+        wanted.append(requested or (None if index == 0 else f"net{index}"))
+    assert (read.problem, read.unread, list(read.ifnames)) == (None, False, wanted)
+    assert len(read.delegates) == len(items)
 
 
 @pytest.mark.parametrize("this_boot", [True, False])

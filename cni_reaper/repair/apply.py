@@ -118,21 +118,26 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
         cached.cni_args if cached is not None else (),
         cached.capability_args if cached is not None else None,
     )
-    network = planned.netlist.name
-    held = ex.releases.held_by(network, split.container_id, split.ifname)
+    held = ex.releases.held_by(planned.netlist, split.container_id, split.ifname)
     outcome = ex.tools.delete(planned.netlist, attachment, planned.chain, planned.prev_result)
     if not outcome.ok or not held:
         return outcome
-    # The effect the reaper can see: the plugins said done; host-local's store must agree.
-    left = ex.releases.still_held(network, split.container_id, split.ifname, held)
+    # The effect the reaper can see: the plugins said done; host-local's stores must agree.
+    released: list[str] = []
+    left: list[str] = []
+    still: list[str] = []  # what each store still holds, said
+    for h in held:
+        here = Releases.still_held(h, split.container_id)
+        released += (ip for ip in h.addresses if ip not in here)
+        if here:
+            left += here
+            ifname = "" if h.ifname == split.ifname else f" (ifname {h.ifname})"
+            still.append(f"{h.store} still holds {', '.join(here)}{ifname}")
     if left:
-        store = ex.releases.store(network)
-        error = PluginError(
-            "host-local",
-            f"every plugin exited 0, but {store} still holds {', '.join(left)} for this attachment",
-        )
-        return outcome._replace(errors=(error,), left=tuple(left))
-    return outcome._replace(released=held)
+        said = f"every plugin exited 0, but {'; '.join(still)} for this attachment"
+        error = PluginError("host-local", said)
+        return outcome._replace(errors=(error,), released=tuple(released), left=tuple(left))
+    return outcome._replace(released=tuple(released))
 
 
 def _quarantine(batch: list[_Replayed], ex: Executor) -> list[EntryResult]:

@@ -120,6 +120,11 @@ def run(
     try:
         args = options.read(argv, parsed)
         _refuse_early(args)
+        if os.path.realpath(args.root) == "/":
+            # The host itself, however named (//, /., a symlink to /): every part of a run
+            # that asks whether the plugins work on the host (the confinement, the dataDirs'
+            # binds, Multus's DEL) asks it of "/", once, and alike.
+            args.root = "/"
     except (UsageError, NoPermissionError) as e:
         if "--json" in argv:
             _json_failure(JsonWriter(sys.stdout), None, bare_header("--dry-run" in argv, ""), e)

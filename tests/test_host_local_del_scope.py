@@ -1004,19 +1004,22 @@ class OnTheNode:
         recorded = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert recorded.returncode == 0, recorded.stderr
 
-    def run(self, *argv: str) -> tuple[int, dict[str, Any]]:
-        run = [*self.enter, str(self.crashed.t0 + 60), "--", "--root", "/", "--json", *argv]
+    def run(self, *argv: str, root: str = "/") -> tuple[int, dict[str, Any]]:
+        run = [*self.enter, str(self.crashed.t0 + 60), "--", "--root", root, "--json", *argv]
         proc = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert proc.stdout, proc.stderr
         return proc.returncode, json.loads(proc.stdout)
 
 
+@pytest.mark.parametrize("named", ["/", "//", "/host-itself"])
 def test_on_the_node_an_entrys_del_through_multus_runs_and_releases_its_delegates(
-    crashed: Crashed,
+    crashed: Crashed, named: str
 ) -> None:
     """The control the --root tests cannot give (no DEL through Multus runs under a --root):
     on the node, every address of the owner from an earlier boot, the damaged Multus entry's
-    DEL runs Multus, whose delegates release their addresses, and the entry is quarantined."""
+    DEL runs Multus, whose delegates release their addresses, and the entry is quarantined.
+    So it does for the node's / named otherwise (// or a symlink to /), which the plugins'
+    confinement took for the node and the check of Multus's DEL for a --root (exit 73)."""
     bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
     root = crashed.node.root
     delegates, stores = two_delegates(root)
@@ -1026,10 +1029,11 @@ def test_on_the_node_an_entrys_del_through_multus_runs_and_releases_its_delegate
     (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
     entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
     crashed.reboot()
+    (root / "host-itself").symlink_to("/")
     node = OnTheNode(crashed)
     node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/networks/extra")
 
-    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR, root=named)
 
     assert bin_dir == root / "opt/cni/bin"
     assert code == ExitCode.OK, report

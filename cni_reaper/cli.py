@@ -1340,11 +1340,15 @@ def _reservations(
                 )
             if doubt is None and p.netlist is not None:
                 doubt = flannel.scratch_problem(p.netlist, owner, run.binds, (store,))
-            if doubt is None and p.netlist is not None and p.config_problem is None:
+            netlist = p.netlist
+            if doubt is None and netlist is not None and p.config_problem is None:
                 # Last, for a DEL that is to run: it claims the scratch files its Multus reads.
-                no_del = delegate_reads.claim_delegates(p.netlist, owner)
+                no_del = delegate_reads.claim_delegates(netlist, owner)
+                hold = delegate_reads.delegates_release(netlist, owner, ifname)
                 if no_del is not None:
                     p = p._replace(config_problem=no_del)  # noqa: PLW2901 (the orphan, as planned)
+                elif hold:
+                    p = p._replace(delegates_hold=tuple(hold))  # noqa: PLW2901
             if doubt is None:
                 add(r.ip, r.number, p.owner_state, True)
                 changing.append(p)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from cni_reaper.boot import Written, iso
 from cni_reaper.choice import Choice
-from cni_reaper.host_local import DEFAULT_IFNAME, Reservation
+from cni_reaper.host_local import DEFAULT_IFNAME, Held, Reservation
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import ChainCache, ChainResolution
 from cni_reaper.record import Record
@@ -77,6 +77,8 @@ class PlannedReservation(Record):
     chain: ChainResolution | None = None
     config_problem: str | None = None  # why no DEL can run: quarantined instead
     del_ifname: str | None = None
+    # What the DEL through Multus has its delegates release besides, to see after it.
+    delegates_hold: tuple[Held, ...] = ()
 
     def to_json(
         self,

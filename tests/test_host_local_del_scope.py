@@ -1205,6 +1205,60 @@ def test_on_the_node_an_orphans_del_through_multus_is_held_to_every_store_of_the
     )
 
 
+@pytest.mark.parametrize("multus", ["deletes nothing", "deletes"])
+def test_on_the_node_what_an_orphans_del_through_multus_releases_is_seen_in_every_store(
+    crashed: Crashed, multus: str
+) -> None:
+    """An orphan's DEL through Multus releases, besides the orphan, each delegate's address
+    of the owner from its own store under its own ifname: done only where each is gone, and
+    the report names them. Until now only the orphan's own reservation was looked at after
+    the DEL: a Multus that exited 0 and DEL'd no delegate left the delegate's address, and
+    the orphan was released by the reaper as for a DEL that ran and left it."""
+    deleting_nothing = multus == "deletes nothing"
+    stand_in = MULTUS_DELETING_NOTHING if deleting_nothing else MULTUS_STAND_IN
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", stand_in)
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    delegates, (own, extra) = two_delegates(root)
+    delegates[0]["name"] = "multus-cni-network"  # the first delegate keeps Multus's name
+    own.rename(networks / "multus-cni-network")
+    own = networks / "multus-cni-network"
+    # The second keeps its addresses where a NetworkAttachmentDefinition says, which no conf
+    # names: no orphan of its own there.
+    delegates[1]["ipam"]["dataDir"] = "/var/lib/cni/nad-ipam"
+    (networks.parent / "nad-ipam").mkdir()
+    extra = extra.rename(networks.parent / "nad-ipam/extra")
+    (own / "10.244.0.5").write_bytes(OWNER_A)  # the orphan: no results entry, no sandbox
+    (extra / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/multus-cni-network", "/var/lib/cni/nad-ipam/extra")
+
+    code, report = node.run(
+        "--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR
+    )
+
+    orphan = by_ip(report)["10.244.0.5"]
+    assert orphan["del"]["plugins_run"] == ["multus"]
+    if not deleting_nothing:
+        assert code == ExitCode.OK, report
+        assert [os.listdir(own), os.listdir(extra)] == [["lock"], ["lock"]]
+        assert (orphan["outcome"], orphan["del"]["ok"]) == ("done", True)
+        assert sorted(orphan["del"]["released"]) == ["10.244.0.5", "10.245.0.5"]
+        return
+    assert code == ExitCode.ACTION_FAILED, report
+    assert (orphan["del"]["ok"], orphan["del"]["released"]) == (False, [])
+    assert orphan["del"]["plugin_errors"][0]["msg"] == (
+        "every plugin exited 0, but /var/lib/cni/networks/multus-cni-network still holds "
+        "10.244.0.5; /var/lib/cni/nad-ipam/extra still holds 10.245.0.5 (ifname net1) for "
+        "this attachment"
+    )
+    assert orphan["problem"] == "DEL ran, and the address is still reserved"
+
+
 def multus_node_with_a_nad_store(
     crashed: Crashed, nad: dict[str, Any], scratch: list[dict[str, Any]] | str | None = None
 ) -> tuple[Path, Path, Path]:

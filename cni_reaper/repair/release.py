@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from cni_reaper.host_local import read_owner, read_reservation
+from cni_reaper.host_local import Releases, read_owner, read_reservation
 from cni_reaper.plugin import PluginError
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.repair.budget import Budget
@@ -147,20 +147,14 @@ def settle(
     for item in done:
         if item is None:
             continue
-        (_, items), outcome = item
+        ((_, container_id, _), items), outcome = item
         if isinstance(outcome, str):
             yield from (Settled(p, "skipped", problem=outcome) for p in items)
             continue
         left = [p for p in items if _still_owned(p)]
         released = [p.reservation.ip for p in items if p not in left]
-        if outcome.ok and left:
-            # The effect the reaper can see, as for an entry's DEL (apply.py): the plugins
-            # said done, and host-local's store does not agree.
-            held = [p.reservation.ip for p in left]
-            store = left[0].reservation.store
-            said = f"every plugin exited 0, but {store} still holds {', '.join(held)}"
-            error = PluginError("host-local", f"{said} for this attachment")
-            outcome = outcome._replace(errors=(error,), left=tuple(held))
+        if outcome.ok:
+            outcome = _checked(outcome, items, left, released, container_id)
         doc = _del_doc(outcome, released)
         for p in items:
             if p not in left:
@@ -180,6 +174,37 @@ def settle(
                     problem = _STILL_RESERVED_NOT_RUN
                 to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
     yield from _quarantine(to_move, quarantine_dir, boot_id, now, tools.budget)
+
+
+def _checked(
+    outcome: DelOutcome,
+    items: list[PlannedReservation],
+    left: list[PlannedReservation],
+    released: list[str],
+    container_id: str,
+) -> DelOutcome:
+    """The effect the reaper can see, as for an entry's DEL (apply.py): the plugins said
+    done, and host-local's stores must agree: the orphans' own, and those of the delegates a
+    DEL through Multus has release besides (whose addresses released are added to released).
+    """
+    still = []
+    held = [p.reservation.ip for p in left]
+    if left:
+        still.append(f"{left[0].reservation.store} still holds {', '.join(held)}")
+    own = {(p.reservation.store, p.reservation.ip) for p in items}
+    for h in items[0].delegates_hold:
+        here = Releases.still_held(h, container_id)
+        others = [ip for ip in h.addresses if (h.store, ip) not in own]
+        released += (ip for ip in others if ip not in here)
+        here = [ip for ip in others if ip in here]
+        if here:
+            held += here
+            still.append(f"{h.store} still holds {', '.join(here)} (ifname {h.ifname})")
+    if not still:
+        return outcome
+    said = f"every plugin exited 0, but {'; '.join(still)}"
+    error = PluginError("host-local", f"{said} for this attachment")
+    return outcome._replace(errors=(error,), left=tuple(held))
 
 
 # Reservations moved at once, their sidecars fsynced together (quarantine.py): one fsync per

@@ -698,6 +698,10 @@ def _pipeline(run: _Run) -> Report:
 
         reads = host_local.StoreReads(boot_ctx, proof)
         network_stores = dict(stores)
+        chain_stores, runs_flannel = netconf.PerChain(), netconf.PerChain()
+
+        def store_named(netlist: netconf.NetworkList) -> str | None:
+            return host_local.store_of(netlist, paths.root)
 
         def doubted(planned: PlannedEntry) -> str | None:
             """Why the DEL of an entry may not run, if host-local's store holds an address for
@@ -707,7 +711,10 @@ def _pipeline(run: _Run) -> Report:
                 return None
             # The store its config names, and the one this run found for the network by name
             # (a delegating plugin's, whose delegate's IPAM its config may not say).
-            named = host_local.store_of(netlist, paths.root), network_stores.get(netlist.name)
+            named = (
+                chain_stores.get(netlist, store_named),
+                network_stores.get(netlist.name),
+            )
             read_stores = list(dict.fromkeys(s for s in named if s is not None))
             for store in read_stores:
                 why = reads.of(store).against(split.container_id, split.ifname)
@@ -716,7 +723,7 @@ def _pipeline(run: _Run) -> Report:
             why = reads.against_delegates(
                 netlist, split.container_id, network_stores.values(), paths.root
             )
-            if why is not None:
+            if why is not None or not runs_flannel.get(netlist, flannel.runs):
                 return why
             return flannel.scratch_problem(netlist, split.container_id, run.binds, read_stores)
 
@@ -1295,7 +1302,11 @@ def _reservations(
     verbose = args.verbose
     delegate_reads = host_local.StoreReads(boot_ctx, proof)
     all_stores = [store for _, store in stores]
-    named_stores: dict[int, tuple[netconf.NetworkList, str | None]] = {}  # by id: its store
+    chain_stores, runs_flannel = netconf.PerChain(), netconf.PerChain()
+
+    def store_named(netlist: netconf.NetworkList) -> str | None:
+        return host_local.store_of(netlist, run.paths.root)
+
     for network, store in stores:
         add = states.setdefault(store, pool.AddressStates()).add_listed
         listing = pool.ListedAddresses() if args.dry_run else None
@@ -1324,23 +1335,19 @@ def _reservations(
             owner = r.owner.container_id
             ifname = p.del_ifname or host_local.DEFAULT_IFNAME
             doubt = doubts.against(owner, ifname)
-            if doubt is None and p.netlist is not None:
+            netlist = p.netlist
+            if doubt is None and netlist is not None:
                 # Read now, after the entries' DELs: what they released is gone. The store
                 # the DEL's config keeps, where that is not the one the orphan was found in
                 # (a config an entry cached, naming a dataDir of its own), is read as well.
-                known = named_stores.get(id(p.netlist))  # one config for most orphans
-                if known is None or known[0] is not p.netlist:
-                    known = (p.netlist, host_local.store_of(p.netlist, run.paths.root))
-                    named_stores[id(p.netlist)] = known
-                named = known[1]
+                named = chain_stores.get(netlist, store_named)
                 if named is not None and named != store:
                     doubt = delegate_reads.of(named).against(owner, ifname)
                 doubt = doubt or delegate_reads.against_delegates(
-                    p.netlist, owner, all_stores, run.paths.root
+                    netlist, owner, all_stores, run.paths.root
                 )
-            if doubt is None and p.netlist is not None:
-                doubt = flannel.scratch_problem(p.netlist, owner, run.binds, (store,))
-            netlist = p.netlist
+                if doubt is None and runs_flannel.get(netlist, flannel.runs):
+                    doubt = flannel.scratch_problem(netlist, owner, run.binds, (store,))
             if doubt is None and netlist is not None and p.config_problem is None:
                 # Last, for a DEL that is to run: it claims the scratch files its Multus reads.
                 no_del = delegate_reads.claim_delegates(netlist, owner)

@@ -34,6 +34,12 @@ DEFAULT_DATA_DIR = "/var/lib/cni/flannel"
 MAX_SCRATCH_BYTES = 1 << 16
 
 
+def runs(netlist: NetworkList) -> bool:
+    """Whether a DEL through the chain runs flannel, as a plugin or as one's IPAM plugin:
+    only then is scratch_problem() asked."""
+    return "flannel" in kinds_run(netlist)
+
+
 def scratch_problem(
     netlist: NetworkList,
     container_id: str,

@@ -18,7 +18,14 @@ from collections.abc import Iterable, Iterator
 from cni_reaper import failpoint, multus
 from cni_reaper.boot import BootContext, Written, WrittenVerdict
 from cni_reaper.filestat import FileStat
-from cni_reaper.netconf import NetworkConfigs, NetworkList, go_field, go_object, kinds_run
+from cni_reaper.netconf import (
+    NetworkConfigs,
+    NetworkList,
+    PerChain,
+    go_field,
+    go_object,
+    kinds_run,
+)
 from cni_reaper.node_root import (
     LeavesRoot,
     RootBinds,
@@ -187,7 +194,6 @@ _UNREAD = (
 class _DelegatesRead(Record):
     """What a run read of the delegates a DEL of one owner through one chain runs."""
 
-    chain: NetworkList  # kept, so that its id names no other chain while this is kept
     doubt: str | None  # why the DEL may not run: what it would release besides
     unread: str | None  # why no DEL runs: what it would release cannot be read
     scratch_files: tuple[str, ...]  # those its Multus reads, and its DEL removes
@@ -206,9 +212,9 @@ class StoreReads:
     def __init__(self, boot: BootContext, proof: Proof) -> None:
         self._boot, self._proof = boot, proof
         self._read: dict[str, StoreDoubts] = {}
-        self._multus: dict[int, tuple[NetworkList, bool]] = {}  # by id: the chain, runs Multus
-        # (id of a Multus chain, owner) -> what was read of the delegates its DEL runs
-        self._delegates: dict[tuple[int, str], _DelegatesRead] = {}
+        self._runs_multus = PerChain()
+        # (a Multus chain, owner) -> what was read of the delegates its DEL runs
+        self._delegates = PerChain()
         # Scratch files a DEL already planned will have Multus read, and then remove.
         self._claimed: set[str] = set()
 
@@ -230,16 +236,13 @@ class StoreReads:
         the scratch file names (a NetworkAttachmentDefinition's dataDir no conf names), and
         one that delegates again, or a file whose delegates cannot be told, leaves the DEL.
         One answer per chain and owner: every orphan of the owner asks again."""
-        chain = self._multus.get(id(netlist))  # one chain for most entries and orphans
-        if chain is None or chain[0] is not netlist:
-            chain = self._multus[id(netlist)] = (netlist, multus.runs_multus(netlist))
-        if not chain[1]:
+        if not self._runs_multus.get(netlist, multus.runs_multus):
             return None
-        key = (id(netlist), container_id)
-        known = self._delegates.get(key)
-        if known is None or known.chain is not netlist:
-            known = self._delegates_read(netlist, container_id, stores, root)
-            self._delegates[key] = known
+
+        def read(chain: NetworkList) -> _DelegatesRead:
+            return self._delegates_read(chain, container_id, stores, root)
+
+        known = self._delegates.get(netlist, read, container_id)
         return known.doubt
 
     def claim_delegates(self, netlist: NetworkList, container_id: str) -> str | None:
@@ -250,8 +253,8 @@ class StoreReads:
         before claimed (Multus's DEL removes it): its DEL would DEL the pod's networks the
         API server names, whose stores this run does not read. The runtime's DEL of a
         sandbox it knows runs Multus so."""
-        known = self._delegates.get((id(netlist), container_id))
-        if known is None or known.chain is not netlist:
+        known: _DelegatesRead | None = self._delegates.known(netlist, container_id)
+        if known is None:
             return None
         claimed = [path for path in known.scratch_files if path in self._claimed]
         if known.unread is None and claimed:
@@ -275,14 +278,14 @@ class StoreReads:
                     kept = store_of(delegate, root) if _host_local_ipams(delegate) else None
                     if kept is not None:
                         releases.append((kept, ifname))
-        return _DelegatesRead(netlist, doubt, unread, files, tuple(releases))
+        return _DelegatesRead(doubt, unread, files, tuple(releases))
 
     def delegates_release(self, netlist: NetworkList, container_id: str, ifname: str) -> list[Held]:
         """What the DEL of the attachment through netlist has Multus's delegates release,
         each from its own store under its own ifname, as their stores were read before it;
         nothing for a chain that runs no Multus."""
-        known = self._delegates.get((id(netlist), container_id))
-        if known is None or known.chain is not netlist:
+        known: _DelegatesRead | None = self._delegates.known(netlist, container_id)
+        if known is None:
             return []
         found = []
         for store, delegate_ifname in known.releases:

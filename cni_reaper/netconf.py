@@ -21,7 +21,9 @@ from cni_reaper.unopened import NotRegularFile, open_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
+
+    Answer = TypeVar("Answer")
 
 CONF_EXTENSIONS = (".conflist", ".conf", ".json")
 MAX_CONF_BYTES = 1 << 20
@@ -68,6 +70,31 @@ class NetworkConfigs(Record):
 
     def get(self, name: str) -> NetworkList | None:
         return self.networks.get(name)
+
+
+class PerChain:
+    """One run's answers to one question about chains, each asked once per chain object (and
+    key): most entries and orphans share a chain, and an answer walks its plugins' keys as Go
+    decodes them, or resolves a path inside the root. The chain is kept beside its answer, so
+    that its id() names no other chain while the answer is kept."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, str], tuple[NetworkList, Any]] = {}
+
+    def get(
+        self, netlist: NetworkList, answer: Callable[[NetworkList], Answer], key: str = ""
+    ) -> Answer:
+        """The answer for netlist (and key), answer(netlist) the first time it is asked."""
+        found = self._known.get((id(netlist), key))
+        if found is None or found[0] is not netlist:
+            found = self._known[(id(netlist), key)] = (netlist, answer(netlist))
+        given: Answer = found[1]
+        return given
+
+    def known(self, netlist: NetworkList, key: str = "") -> Any:
+        """The answer for netlist (and key) if it was asked for, else None."""
+        found = self._known.get((id(netlist), key))
+        return found[1] if found is not None and found[0] is netlist else None
 
 
 # DelNetworkList reads the cached result from this cniVersion on.

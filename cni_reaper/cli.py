@@ -218,6 +218,21 @@ def _refuse_early(args: Options) -> None:
         raise options.usage_error(f"--root {args.root}: {why}") from None
     if not root_is_dir:
         raise options.usage_error(f"--root {args.root}: not a directory")
+    resolved = os.path.realpath(args.root)
+    try:
+        elsewhere = not os.path.samestat(os.stat(args.root), os.stat(resolved))
+    except (OSError, ValueError):
+        elsewhere = True
+    if elsewhere:
+        # A link of /proc (/proc/<pid>/root, /proc/<pid>/fd/<n>) into a file system this mount
+        # namespace does not reach: its path reads as one of this machine's ("/" for another
+        # namespace's root), and every part of a run that resolves a path (the plugins'
+        # confinement, the dataDirs' binds) would take this machine's for the node's.
+        raise options.usage_error(
+            f"--root {args.root}: its path resolves to {resolved}, which is another directory "
+            "here (a /proc link into another mount namespace); mount the node's file system "
+            "at a path of this one and name that"
+        )
     _given_dirs_exist(args)
     if not args.dry_run and os.geteuid() != 0:
         what = "--mark-clean-shutdown" if args.mark_clean_shutdown else "a real run"

@@ -37,7 +37,7 @@ EXIT_STATUS_HELP = """\
 exit status:
   0    nothing wrong, or everything repaired
   1    internal error (a bug)
-  2    usage error, or a --root that is not a directory
+  2    usage error, or a --root that is not a directory this process can name
   65   damage found that the policy leaves alone, or an unsafe input
   73   an action failed: a DEL or a quarantine move
   75   refused: the lock is held, a runtime runs, or the plugins cannot be confined

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +22,8 @@ import cni_reaper
 from cni_reaper import cli, options
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed
-from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree, snapshot
-from tests.private_node import cannot_run
+from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, NodeTree, host_local_conflist, snapshot
+from tests.private_node import cannot_run, unshare
 
 REPO = Path(cni_reaper.__file__).resolve().parent.parent
 NOBODY = 65534
@@ -170,6 +171,77 @@ def test_a_root_that_is_a_file_is_a_usage_error_and_the_file_is_unchanged(tmp_pa
     assert doc["error"]["exit_code"] == ExitCode.USAGE
     assert file.read_bytes() == b"not a tree"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["node.img"]
+
+
+def test_a_root_whose_path_resolves_to_another_directory_is_a_usage_error(tmp_path: Path) -> None:
+    """A /proc link's path names no directory of this namespace: here a directory open on a
+    descriptor and removed since (its path reads "... (deleted)")."""
+    gone = tmp_path / "node"
+    gone.mkdir()
+    script = (
+        "import os, sys\n"
+        f"fd = os.open({str(gone)!r}, os.O_RDONLY | os.O_DIRECTORY)\n"
+        "os.set_inheritable(fd, True)\n"
+        f"os.rmdir({str(gone)!r})\n"
+        "root = f'/proc/self/fd/{fd}'\n"
+        "argv = ['-m', 'cni_reaper', '--dry-run', '--root', root]\n"
+        "os.execv(sys.executable, [sys.executable, *argv])\n"
+    )
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
+
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert re.fullmatch(
+        r"cni-reaper: --root /proc/self/fd/\d+: its path resolves to .*node \(deleted\), which is "
+        r"another directory here \(a /proc link into another mount namespace\); mount the "
+        r"node's file system at a path of this one and name that",
+        first,
+    ), first
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_root_in_another_mount_namespace_is_refused_and_this_machine_is_untouched(
+    tmp_path: Path,
+) -> None:
+    """--root /proc/<pid>/root, the node's file system seen through a process of another mount
+    namespace: that link's path reads as "/" from here, and the run took the node for this
+    machine, whose damaged entry it DEL'd and quarantined and whose address of an earlier
+    boot host-local released (found by the attack review of b7354f6, which took a --root
+    resolving to / for /; before it, the scan read the node while the plugins, unconfined,
+    released this machine's address)."""
+    if os.geteuid() != 0:
+        cannot_run("needs root to make the mount namespaces")
+    trees = {}
+    for name, address in (("this", "10.22.0.5"), ("node", "10.22.0.7")):
+        tree = NodeTree(tmp_path / name)
+        tree.write_conf("10-hl.conflist", host_local_conflist("hl", "10.22.0.0/16"))
+        store = tree.root / "var/lib/cni/networks/hl"
+        store.mkdir(parents=True)
+        (store / address).write_bytes(f"{CONTAINER_IDS[0]}\r\neth0".encode())
+        tree.write_result(f"hl-{CONTAINER_IDS[0]}-eth0", b"")
+        tree.write_boot_world(btime=time.time() - 60)
+        trees[name] = tree
+    before = {name: snapshot(tree.root / "var") for name, tree in trees.items()}
+    inner = [sys.executable, "-m", "tests.another_namespace"]
+    argv = [*unshare(net=True, pid=True), *inner, str(tmp_path / "this"), str(tmp_path / "node")]
+
+    for run in ([], ["--dry-run"]):
+        done = subprocess.run(
+            [*argv, "--", *run, "--root", "@ROOT", "--bin-dir", PLUGIN_DIR],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+        assert done.returncode == ExitCode.USAGE, done.stderr
+        assert re.search(r"--root /proc/\d+/root: its path resolves to /, which", done.stderr)
+        # Each tree's CNI state as it was, and no state of the reaper's in either.
+        assert {name: snapshot(tree.root / "var") for name, tree in trees.items()} == before
 
 
 @pytest.mark.parametrize(

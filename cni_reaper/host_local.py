@@ -196,7 +196,8 @@ class _DelegatesRead(Record):
 
     doubt: str | None  # why the DEL may not run: what it would release besides
     unread: str | None  # why no DEL runs: what it would release cannot be read
-    scratch_files: tuple[str, ...]  # those its Multus reads, and its DEL removes
+    # Those its Multus reads, and its DEL removes: each one's path and identity (device, inode)
+    scratch_files: tuple[tuple[str, tuple[int, int]], ...]
     # Each delegate's store and the ifname it is DEL'd under (None: the DEL's own), where
     # the DEL may run: what it releases, to see after it that it did (Releases).
     releases: tuple[tuple[str, str | None], ...]
@@ -216,7 +217,7 @@ class StoreReads:
         # (a Multus chain, owner) -> what was read of the delegates its DEL runs
         self._delegates = PerChain()
         # Scratch files a DEL already planned will have Multus read, and then remove.
-        self._claimed: set[str] = set()
+        self._claimed: set[tuple[int, int]] = set()  # by identity: under any of its names
 
     def of(self, store: str) -> StoreDoubts:
         doubts = self._read.get(store)
@@ -256,21 +257,31 @@ class StoreReads:
         known: _DelegatesRead | None = self._delegates.known(netlist, container_id)
         if known is None:
             return None
-        claimed = [path for path in known.scratch_files if path in self._claimed]
+        claimed = [path for path, identity in known.scratch_files if identity in self._claimed]
         if known.unread is None and claimed:
             return (
                 f"a DEL of another attachment of the container through Multus, planned before, "
                 f"removes its scratch file {claimed[0]}: {_UNREAD}"
             )
-        self._claimed.update(known.scratch_files)
+        self._claimed.update(identity for _, identity in known.scratch_files)
         return known.unread
 
     def _delegates_read(
         self, netlist: NetworkList, container_id: str, stores: Iterable[str], root: str
     ) -> _DelegatesRead:
         reads = multus.scratch_delegates(netlist, container_id, root)
-        files = tuple(read.path for read in reads)
+        files = tuple((r.path, r.identity) for r in reads if r.identity is not None)
         doubt, unread = self._delegates_doubt(container_id, stores, root, reads)
+        seen: set[tuple[int, int]] = set()
+        for path, identity in files:
+            if identity in seen and unread is None:
+                # Two Multus of the chain read one file (a cniDir named twice, or otherwise,
+                # or through a symlink): the first to run its DEL removes it.
+                unread = (
+                    f"two Multus of the chain read one scratch file, {path}, which the first "
+                    f"to run its DEL removes: {_UNREAD}"
+                )
+            seen.add(identity)
         releases = []
         if doubt is None:
             for read in reads:
@@ -288,8 +299,8 @@ class StoreReads:
         if known is None:
             return []
         found = []
-        for store, delegate_ifname in known.releases:
-            named = delegate_ifname or ifname
+        # Two delegates of one store under one ifname release the same addresses: once.
+        for store, named in dict.fromkeys((s, i or ifname) for s, i in known.releases):
             addresses = self.of(store).released_by(container_id, named)
             if addresses:
                 found.append(Held(store, named, addresses))

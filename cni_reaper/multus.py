@@ -228,6 +228,9 @@ class ScratchRead(Record):
     unread: bool
     # The ifname each delegate is DEL'd under, None for the ifname of the DEL itself.
     ifnames: tuple[str | None, ...] = ()
+    # The file's device and inode, where there is one: the same file under another name (a
+    # cniDir spelled otherwise, a symlink to it) is the same file, which one DEL removes.
+    identity: tuple[int, int] | None = None
 
 
 def scratch_delegates(netlist: NetworkList, container_id: str, root: str) -> list[ScratchRead]:
@@ -257,6 +260,7 @@ def _scratch_read(root: str, node_path: str) -> ScratchRead:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SCRATCH_BYTES:
             why = f"which is no file of at most {MAX_SCRATCH_BYTES} bytes"
             return ScratchRead(path, (), why, False)
+        identity = (st.st_dev, st.st_ino)
         data = os.read(fd, MAX_SCRATCH_BYTES + 1)
     except OSError as e:
         return ScratchRead(path, (), f"which cannot be read ({e.strerror})", False)
@@ -269,14 +273,15 @@ def _scratch_read(root: str, node_path: str) -> ScratchRead:
         # the last one given winning (go_field on pairs).
         doc = json.loads(as_go_reads(data), object_pairs_hook=tuple)
     except (ValueError, RecursionError):
-        return ScratchRead(path, (), None, True)
+        return ScratchRead(path, (), None, True, identity=identity)
     if type(doc) is not list:
-        return ScratchRead(path, (), None, True)
+        return ScratchRead(path, (), None, True, identity=identity)
     delegates = _delegates_in(doc, path)
     if isinstance(delegates, str):
-        return ScratchRead(path, (), delegates, False)
+        return ScratchRead(path, (), delegates, False, identity=identity)
     configs = tuple(config for config, _ in delegates)
-    return ScratchRead(path, configs, None, False, tuple(ifname for _, ifname in delegates))
+    ifnames = tuple(ifname for _, ifname in delegates)
+    return ScratchRead(path, configs, None, False, ifnames, identity)
 
 
 def _delegates_in(doc: list[Any], path: str) -> list[tuple[NetworkList, str | None]] | str:

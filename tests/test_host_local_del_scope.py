@@ -1435,6 +1435,98 @@ def test_on_the_node_only_the_first_del_of_a_container_through_multus_runs(
     assert os.listdir(store) in ([], ["lock"])
 
 
+def multus_scratch_of_a(crashed: Crashed, alias: bool) -> Path:
+    """A's scratch file in Multus's default cniDir, naming one delegate (its own network
+    again), and, if alias, /var/lib/cni/multus-alias, a symlink to that dir; returns the
+    plugin dir of the stand-in."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    if alias:
+        (root / "var/lib/cni/multus-alias").symlink_to("multus")
+    own_ipam = {"type": "host-local", "ranges": [[{"subnet": "10.250.0.0/24"}]]}
+    own = {"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "bridge", "ipam": own_ipam}
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(own))
+    (root / "var/lib/cni/networks/multus-cni-network").mkdir(parents=True)
+    return bin_dir
+
+
+@pytest.mark.parametrize("second", [{}, {"cniDir": "/var/lib/cni/multus-alias"}])
+def test_on_the_node_two_multus_of_a_chain_reading_one_scratch_file_run_no_del(
+    crashed: Crashed, second: dict[str, str]
+) -> None:
+    """Two Multus of one chain whose cniDirs name one dir (the same name, or one through a
+    symlink): the DEL runs the later one first, which removes the file, and the other finds
+    none and DELs the pod's networks the API server names, whose stores this run does not
+    read. The entry is quarantined with no DEL (found by the attack review of d60dcdf: both
+    ran, and a NAD's address of this boot was released, exit 0)."""
+    bin_dir = multus_scratch_of_a(crashed, alias=bool(second))
+    chain = [{"type": "multus"}, {"type": "multus", **second}]
+    conf = {"cniVersion": "1.0.0", "name": "multus-cni-network", "plugins": chain}
+    crashed.node.write_conf("60-multus-cni-network.conflist", json.dumps(conf).encode())
+    entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/multus-cni-network")
+
+    code, report = node.run(
+        "--bin-dir", "/" + str(bin_dir.relative_to(crashed.node.root)), "--bin-dir", PLUGIN_DIR
+    )
+
+    assert code == ExitCode.ACTION_FAILED, report
+    assert not entry.exists()
+    assert (crashed.node.root / "var/lib/cni/multus" / A).exists()
+    (found,) = report["entries"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
+    assert found["del"]["config_problem"].startswith(
+        "two Multus of the chain read one scratch file, /var/lib/cni/multus"
+    )
+
+
+@pytest.mark.parametrize("parallel", ["1", "4"])
+def test_on_the_node_two_multus_networks_reading_one_scratch_file_run_one_del(
+    crashed: Crashed, parallel: str
+) -> None:
+    """Two Multus networks whose cniDirs are one dir, the second's through a symlink, each
+    with a damaged entry of A: only the first DEL planned runs Multus; the other, which would
+    find the file removed, is quarantined with no DEL. Scratch files are claimed by the file,
+    not by its name (found by the attack review of d60dcdf: with --parallel 4 both ran, and
+    a NAD's address of this boot was released, exit 0)."""
+    bin_dir = multus_scratch_of_a(crashed, alias=True)
+    chain = [{"type": "multus", "cniDir": "/var/lib/cni/multus-alias"}]
+    conf = {"cniVersion": "1.0.0", "name": "multus-b", "plugins": chain}
+    crashed.node.write_conf("61-multus-b.conflist", json.dumps(conf).encode())
+    for network in ("multus-cni-network", "multus-b"):
+        crashed.node.write_result(f"{network}-{A}-eth0", b"")
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/multus-cni-network")
+
+    code, report = node.run(
+        "--bin-dir",
+        "/" + str(bin_dir.relative_to(crashed.node.root)),
+        "--bin-dir",
+        PLUGIN_DIR,
+        "--parallel",
+        parallel,
+    )
+
+    assert code == ExitCode.ACTION_FAILED, report
+    ran = sorted(
+        (f["del"]["plugins_run"], f["del"]["config_problem"] or "") for f in report["entries"]
+    )
+    assert [plugins for plugins, _ in ran] == [[], ["multus"]]
+    # Planned before the first DEL ran (in parallel) it is held by the first one's claim, or
+    # after it ran (one at a time) by the file it removed.
+    assert ran[0][1].startswith(
+        (
+            "a DEL of another attachment of the container through Multus, planned before, "
+            "removes its scratch file /var/lib/cni/multus",
+            "Multus has no scratch file /var/lib/cni/multus",
+        )
+    ), ran
+
+
 def test_on_the_node_a_chain_of_two_multus_has_both_scratch_files_read(
     crashed: Crashed,
 ) -> None:

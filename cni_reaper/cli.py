@@ -120,11 +120,11 @@ def run(
     try:
         args = options.read(argv, parsed)
         _refuse_early(args)
-        if os.path.realpath(args.root) == "/":
-            # The host itself, however named (//, /., a symlink to /): every part of a run
-            # that asks whether the plugins work on the host (the confinement, the dataDirs'
-            # binds, Multus's DEL) asks it of "/", once, and alike.
-            args.root = "/"
+        # Resolved once, before anything is read: every part of a run (the scan, the
+        # plugins' confinement, the dataDirs' binds, Multus's check, which asks whether it
+        # is "/") works on that one directory, however it was named (//, a symlink, one
+        # swapped for another while the run goes on).
+        args.root = os.path.realpath(args.root)
     except (UsageError, NoPermissionError) as e:
         if "--json" in argv:
             _json_failure(JsonWriter(sys.stdout), None, bare_header("--dry-run" in argv, ""), e)
@@ -218,21 +218,19 @@ def _refuse_early(args: Options) -> None:
         raise options.usage_error(f"--root {args.root}: {why}") from None
     if not root_is_dir:
         raise options.usage_error(f"--root {args.root}: not a directory")
-    resolved = os.path.realpath(args.root)
-    try:
-        elsewhere = not os.path.samestat(os.stat(args.root), os.stat(resolved))
-    except (OSError, ValueError):
-        elsewhere = True
-    if elsewhere:
-        # A link of /proc (/proc/<pid>/root, /proc/<pid>/fd/<n>) into a file system this mount
-        # namespace does not reach: its path reads as one of this machine's ("/" for another
-        # namespace's root), and every part of a run that resolves a path (the plugins'
-        # confinement, the dataDirs' binds) would take this machine's for the node's.
-        raise options.usage_error(
-            f"--root {args.root}: its path resolves to {resolved}, which is another directory "
-            "here (a /proc link into another mount namespace); mount the node's file system "
-            "at a path of this one and name that"
-        )
+    named = [("--root", [args.root]), ("--cache-dir", [args.cache_dir] if args.cache_dir else [])]
+    named += [("--conf-dir", args.conf_dirs or []), ("--bin-dir", args.bin_dirs or [])]
+    named += [("--state-dir", [args.state_dir] if args.state_dir else [])]
+    named += [("--wtmp", [args.wtmp] if args.wtmp else [])]
+    for option, paths in named:
+        for path in paths:
+            resolved = _resolves_elsewhere(path)
+            if resolved is not None:
+                raise options.usage_error(
+                    f"{option} {path}: its path resolves to {resolved}, which is another file "
+                    "here (a /proc link into another mount namespace); mount the node's file "
+                    "system at a path of this one and name that"
+                )
     _given_dirs_exist(args)
     if not args.dry_run and os.geteuid() != 0:
         what = "--mark-clean-shutdown" if args.mark_clean_shutdown else "a real run"
@@ -256,6 +254,24 @@ def _runtime_running_refusal(paths: NodePaths, running: str) -> str:
         "this boot can tell an earlier boot's damage from a write in flight, with --force or "
         "with the runtime stopped; the next boot's run, ordered before the runtime, repairs it"
     )
+
+
+def _resolves_elsewhere(path: str) -> str | None:
+    """What path resolves to, if that names another file here than path does (of a path not
+    there yet, its nearest parent that is): a link of /proc (/proc/<pid>/root, .../fd/<n>)
+    into a file system this mount namespace does not reach reads as a path of this machine's
+    ("/" for another namespace's root), and every part of a run that resolves a path (the
+    plugins' confinement, the dataDirs' binds, a DEL's check of its store) would take this
+    machine's file for the node's."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and probe != "/":
+        probe = os.path.dirname(probe)
+    resolved = os.path.realpath(probe)
+    try:
+        same = os.path.samestat(os.stat(probe), os.stat(resolved))
+    except (OSError, ValueError):
+        same = False
+    return None if same else resolved
 
 
 def _given_dirs_exist(args: Options) -> None:
@@ -755,7 +771,7 @@ def _pipeline(run: _Run) -> Report:
                 return None
             if planned.config_problem is not None:
                 return None  # no DEL runs anyway: it claims nothing
-            return reads.claim_delegates(netlist, split.container_id)
+            return reads.claim_delegates(netlist, split.container_id, (netlist.name, split.ifname))
 
         plan = held_until(
             map(planner, entries), lambda: ready(delegate_alive, pins), alive, doubted, unread
@@ -1365,7 +1381,7 @@ def _reservations(
                     doubt = flannel.scratch_problem(netlist, owner, run.binds, (store,))
             if doubt is None and netlist is not None and p.config_problem is None:
                 # Last, for a DEL that is to run: it claims the scratch files its Multus reads.
-                no_del = delegate_reads.claim_delegates(netlist, owner)
+                no_del = delegate_reads.claim_delegates(netlist, owner, (r.network, ifname))
                 hold = delegate_reads.delegates_release(netlist, owner, ifname)
                 if no_del is not None:
                     p = p._replace(config_problem=no_del)  # noqa: PLW2901 (the orphan, as planned)

@@ -217,7 +217,9 @@ class StoreReads:
         # (a Multus chain, owner) -> what was read of the delegates its DEL runs
         self._delegates = PerChain()
         # Scratch files a DEL already planned will have Multus read, and then remove.
-        self._claimed: set[tuple[int, int]] = set()  # by identity: under any of its names
+        # By identity (under any of its names): the attachment (network, ifname) whose DEL
+        # claimed it.
+        self._claimed: dict[tuple[int, int], tuple[str, str]] = {}
 
     def of(self, store: str) -> StoreDoubts:
         doubts = self._read.get(store)
@@ -246,24 +248,32 @@ class StoreReads:
         known = self._delegates.get(netlist, read, container_id)
         return known.doubt
 
-    def claim_delegates(self, netlist: NetworkList, container_id: str) -> str | None:
+    def claim_delegates(
+        self, netlist: NetworkList, container_id: str, attachment: tuple[str, str]
+    ) -> str | None:
         """Why no DEL of the container through netlist may run, after against_delegates()
         found nothing against it; None: it is planned, and claims the scratch files its
         Multus will read. A Multus of it has no scratch file whose delegates can be read
         (none there, or a crash's damage, which this run moves away), or one a DEL planned
         before claimed (Multus's DEL removes it): its DEL would DEL the pod's networks the
         API server names, whose stores this run does not read. The runtime's DEL of a
-        sandbox it knows runs Multus so."""
+        sandbox it knows runs Multus so. attachment (network, ifname) names the one DEL: the
+        orphans of one attachment (a dual-stack pod's two addresses) are released by one DEL,
+        and do not hold each other."""
         known: _DelegatesRead | None = self._delegates.known(netlist, container_id)
         if known is None:
             return None
-        claimed = [path for path, identity in known.scratch_files if identity in self._claimed]
+        claimed = [
+            path
+            for path, identity in known.scratch_files
+            if self._claimed.get(identity, attachment) != attachment
+        ]
         if known.unread is None and claimed:
             return (
                 f"a DEL of another attachment of the container through Multus, planned before, "
                 f"removes its scratch file {claimed[0]}: {_UNREAD}"
             )
-        self._claimed.update(identity for _, identity in known.scratch_files)
+        self._claimed.update((identity, attachment) for _, identity in known.scratch_files)
         return known.unread
 
     def _delegates_read(

@@ -1527,6 +1527,41 @@ def test_on_the_node_two_multus_networks_reading_one_scratch_file_run_one_del(
     ), ran
 
 
+def test_on_the_node_the_orphans_of_one_attachment_through_multus_share_its_one_del(
+    crashed: Crashed,
+) -> None:
+    """A dual-stack pod's two addresses, orphans of one attachment in the store of the
+    delegate that keeps Multus's network name: one DEL through Multus releases both. The
+    second orphan found the scratch file claimed by the first, as if another attachment's
+    DEL would remove it, and was held (exit 65, a wrong reason; found by the attack review
+    of 8b7cbd0)."""
+    bin_dir = multus_scratch_of_a(crashed, alias=False)
+    root = crashed.node.root
+    own_ipam = {
+        "type": "host-local",
+        "ranges": [[{"subnet": "10.250.0.0/24"}], [{"subnet": "fd00::/64"}]],
+    }
+    own = {"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "bridge", "ipam": own_ipam}
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(own))
+    store = root / "var/lib/cni/networks/multus-cni-network"
+    (store / "10.250.0.5").write_bytes(OWNER_A)
+    (store / "fd00::5").write_bytes(OWNER_A)
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/multus-cni-network")
+
+    code, report = node.run(
+        "--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR
+    )
+
+    assert code == ExitCode.OK, report
+    assert os.listdir(store) == ["lock"]
+    for found in report["host_local"]:
+        assert (found["outcome"], found["del"]["plugins_run"]) == ("done", ["multus"])
+        assert sorted(found["del"]["released"]) == ["10.250.0.5", "fd00::5"]
+
+
 def test_on_the_node_a_chain_of_two_multus_has_both_scratch_files_read(
     crashed: Crashed,
 ) -> None:

@@ -197,7 +197,7 @@ def test_a_root_whose_path_resolves_to_another_directory_is_a_usage_error(tmp_pa
     first = done.stderr.splitlines()[0]
     assert re.fullmatch(
         r"cni-reaper: --root /proc/self/fd/\d+: its path resolves to .*node \(deleted\), which is "
-        r"another directory here \(a /proc link into another mount namespace\); mount the "
+        r"another file here \(a /proc link into another mount namespace\); mount the "
         r"node's file system at a path of this one and name that",
         first,
     ), first
@@ -229,19 +229,28 @@ def test_a_root_in_another_mount_namespace_is_refused_and_this_machine_is_untouc
     inner = [sys.executable, "-m", "tests.another_namespace"]
     argv = [*unshare(net=True, pid=True), *inner, str(tmp_path / "this"), str(tmp_path / "node")]
 
-    for run in ([], ["--dry-run"]):
-        done = subprocess.run(
-            [*argv, "--", *run, "--root", "@ROOT", "--bin-dir", PLUGIN_DIR],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+    # The node as the root, or only its cache dir (found by the attack review of 45ba413:
+    # the node's entry was DEL'd on this machine's store, exit 0), its conf dir, its state dir.
+    for option, path in (
+        ("--root", "@ROOT"),
+        ("--cache-dir", "@ROOT/var/lib/cni"),
+        ("--conf-dir", "@ROOT/etc/cni/net.d"),
+        ("--state-dir", "@ROOT/var/lib/cni-reaper"),
+    ):
+        for run in ([], ["--dry-run"]):
+            done = subprocess.run(
+                [*argv, "--", *run, option, path, "--bin-dir", PLUGIN_DIR],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
 
-        assert done.returncode == ExitCode.USAGE, done.stderr
-        assert re.search(r"--root /proc/\d+/root: its path resolves to /, which", done.stderr)
-        # Each tree's CNI state as it was, and no state of the reaper's in either.
-        assert {name: snapshot(tree.root / "var") for name, tree in trees.items()} == before
+            assert done.returncode == ExitCode.USAGE, done.stderr
+            said = rf"{option} /proc/\d+/root\S*: its path resolves to /\S*, which is another"
+            assert re.search(said, done.stderr), done.stderr
+            # Each tree's CNI state as it was, and no state of the reaper's in either.
+            assert {name: snapshot(tree.root / "var") for name, tree in trees.items()} == before
 
 
 @pytest.mark.parametrize(

@@ -1338,6 +1338,26 @@ def nad_with_a_store_of_this_boot(crashed: Crashed, **extra: Any) -> tuple[dict[
     return nad, crashed.node.root / "var/lib/cni/nad-ipam/extra"
 
 
+def the_nads_address_of_this_boot_leaves_the_del(
+    crashed: Crashed, entry: Path, store: Path
+) -> None:
+    """Run on the node with an address of A reserved in this boot (after the record) in the
+    NAD's store: the Multus entry's DEL is left for it (exit 65), the entry and both of the
+    store's addresses where they were."""
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/nad-ipam/extra")
+    (store / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    assert code == ExitCode.DATA
+    assert entry.exists() and sorted(os.listdir(store)) == ["10.245.0.5", "10.245.0.9"]
+    (found,) = report["entries"]
+    assert found["reason"].startswith(
+        "host-local's DEL would also release /var/lib/cni/nad-ipam/extra/10.245.0.9"
+    )
+
+
 def b64(doc: dict[str, Any]) -> str:
     return base64.b64encode(json.dumps(doc).encode()).decode()
 
@@ -1377,18 +1397,7 @@ def test_on_the_node_a_scratch_file_is_read_as_multus_reads_it(
         scratch = f'[{{"Name": "cbr0", "Bytes": "{b64(CBR0)}"}}, {item}]'
     entry, _, second_store = multus_node_with_a_nad_store(crashed, nad, scratch)
     assert second_store == store
-    node = OnTheNode(crashed)
-    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/nad-ipam/extra")
-    (store / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())
-
-    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
-
-    assert code == ExitCode.DATA
-    assert entry.exists() and sorted(os.listdir(store)) == ["10.245.0.5", "10.245.0.9"]
-    (found,) = report["entries"]
-    assert found["reason"].startswith(
-        "host-local's DEL would also release /var/lib/cni/nad-ipam/extra/10.245.0.9"
-    )
+    the_nads_address_of_this_boot_leaves_the_del(crashed, entry, store)
 
 
 @pytest.mark.parametrize("what", ["two entries", "two orphans"])
@@ -1578,18 +1587,7 @@ def test_on_the_node_a_chain_of_two_multus_has_both_scratch_files_read(
     ]
     conf = {"cniVersion": "1.0.0", "name": "multus-cni-network", "plugins": chain}
     crashed.node.write_conf("60-multus-cni-network.conflist", json.dumps(conf).encode())
-    node = OnTheNode(crashed)
-    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/nad-ipam/extra")
-    (store / "10.245.0.9").write_bytes(f"{A}\r\nnet1".encode())
-
-    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
-
-    assert code == ExitCode.DATA
-    assert entry.exists() and "10.245.0.9" in os.listdir(store)
-    (found,) = report["entries"]
-    assert found["reason"].startswith(
-        "host-local's DEL would also release /var/lib/cni/nad-ipam/extra/10.245.0.9"
-    )
+    the_nads_address_of_this_boot_leaves_the_del(crashed, entry, store)
 
 
 @pytest.mark.parametrize("scratch", ["lost in the crash", "damaged by the crash"])

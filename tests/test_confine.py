@@ -316,7 +316,9 @@ def test_host_local_del_releases_in_the_root_and_never_on_the_host(tmp_path: Pat
     assert seen["write_etc_cni_ok"]
     assert (Path(root) / "etc/cni/new-file").exists()
     # The root has no run/cni: an empty tmpfs stands there, and says so.
-    assert seen["notes"] == [f"{root}/run/cni is missing: plugins see an empty, read-only /run/cni"]
+    assert seen["notes"] == [
+        f"{root}/run/cni is missing: plugins see an empty /run/cni, whose writes are dropped"
+    ]
 
 
 def test_a_run_done_first_never_pulls_the_mount_point_from_under_another(

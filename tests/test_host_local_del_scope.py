@@ -448,6 +448,44 @@ def test_under_root_a_data_dir_whose_mount_point_cannot_be_made_stops_only_its_n
     assert "10.62.0.2" not in os.listdir(store)
 
 
+def test_under_root_a_data_dir_missing_from_the_root_is_deld_as_the_dry_run_said(
+    crashed: Crashed,
+) -> None:
+    """A dataDir a conf names that the root does not hold (nothing reserved there, ever): on
+    the node, host-local's DEL would make it and find nothing to release. Its plugins saw an
+    empty read-only tmpfs there, so the DEL the dry run planned failed (exit 73 where the dry
+    run said 0; found by the attack review of 290d74f, s7): a writable one now, whose writes
+    go with the namespace."""
+    if os.geteuid() != 0:
+        cannot_run("needs root to make a private mount namespace")
+    ipam = {
+        "type": "host-local",
+        "dataDir": "/run/cni-gone/ipam",
+        "ranges": [[{"subnet": "10.62.0.0/24"}]],
+    }
+    conf = {"cniVersion": "1.0.0", "name": "hx", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_conf("40-hx.conflist", json.dumps(conf).encode())
+    entry = crashed.node.write_result(f"hx-{B}-eth0", b"")
+    crashed.reboot()
+    # A file of its own over /run in the run's namespace: the mount point is made there.
+    sealed = "/run/cni-sealed/unused"
+
+    code, dry = sealed_run(crashed, sealed, "--dry-run")
+
+    assert code == ExitCode.OK, dry
+    (planned,) = dry["entries"]
+    assert (planned["action"], planned["del"]["config_problem"]) == ("del-and-quarantine", None)
+
+    code, report = sealed_run(crashed, sealed)
+
+    assert code == ExitCode.OK, report
+    (found,) = report["entries"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("done", ["host-local"])
+    assert not entry.exists()
+    assert not (crashed.node.root / "run/cni-gone").exists()
+    assert f"{crashed.node.root}/run/cni-gone/ipam is missing (" in " ".join(report["warnings"])
+
+
 def test_under_root_a_data_dir_this_machines_symlink_nests_otherwise_runs_no_del(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -84,6 +84,7 @@ MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 
 EMPTY_FS_NAME = "cni-reaper-empty"  # the device name its tmpfs mounts show in mountinfo
+MISSING = "is missing"  # a bind's source not in the root
 CONFINED_THREAD_NAME = "cni-reaper-confined"
 START_GRACE = 1.0  # seconds a started thread takes to run, at the very most
 # A mount point another run is removing (it holds it exclusively for an rmdir) is held, or
@@ -242,9 +243,10 @@ def run_confined(
     its return value, or its exception raised again here. The calling thread never enters
     the namespace; threads that work() starts, and processes they spawn, are in it.
 
-    A source that is missing, not a directory, or reached through a symlink (which could point
-    back into the host) is replaced by an empty read-only tmpfs on its target, and on_note is
-    called with a sentence saying so, from the confined thread, before work() starts.
+    A source that is not a directory, or reached through a symlink (which could point back
+    into the host), is replaced by an empty read-only tmpfs on its target; one that is missing
+    by an empty writable one, as the node would make it; on_note is called with a sentence
+    saying so, from the confined thread, before work() starts.
     Mount points missing on the host are made, and removed again by the last run that stands
     on them, once its thread is done.
 
@@ -359,9 +361,18 @@ def _enter_namespace(
         target = f"/proc/self/fd/{target_fd}"
         source_fd, problem = _open_source(bind.source)
         if source_fd is None:
-            flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+            flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+            if problem.startswith(MISSING):
+                # As the node has it: a plugin makes what it needs there (a store with nothing
+                # to release), and what it writes goes with the namespace.
+                seen = f"an empty {bind.target}, whose writes are dropped"
+            else:
+                # The node's own is elsewhere, where no plugin may write in its place: its DEL
+                # fails, and says so, where it would have released something there.
+                flags |= MS_RDONLY
+                seen = f"an empty, read-only {bind.target}"
             _mount(libc, root, EMPTY_FS_NAME, target, "tmpfs", flags, "mode=0755", bind.target)
-            note(f"{bind.source} {problem}: plugins see an empty, read-only {bind.target}")
+            note(f"{bind.source} {problem}: plugins see {seen}")
             continue
         try:
             source = f"/proc/self/fd/{source_fd}"
@@ -507,7 +518,7 @@ def _open_source(source: str) -> tuple[int | None, str]:
             try:
                 next_fd = os.open(name, flags, dir_fd=fd)
             except FileNotFoundError:
-                return None, "is missing" if reached == source else f"is missing ({reached})"
+                return None, MISSING if reached == source else f"{MISSING} ({reached})"
             except OSError as e:
                 return None, f"cannot be opened ({reached}: {e.strerror})"
             os.close(fd)

@@ -638,9 +638,9 @@ def _pipeline(run: _Run) -> Report:
         names read before their entries may move. Then the first changes: Multus's damaged
         delegate results moved, before any DEL."""
         delegates.judge(alive, pins)
-        for _, store in stores:
-            pre_runtime.record_dir(proof, store)
         cached_configs.read_all()
+        for store in dict.fromkeys((*(s for _, s in stores), *cached_configs.stores())):
+            pre_runtime.record_dir(proof, store)
         veto = pre_runtime.confirm(proof, run.runtime_started)
         if veto is None and not args.dry_run:
             try:
@@ -966,6 +966,13 @@ class _CachedConfigs:
     def read_all(self) -> None:
         for network in sorted(self._unconfigured):
             self(network)
+
+    def stores(self) -> list[str]:
+        """The host-local store each config read keeps: its files are judged as the conf
+        dirs' stores' are, so they go into this boot's pre-runtime record with them."""
+        root = self._run.paths.root
+        netlists = (netlist for netlist, _ in self._found.values() if netlist is not None)
+        return sorted({s for s in (host_local.store_of(n, root) for n in netlists) if s})
 
     def __call__(self, network: str) -> tuple[netconf.NetworkList | None, str | None]:
         found = self._found.get(network)

@@ -486,6 +486,46 @@ def test_under_root_a_data_dir_missing_from_the_root_is_deld_as_the_dry_run_said
     assert f"{crashed.node.root}/run/cni-gone/ipam is missing (" in " ".join(report["warnings"])
 
 
+def test_under_root_the_store_a_cached_config_keeps_is_judged_alike_dry_and_real(
+    crashed: Crashed,
+) -> None:
+    """A network no conf dir names, whose config a whole entry cached, keeps its store in a
+    dataDir refused under the root: its damaged entry gets no DEL. The store was in no
+    pre-runtime record: the dry run (which keeps none) took its earlier boot's address for
+    one found before any runtime, the real run (judging against the record it kept) for one
+    of this boot, and left the entry (dry 73, real 65; found by the attack review of
+    290d74f, s10). The stores such configs keep are now recorded with the conf dirs'."""
+    if os.geteuid() != 0:
+        cannot_run("needs root to make a private mount namespace")
+    ipam = {
+        "type": "host-local",
+        "dataDir": "/run/cni-blocked/ipam",
+        "ranges": [[{"subnet": "10.62.0.0/24"}]],
+    }
+    hx = {"cniVersion": "1.0.0", "name": "hx", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_conf("40-hx.conflist", json.dumps(hx).encode())
+    old = json.loads(json.dumps(hx).replace('"hx"', '"old"').replace("10.62.", "10.75."))
+    cached = cache_entry_bytes(json.dumps(old).encode(), "old", CONTAINER_IDS[2], "eth0")
+    crashed.node.write_result(f"old-{CONTAINER_IDS[2]}-eth0", cached)
+    entry = crashed.node.write_result(f"old-{B}-eth0", b"")
+    store = crashed.node.root / "run/cni-blocked/ipam/old"
+    store.mkdir(parents=True)
+    (store / "10.75.0.7").write_bytes(f"{B}\r\neth0".encode())
+    crashed.reboot()
+    refused = "its cached config's host-local dataDir /run/cni-blocked/ipam is not one the"
+
+    code, dry = sealed_run(crashed, "/run/cni-blocked", "--dry-run")
+    real_code, real = sealed_run(crashed, "/run/cni-blocked")
+
+    assert (code, real_code) == (ExitCode.ACTION_FAILED, ExitCode.ACTION_FAILED), real
+    planned = {e["path"]: e for e in dry["entries"]}[entry.name]
+    found = {e["path"]: e for e in real["entries"]}[entry.name]
+    assert (planned["action"], found["action"]) == ("del-and-quarantine", "del-and-quarantine")
+    assert refused in planned["del"]["config_problem"] and refused in found["del"]["config_problem"]
+    assert (found["outcome"], found["del"]["plugins_run"]) == ("failed", [])
+    assert not entry.exists()
+
+
 def test_under_root_a_data_dir_this_machines_symlink_nests_otherwise_runs_no_del(
     crashed: Crashed, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -630,16 +630,22 @@ def _pipeline(run: _Run) -> Report:
     chains = ChainCache(run.plugin_dirs)  # each config's plugins, resolved once for every DEL
     cached_configs = _CachedConfigs(run)
 
-    def ready(alive: Callable[[str], str | None], pins: frozenset[str] | str) -> str | None:
+    def ready(
+        alive: Callable[[str], str | None],
+        pins: frozenset[str] | str,
+        delegate_stores: Iterable[str] = (),
+    ) -> str | None:
         """Once the rest of the plan is made: Multus's delegate results judged (alive: why a
         container's attachments may be alive, pins the netns mounted now); then, before
         anything changes, the pre-runtime record completed (those and the host-local stores
         too), checked and kept for later runs; the configs cached for networks no conf dir
-        names read before their entries may move. Then the first changes: Multus's damaged
-        delegate results moved, before any DEL."""
+        names read before their entries may move; the stores of the delegates Multus's DELs
+        would release from (delegate_stores) recorded too. Then the first changes: Multus's
+        damaged delegate results moved, before any DEL."""
         delegates.judge(alive, pins)
         cached_configs.read_all()
-        for store in dict.fromkeys((*(s for _, s in stores), *cached_configs.stores())):
+        recorded = (*(s for _, s in stores), *cached_configs.stores(), *delegate_stores)
+        for store in dict.fromkeys(recorded):
             pre_runtime.record_dir(proof, store)
         veto = pre_runtime.confirm(proof, run.runtime_started)
         if veto is None and not args.dry_run:
@@ -647,6 +653,8 @@ def _pipeline(run: _Run) -> Report:
                 pre_runtime.save(proof)
             except OSError as e:
                 warnings.append(f"cannot keep this boot's pre-runtime record: {e}")
+        elif veto is None:
+            proof.seal()
         report.mark_planned()
         delegates.settle(veto)
         return veto
@@ -773,8 +781,18 @@ def _pipeline(run: _Run) -> Report:
                 return None  # no DEL runs anyway: it claims nothing
             return reads.claim_delegates(netlist, split.container_id, (netlist.name, split.ifname))
 
+        def delegate_stores(held: list[PlannedEntry]) -> Iterator[str]:
+            for planned in held:
+                split, netlist = planned.entry.split, planned.netlist
+                if planned.action is Action.DEL_AND_QUARANTINE and split and netlist:
+                    yield from reads.delegate_stores(netlist, split.container_id, paths.root)
+
         plan = held_until(
-            map(planner, entries), lambda: ready(delegate_alive, pins), alive, doubted, unread
+            map(planner, entries),
+            lambda held: ready(delegate_alive, pins, delegate_stores(held)),
+            alive,
+            doubted,
+            unread,
         )
         if args.dry_run:
             results = outcome.dry_run(plan)

@@ -248,6 +248,21 @@ class StoreReads:
         known = self._delegates.get(netlist, read, container_id)
         return known.doubt
 
+    def delegate_stores(self, netlist: NetworkList, container_id: str, root: str) -> list[str]:
+        """The stores of the delegates Multus's scratch files name for a DEL of the container
+        through netlist; none for a chain that runs no Multus. Only the DEL's check reads
+        them (a NetworkAttachmentDefinition's dataDir no conf names): they go into this
+        boot's pre-runtime record with the conf dirs' stores, to be judged as those are."""
+        if not self._runs_multus.get(netlist, multus.runs_multus):
+            return []
+        found = []
+        for read in multus.scratch_delegates(netlist, container_id, root):
+            for delegate in read.delegates:
+                store = store_of(delegate, root) if _host_local_ipams(delegate) else None
+                if store is not None:
+                    found.append(store)
+        return found
+
     def claim_delegates(
         self, netlist: NetworkList, container_id: str, attachment: tuple[str, str]
     ) -> str | None:

@@ -304,24 +304,24 @@ def cached_netlist(
 
 def held_until(
     plan: Iterable[PlannedEntry],
-    ready: Callable[[], str | None],
+    ready: Callable[[list[PlannedEntry]], str | None],
     alive: Callable[[PlannedEntry], str | None] | None = None,
     doubted: Callable[[PlannedEntry], str | None] | None = None,
     no_del: Callable[[PlannedEntry], str | None] | None = None,
 ) -> Iterator[PlannedEntry]:
     """The plan, with every entry that would change something held back until the whole plan
-    is made and ready() finds nothing against acting; if it does, they are left instead, for
-    its reason. alive() then says of each whether the whole plan showed it may be alive, and
-    doubted() why else its DEL may not run (what it would release besides); no_del(), asked
-    after it, why the entry is quarantined with no DEL (what the DEL would release cannot be
-    read, and the runtime's own DEL will run it)."""
+    is made and ready(those entries) finds nothing against acting; if it does, they are left
+    instead, for its reason. alive() then says of each whether the whole plan showed it may
+    be alive, and doubted() why else its DEL may not run (what it would release besides);
+    no_del(), asked after it, why the entry is quarantined with no DEL (what the DEL would
+    release cannot be read, and the runtime's own DEL will run it)."""
     held = []
     for planned in plan:
         if planned.action in _CHANGING:  # changes_things, without a call per entry
             held.append(planned)
         else:
             yield planned
-    veto = ready()
+    veto = ready(held)
     for planned in held:
         living = alive(planned) if alive is not None and veto is None else None
         doubt = None

@@ -163,6 +163,10 @@ class Proof:
         self.why_missing = why_missing
         self._writer = writer
         self._dir_ids: dict[str, tuple[int, int]] = {}  # path -> (dev, ino) now
+        # A dry run past the point where a real run keeps its record (seal): the dirs that
+        # record holds, given to record_dir(); None before it.
+        self._sealed: set[str] | None = None
+        self._recordable: set[str] = set()
 
     @classmethod
     def loaded(cls, record: PreRuntimeRecord) -> Proof:
@@ -214,7 +218,8 @@ class Proof:
     ) -> WrittenVerdict:
         """The verdict for a file of directory (opened with open_dir first): the record's;
         what the clocks say stays in the evidence, for people."""
-        if self.taking and directory in self._dir_ids:
+        sealed = self._sealed
+        if self.taking and directory in self._dir_ids and (sealed is None or directory in sealed):
             if self._writer is not None:
                 self._writer.add(b"%s %s\0" % (identity(file), os.fsencode(name)))
             return WrittenVerdict.by_clocks(
@@ -224,7 +229,8 @@ class Proof:
             why = f"{no_record(self.why_missing)}; clocks: "
             return WrittenVerdict.by_clocks(Written.UNKNOWN, why, clocks, file.mtime, file.ctime)
         kept = self.record.dirs.get(directory)
-        if kept is None or (kept.device, kept.inode) != self._dir_ids.get(directory):
+        if self.taking or kept is None or (kept.device, kept.inode) != self._dir_ids.get(directory):
+            # (taking here: a dry run past its seal, judging a dir its record would not hold)
             why = "its directory is not the one in this boot's pre-runtime record"
         elif (seen := kept.files.get(name)) is None:
             why = "not in this boot's pre-runtime record: written since a runtime could start"
@@ -264,6 +270,10 @@ class Proof:
         it, judges every file it finds by the `taking` rule to its end, never against it."""
         return self.taking and self._writer is not None
 
+    def recordable(self, directory: str) -> None:
+        """directory is one the record holds (record_dir), if this run keeps it."""
+        self._recordable.add(directory)
+
     def keep(self, directory: str, dir_st: os.stat_result, name: str, st: os.stat_result) -> None:
         """Record a file of a dir judged only after the record is saved: written out like
         any, and kept in memory for those later verdicts."""
@@ -282,6 +292,14 @@ class Proof:
         if self._writer is not None:
             self._writer.abandon()
         self.record, self.taking, self.why_missing = None, False, why
+
+    def seal(self) -> None:
+        """A dry run at the point where a real run keeps the record it took: from then on, a
+        dir record_dir() was not given is judged as that run judges it, not in the record (a
+        store only a DEL's check reads: a NetworkAttachmentDefinition's that Multus's
+        scratch file names), so that the dry run says what the real run will do."""
+        if self.taking:
+            self._sealed = set(self._recordable)
 
     def save(self) -> None:
         """The record this run took, renamed into place; from then on, files are judged
@@ -412,6 +430,7 @@ def record_dir(proof: Proof, path: str) -> None:
     """Add a directory's files to the record being taken (a host-local store, whose files are
     judged after the DELs have run, but must be recorded before). Not by a dry run, whose
     verdicts never read it (Proof.keeps_record): 100,000 reservations made it 30 MB."""
+    proof.recordable(path)
     if not proof.keeps_record:
         return
     try:

@@ -1337,6 +1337,48 @@ def test_on_the_node_what_an_orphans_del_through_multus_releases_is_seen_in_ever
     assert orphan["problem"] == "DEL ran, and the address is still reserved"
 
 
+def test_on_the_node_a_dry_run_judges_a_store_no_record_holds_as_the_real_run_does(
+    crashed: Crashed,
+) -> None:
+    """An orphan's DEL through Multus, whose delegate keeps its addresses in a dataDir only
+    the scratch file names, in the boot's first run, which takes the record: that store is
+    read only by the orphan's check, after the record is kept, so the real run judges its
+    address against a record without its dir and leaves the DEL (exit 65). The dry run,
+    keeping no record, took the address for one found before any runtime and planned the
+    DEL (exit 0): now it judges such a dir as the real run will."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    delegates, (own, extra) = two_delegates(root)
+    delegates[0]["name"] = "multus-cni-network"
+    own = own.rename(networks / "multus-cni-network")
+    delegates[1]["ipam"]["dataDir"] = "/var/lib/cni/nad-ipam"
+    (networks.parent / "nad-ipam").mkdir()
+    extra = extra.rename(networks.parent / "nad-ipam/extra")
+    (own / "10.244.0.5").write_bytes(OWNER_A)  # the orphan
+    (extra / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)  # no record taken before: this run takes it
+    argv = ("--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR)
+
+    dry_code, dry = node.run(*argv, "--dry-run")
+    code, report = node.run(*argv)
+
+    assert (dry_code, code) == (ExitCode.DATA, ExitCode.DATA), report
+    for run in (dry, report):
+        orphan = by_ip(run)["10.244.0.5"]
+        assert orphan["action"] == "leave"
+        assert orphan["reason"].startswith(
+            "host-local's DEL would also release /var/lib/cni/nad-ipam/extra/10.245.0.5, which "
+            "was written current-boot: its directory is not the one in this boot's pre-runtime "
+            "record"
+        )
+    assert [os.listdir(own), os.listdir(extra)] == [["10.244.0.5"], ["10.245.0.5"]]
+
+
 def multus_node_with_a_nad_store(
     crashed: Crashed, nad: dict[str, Any], scratch: list[dict[str, Any]] | str | None = None
 ) -> tuple[Path, Path, Path]:
@@ -1647,6 +1689,35 @@ def test_on_the_node_the_orphans_of_one_attachment_through_multus_share_its_one_
     for found in report["host_local"]:
         assert (found["outcome"], found["del"]["plugins_run"]) == ("done", ["multus"])
         assert sorted(found["del"]["released"]) == ["10.250.0.5", "fd00::5"]
+
+
+def test_on_the_node_the_boots_first_run_records_the_stores_multus_s_delegates_keep(
+    crashed: Crashed,
+) -> None:
+    """The unit's run, the boot's first, takes the pre-runtime record itself: of the conf
+    dirs' stores only, not of a NetworkAttachmentDefinition's dataDir that only Multus's
+    scratch file names. Its earlier boot's address of the owner was then judged against a
+    record without its dir (this boot's) and the DEL left (exit 65), where the dry run,
+    keeping no record, planned it (exit 0). Now the stores the planned DELs' delegates keep
+    are recorded with the others, and a dry run judges a dir no record would hold as the
+    real run does."""
+    nad, store = nad_with_a_store_of_this_boot(crashed)
+    entry, default, _ = multus_node_with_a_nad_store(crashed, nad)
+    node = OnTheNode(crashed)  # no record taken before: this run takes it
+    argv = ("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    dry_code, dry = node.run(*argv, "--dry-run")
+    code, report = node.run(*argv)
+
+    assert (dry_code, code) == (ExitCode.OK, ExitCode.OK), report
+    (planned,) = dry["entries"]
+    assert (planned["action"], planned["outcome"]) == ("del-and-quarantine", "planned")
+    (found,) = report["entries"]
+    assert (found["outcome"], sorted(found["del"]["released"])) == (
+        "done",
+        ["10.244.0.5", "10.245.0.5"],
+    )
+    assert not entry.exists() and [os.listdir(default), os.listdir(store)] == [["lock"]] * 2
 
 
 def test_on_the_node_a_chain_of_two_multus_has_both_scratch_files_read(

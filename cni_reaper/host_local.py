@@ -135,8 +135,10 @@ def twice(netlist: NetworkList) -> str | None:
 def _store_node_paths(configs: NetworkConfigs) -> Iterator[tuple[str, str]]:
     """(network, its store as the node names it): <dataDir>/<network>."""
     for name, data_dir in _data_dirs(configs):
-        if "/" in name or name in (".", ".."):
-            continue  # not a dir of the store, whatever a config says (libcni forbids it)
+        if "/" in name or "\0" in name or name in (".", ".."):
+            # Not a dir of the store, whatever a config says (libcni forbids a "/", and no
+            # path holds a NUL: host-local could never make it).
+            continue
         yield name, os.path.join(data_dir, name)
 
 
@@ -214,6 +216,7 @@ class StoreReads:
         self._boot, self._proof = boot, proof
         self._read: dict[str, StoreDoubts] = {}
         self._runs_multus = PerChain()
+        self._scratch = PerChain()  # (a Multus chain, owner) -> its scratch files' reading
         # (a Multus chain, owner) -> what was read of the delegates its DEL runs
         self._delegates = PerChain()
         # Scratch files a DEL already planned will have Multus read, and then remove.
@@ -256,11 +259,24 @@ class StoreReads:
         if not self._runs_multus.get(netlist, multus.runs_multus):
             return []
         found = []
-        for read in multus.scratch_delegates(netlist, container_id, root):
+        for read in self._scratch_reads(netlist, container_id, root):
             for delegate in read.delegates:
                 store = store_of(delegate, root) if _host_local_ipams(delegate) else None
                 if store is not None:
                     found.append(store)
+        return found
+
+    def _scratch_reads(
+        self, netlist: NetworkList, container_id: str, root: str
+    ) -> list[multus.ScratchRead]:
+        """What each Multus of the chain's scratch file for the container holds, read once a
+        run: the stores recorded for its DEL before the record is kept are the stores its
+        check reads."""
+
+        def read(chain: NetworkList) -> list[multus.ScratchRead]:
+            return multus.scratch_delegates(chain, container_id, root)
+
+        found: list[multus.ScratchRead] = self._scratch.get(netlist, read, container_id)
         return found
 
     def claim_delegates(
@@ -294,7 +310,7 @@ class StoreReads:
     def _delegates_read(
         self, netlist: NetworkList, container_id: str, stores: Iterable[str], root: str
     ) -> _DelegatesRead:
-        reads = multus.scratch_delegates(netlist, container_id, root)
+        reads = self._scratch_reads(netlist, container_id, root)
         files = tuple((r.path, r.identity) for r in reads if r.identity is not None)
         doubt, unread = self._delegates_doubt(container_id, stores, root, reads)
         seen: set[tuple[int, int]] = set()

@@ -435,7 +435,7 @@ def record_dir(proof: Proof, path: str) -> None:
         return
     try:
         fd = os.open(path, DIR_FLAGS)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path, which names no dir
         return
     try:
         dir_st = os.fstat(fd)

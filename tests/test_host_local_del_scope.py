@@ -31,6 +31,7 @@ from tests.private_node import cannot_run, unshare
 
 A, B = CONTAINER_IDS[:2]
 OWNER_A = f"{A}\r\neth0".encode()
+BOOT_ID = "11111111-2222-3333-4444-555555555555"  # NodeTree's
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -1335,6 +1336,47 @@ def test_on_the_node_what_an_orphans_del_through_multus_releases_is_seen_in_ever
         "this attachment"
     )
     assert orphan["problem"] == "DEL ran, and the address is still reserved"
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_on_the_node_a_delegate_named_with_a_nul_leaves_the_del_and_the_run_goes_on(
+    crashed: Crashed, first: bool
+) -> None:
+    """A delegate in Multus's scratch file whose network name holds a NUL names no store
+    host-local could make: its DEL is left, as for any store that cannot be reached. Its
+    store's path ended the boot's first run in a traceback (exit 1) before it kept the
+    record, so no run of the boot could repair; reached first, in the dry run too (found
+    by the attack review of cf2c5bc)."""
+    crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    delegates, (cbr0, _) = two_delegates(root)
+    delegates[1]["name"] = "x\u0000y"
+    if not first:
+        again = {"cniVersion": "1.0.0", "name": "again", "type": "multus"}
+        delegates.insert(1, again)
+    (cbr0 / "10.244.0.5").write_bytes(OWNER_A)
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
+    entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
+    crashed.reboot()
+    node = OnTheNode(crashed)  # no record taken before: this run takes it
+    argv = ("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    dry_code, dry = node.run(*argv, "--dry-run")
+    code, report = node.run(*argv)
+
+    # 73: cbr0's address, which no entry names now, is released by the reaper alone.
+    assert (dry_code, code) == (ExitCode.ACTION_FAILED, ExitCode.ACTION_FAILED), report
+    runs = f"Multus's DEL runs the delegates its scratch file /var/lib/cni/multus/{A} names, "
+    why = "one of which keeps a host-local store that cannot be reached"
+    if not first:
+        why = "one of which delegates again: what that would release is not read"
+    for run in (dry, report):
+        (found,) = run["entries"]
+        assert (found["action"], found["reason"]) == ("leave", runs + why)
+        assert by_ip(run)["10.244.0.5"]["action"] == "del"
+    assert entry.exists()
+    assert os.listdir(root / "run/cni-reaper/pre-runtime") == [BOOT_ID]
 
 
 def test_on_the_node_a_dry_run_judges_a_store_no_record_holds_as_the_real_run_does(

@@ -388,6 +388,15 @@ def test_under_root_a_data_dir_outside_the_places_of_state_is_not_bound_and_runs
     assert "10.62.0.2" not in os.listdir(store)
 
 
+def hx_network(crashed: Crashed, data_dir: str) -> dict[str, Any]:
+    """Network hx, host-local alone keeping its store in data_dir (10.62.0.0/24), in the
+    conf dir; returns its config."""
+    ipam = {"type": "host-local", "dataDir": data_dir, "ranges": [[{"subnet": "10.62.0.0/24"}]]}
+    conf = {"cniVersion": "1.0.0", "name": "hx", "plugins": [{"type": "host-local", "ipam": ipam}]}
+    crashed.node.write_conf("40-hx.conflist", json.dumps(conf).encode())
+    return conf
+
+
 def sealed_run(crashed: Crashed, in_the_way: str, *extra: str) -> tuple[int, dict[str, Any]]:
     """One run of its own, in a mount namespace where in_the_way is a file of the machine's."""
     sealed = [*unshare(), sys.executable, "-m", "tests.sealed_run", str(crashed.t0 + 60)]
@@ -408,13 +417,7 @@ def test_under_root_a_data_dir_whose_mount_point_cannot_be_made_stops_only_its_n
         cannot_run("needs root to make a private mount namespace")
     entry_a = crashed.add(A)
     entry_a.write_bytes(b"")
-    ipam = {
-        "type": "host-local",
-        "dataDir": "/run/cni-blocked/ipam",
-        "ranges": [[{"subnet": "10.62.0.0/24"}]],
-    }
-    conf = {"cniVersion": "1.0.0", "name": "hx", "plugins": [{"type": "host-local", "ipam": ipam}]}
-    crashed.node.write_conf("40-hx.conflist", json.dumps(conf).encode())
+    hx_network(crashed, "/run/cni-blocked/ipam")
     store = crashed.node.root / "run/cni-blocked/ipam/hx"
     store.mkdir(parents=True)
     (store / "10.62.0.2").write_bytes(f"{B}\r\neth0".encode())
@@ -459,13 +462,7 @@ def test_under_root_a_data_dir_missing_from_the_root_is_deld_as_the_dry_run_said
     go with the namespace."""
     if os.geteuid() != 0:
         cannot_run("needs root to make a private mount namespace")
-    ipam = {
-        "type": "host-local",
-        "dataDir": "/run/cni-gone/ipam",
-        "ranges": [[{"subnet": "10.62.0.0/24"}]],
-    }
-    conf = {"cniVersion": "1.0.0", "name": "hx", "plugins": [{"type": "host-local", "ipam": ipam}]}
-    crashed.node.write_conf("40-hx.conflist", json.dumps(conf).encode())
+    hx_network(crashed, "/run/cni-gone/ipam")
     entry = crashed.node.write_result(f"hx-{B}-eth0", b"")
     crashed.reboot()
     # A file of its own over /run in the run's namespace: the mount point is made there.
@@ -498,13 +495,7 @@ def test_under_root_the_store_a_cached_config_keeps_is_judged_alike_dry_and_real
     290d74f, s10). The stores such configs keep are now recorded with the conf dirs'."""
     if os.geteuid() != 0:
         cannot_run("needs root to make a private mount namespace")
-    ipam = {
-        "type": "host-local",
-        "dataDir": "/run/cni-blocked/ipam",
-        "ranges": [[{"subnet": "10.62.0.0/24"}]],
-    }
-    hx = {"cniVersion": "1.0.0", "name": "hx", "plugins": [{"type": "host-local", "ipam": ipam}]}
-    crashed.node.write_conf("40-hx.conflist", json.dumps(hx).encode())
+    hx = hx_network(crashed, "/run/cni-blocked/ipam")
     old = json.loads(json.dumps(hx).replace('"hx"', '"old"').replace("10.62.", "10.75."))
     cached = cache_entry_bytes(json.dumps(old).encode(), "old", CONTAINER_IDS[2], "eth0")
     crashed.node.write_result(f"old-{CONTAINER_IDS[2]}-eth0", cached)

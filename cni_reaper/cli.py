@@ -646,8 +646,8 @@ def _pipeline(run: _Run) -> Report:
         cached_configs.read_all()
         # Only the boot's first run (which takes the record, or, dry, would) needs the
         # delegates' stores now: a later one reads them for its check alone.
-        delegates_stores = delegate_stores if proof.taking else ()
-        recorded = (*(s for _, s in stores), *cached_configs.stores(), *delegates_stores)
+        from_delegates = delegate_stores if proof.taking else ()
+        recorded = (*(s for _, s in stores), *cached_configs.stores(), *from_delegates)
         for store in dict.fromkeys(recorded):
             pre_runtime.record_dir(proof, store)
         veto = pre_runtime.confirm(proof, run.runtime_started)

@@ -33,6 +33,7 @@ from cni_reaper.node_root import (
     host_path,
     resolve_inside,
 )
+from cni_reaper.plugin import PluginError
 from cni_reaper.pool import ListedAddresses, listed
 from cni_reaper.pre_runtime import Proof
 from cni_reaper.record import Record
@@ -258,13 +259,8 @@ class StoreReads:
         boot's pre-runtime record with the conf dirs' stores, to be judged as those are."""
         if not self._runs_multus.get(netlist, multus.runs_multus):
             return []
-        found = []
-        for read in self._scratch_reads(netlist, container_id, root):
-            for delegate in read.delegates:
-                store = store_of(delegate, root) if _host_local_ipams(delegate) else None
-                if store is not None:
-                    found.append(store)
-        return found
+        reads = self._scratch_reads(netlist, container_id, root)
+        return [store for store, _ in _delegates_stores(reads, root)]
 
     def _scratch_reads(
         self, netlist: NetworkList, container_id: str, root: str
@@ -323,14 +319,8 @@ class StoreReads:
                     f"to run its DEL removes: {_UNREAD}"
                 )
             seen.add(identity)
-        releases = []
-        if doubt is None:
-            for read in reads:
-                for delegate, ifname in zip(read.delegates, read.ifnames):
-                    kept = store_of(delegate, root) if _host_local_ipams(delegate) else None
-                    if kept is not None:
-                        releases.append((kept, ifname))
-        return _DelegatesRead(doubt, unread, files, tuple(releases))
+        releases = tuple(_delegates_stores(reads, root)) if doubt is None else ()
+        return _DelegatesRead(doubt, unread, files, releases)
 
     def delegates_release(self, netlist: NetworkList, container_id: str, ifname: str) -> list[Held]:
         """What the DEL of the attachment through netlist has Multus's delegates release,
@@ -454,6 +444,18 @@ def cached_config_problem(netlist: NetworkList, binds: RootBinds) -> str | None:
     return next(iter(problems.values()), None)
 
 
+def _delegates_stores(
+    reads: Iterable[multus.ScratchRead], root: str
+) -> Iterator[tuple[str, str | None]]:
+    """Each delegate's host-local store the scratch files name, with the ifname it is DEL'd
+    under (None: the DEL's own)."""
+    for read in reads:
+        for delegate, ifname in zip(read.delegates, read.ifnames):
+            store = store_of(delegate, root) if _host_local_ipams(delegate) else None
+            if store is not None:
+                yield store, ifname
+
+
 class Held(Record):
     """Addresses a store held for an attachment (<id>, ifname) before a DEL that releases
     them."""
@@ -486,13 +488,39 @@ class Releases:
                 found.insert(0, Held(store, ifname, own))
         return found
 
-    @staticmethod
-    def still_held(held: Held, container_id: str) -> list[str]:
-        """Of the addresses held, those the store still holds for the attachment."""
-        owner = (f"{container_id}\r\n{held.ifname}".encode(), container_id.encode())
-        return [
-            ip for ip in held.addresses if go_trim_space(_read_reservation(held.store, ip)) in owner
-        ]
+
+def still_held(held: Held, container_id: str) -> list[str]:
+    """Of the addresses held, those the store still holds for the attachment."""
+    owner = (f"{container_id}\r\n{held.ifname}".encode(), container_id.encode())
+    return [
+        ip for ip in held.addresses if go_trim_space(_read_reservation(held.store, ip)) in owner
+    ]
+
+
+def seen_released(
+    held: Iterable[Held], container_id: str, ifname: str, still: list[str]
+) -> tuple[list[str], list[str]]:
+    """After a DEL of (container_id, ifname) every plugin of which exited 0: of what held,
+    the addresses released and those left; for each store that still holds any, a phrase
+    added to still (its ifname said where it is not the DEL's own)."""
+    released: list[str] = []
+    left: list[str] = []
+    for h in held:
+        here = still_held(h, container_id)
+        released += (ip for ip in h.addresses if ip not in here)
+        if here:
+            left += here
+            named = "" if h.ifname == ifname else f" (ifname {h.ifname})"
+            still.append(f"{h.store} still holds {', '.join(here)}{named}")
+    return released, left
+
+
+def unreleased(still: list[str]) -> PluginError:
+    """The reaper's error for a DEL every plugin of which exited 0, after which the stores
+    still hold what still says: a failure, never done."""
+    return PluginError(
+        "host-local", f"every plugin exited 0, but {'; '.join(still)} for this attachment"
+    )
 
 
 def _read_reservation(store: str, name: str) -> bytes:

@@ -163,10 +163,10 @@ class Proof:
         self.why_missing = why_missing
         self._writer = writer
         self._dir_ids: dict[str, tuple[int, int]] = {}  # path -> (dev, ino) now
-        # A dry run past the point where a real run keeps its record (seal): the dirs that
-        # record holds, given to record_dir(); None before it.
-        self._sealed: set[str] | None = None
+        # The dirs given to record_dir(), which the record holds; a dry run past the point
+        # where a real run keeps its record (sealed) judges no other by the taking rule.
         self._recordable: set[str] = set()
+        self._sealed = False
 
     @classmethod
     def loaded(cls, record: PreRuntimeRecord) -> Proof:
@@ -218,8 +218,8 @@ class Proof:
     ) -> WrittenVerdict:
         """The verdict for a file of directory (opened with open_dir first): the record's;
         what the clocks say stays in the evidence, for people."""
-        sealed = self._sealed
-        if self.taking and directory in self._dir_ids and (sealed is None or directory in sealed):
+        recorded = not self._sealed or directory in self._recordable
+        if self.taking and directory in self._dir_ids and recorded:
             if self._writer is not None:
                 self._writer.add(b"%s %s\0" % (identity(file), os.fsencode(name)))
             return WrittenVerdict.by_clocks(
@@ -298,8 +298,7 @@ class Proof:
         dir record_dir() was not given is judged as that run judges it, not in the record (a
         store only a DEL's check reads: a NetworkAttachmentDefinition's that Multus's
         scratch file names), so that the dry run says what the real run will do."""
-        if self.taking:
-            self._sealed = set(self._recordable)
+        self._sealed = self.taking
 
     def save(self) -> None:
         """The record this run took, renamed into place; from then on, files are judged

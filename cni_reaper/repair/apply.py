@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 
 from cni_reaper.content import same_damage
-from cni_reaper.host_local import Releases
+from cni_reaper.host_local import Releases, seen_released, unreleased
 from cni_reaper.plan import Action, PlannedEntry
 from cni_reaper.plugin import PluginError
 from cni_reaper.record import Record
@@ -123,20 +123,11 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
     if not outcome.ok or not held:
         return outcome
     # The effect the reaper can see: the plugins said done; host-local's stores must agree.
-    released: list[str] = []
-    left: list[str] = []
-    still: list[str] = []  # what each store still holds, said
-    for h in held:
-        here = Releases.still_held(h, split.container_id)
-        released += (ip for ip in h.addresses if ip not in here)
-        if here:
-            left += here
-            ifname = "" if h.ifname == split.ifname else f" (ifname {h.ifname})"
-            still.append(f"{h.store} still holds {', '.join(here)}{ifname}")
+    still: list[str] = []
+    released, left = seen_released(held, split.container_id, split.ifname, still)
     if left:
-        said = f"every plugin exited 0, but {'; '.join(still)} for this attachment"
-        error = PluginError("host-local", said)
-        return outcome._replace(errors=(error,), released=tuple(released), left=tuple(left))
+        errors = (unreleased(still),)
+        return outcome._replace(errors=errors, released=tuple(released), left=tuple(left))
     return outcome._replace(released=tuple(released))
 
 

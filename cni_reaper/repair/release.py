@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from cni_reaper.host_local import Releases, read_owner, read_reservation
+from cni_reaper.host_local import read_owner, read_reservation, seen_released, unreleased
 from cni_reaper.plugin import PluginError
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.repair.budget import Budget
@@ -192,19 +192,16 @@ def _checked(
     if left:
         still.append(f"{left[0].reservation.store} still holds {', '.join(held)}")
     own = {(p.reservation.store, p.reservation.ip) for p in items}
-    for h in items[0].delegates_hold:
-        here = Releases.still_held(h, container_id)
-        others = [ip for ip in h.addresses if (h.store, ip) not in own]
-        released += (ip for ip in others if ip not in here)
-        here = [ip for ip in others if ip in here]
-        if here:
-            held += here
-            still.append(f"{h.store} still holds {', '.join(here)} (ifname {h.ifname})")
+    # The delegates' addresses besides the orphans' own, which _still_owned() looked at.
+    others = [
+        h._replace(addresses=tuple(ip for ip in h.addresses if (h.store, ip) not in own))
+        for h in items[0].delegates_hold
+    ]
+    more, more_left = seen_released(others, container_id, "", still)
+    released += more
     if not still:
         return outcome
-    said = f"every plugin exited 0, but {'; '.join(still)}"
-    error = PluginError("host-local", f"{said} for this attachment")
-    return outcome._replace(errors=(error,), left=tuple(held))
+    return outcome._replace(errors=(unreleased(still),), left=(*held, *more_left))
 
 
 # Reservations moved at once, their sidecars fsynced together (quarantine.py): one fsync per

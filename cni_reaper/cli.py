@@ -72,6 +72,7 @@ from cni_reaper.reservations import (
     ReservationPlanner,
     Settled,
     handed_over,
+    riding_on_delegating_dels,
 )
 from cni_reaper.runtime import config as runtime_config
 from cni_reaper.runtime import liveness
@@ -1421,6 +1422,7 @@ def _reservations(
             else:
                 left.append(p._replace(action=ReservationAction.LEAVE, reason=doubt))
                 add(r.ip, r.number, "left", False)
+    riding_on_delegating_dels(changing)
     settled: Iterable[Settled]
     if args.dry_run:
         settled = (Settled(p, "planned") for p in handed_over(changing))

@@ -161,9 +161,11 @@ class Report:
         if done and done.get("plugin_errors"):
             # Counted as an entry's are: its plugin errors whatever became of it, a failure
             # of its DEL when it was released into the quarantine all the same or failed; once
-            # for each DEL, which may have held several addresses (both of a dual-stack one).
+            # for each DEL, which may have held several addresses (both of a dual-stack one,
+            # one of a delegate's riding on it): a DEL is its config's, not the store's.
             owner = doc.get("owner") or {}
-            key = (str(doc["network"]), str(owner.get("container_id")), str(done.get("ifname")))
+            config = done.get("config") or doc["network"]
+            key = (str(config), str(owner.get("container_id")), str(done.get("ifname")))
             if key not in self._dels_with_errors:
                 self._dels_with_errors.add(key)
                 self.plugin_errors += len(done["plugin_errors"])

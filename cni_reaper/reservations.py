@@ -16,6 +16,7 @@ Decided after the results cache is done with, from what became of each attachmen
   some releases skip that DEL for a record with no CNI result: DEL through its network's
   config with its owner's container ID and ifname and no cached result, which a later DEL of
   the runtime's finds done; if no DEL can run, or it leaves the address, the quarantine.
+  One that another orphan's DEL through Multus releases as its delegate's rides on that DEL.
 - damaged (empty, NUL-filled, garbage): no DEL can ever match it; the quarantine.
 Every one of these acts only on a reservation the pre-runtime record proves an earlier boot
 wrote (pre_runtime.py), whose owner nothing shows alive.
@@ -229,6 +230,43 @@ def handed_over(items: list[Item]) -> Iterator[Item]:
 # The reasons of every orphan, made once: a string made per orphan was 2 MB at 10,000 of them.
 _ORPHAN = "an orphan: no results entry for it, so no runtime will ever DEL it"
 _ORPHAN_NO_DEL = f"{_ORPHAN}; no DEL can run, so it is released into the quarantine"
+
+
+def riding_on_delegating_dels(changing: list[PlannedReservation]) -> None:
+    """The orphans that another orphan's DEL through a delegating plugin (Multus) releases
+    as one of its delegates', re-planned in changing to ride on that DEL: the one a runtime
+    would have run for the pod, which DELs each delegate from its own store. Each is then
+    seen released (or quarantined) with that DEL's other orphans, not DEL'd a second time
+    through its own network's config at the same moment, nor quarantined for want of one.
+    Before, its own DEL or move found the address gone since the scan: left alone, exit 65.
+    One whose DEL delegates too keeps its own."""
+    runners: dict[tuple[str, str, str], PlannedReservation] = {}  # (store, address, owner)
+    for p in changing:
+        owner = p.reservation.owner
+        if p.action is ReservationAction.DEL and p.config_problem is None and owner:
+            for held in p.delegates_hold:
+                for ip in held.addresses:
+                    runners.setdefault((held.store, ip, owner.container_id), p)
+    if not runners:
+        return
+    for i, p in enumerate(changing):
+        r = p.reservation
+        if p.action is not ReservationAction.DEL or p.delegates_hold or r.owner is None:
+            continue
+        runner = runners.get((r.store, r.ip, r.owner.container_id))
+        if runner is None or runner is p or runner.netlist is None:
+            continue
+        reason = (
+            f"{_ORPHAN}; released by its owner's DEL through network {runner.netlist.name} "
+            f"(ifname {runner.del_ifname}), whose delegate keeps it"
+        )
+        changing[i] = p._replace(
+            reason=reason,
+            netlist=runner.netlist,
+            chain=runner.chain,
+            config_problem=None,
+            del_ifname=runner.del_ifname,
+        )
 
 
 class ReservationPlanner:

@@ -1329,6 +1329,78 @@ def test_on_the_node_what_an_orphans_del_through_multus_releases_is_seen_in_ever
     assert orphan["problem"] == "DEL ran, and the address is still reserved"
 
 
+@pytest.mark.parametrize("multus", ["deletes", "deletes nothing"])
+@pytest.mark.parametrize("extras_config", [None, "its own"])
+def test_on_the_node_an_orphan_another_orphans_del_through_multus_releases_rides_on_it(
+    crashed: Crashed, extras_config: str | None, multus: str
+) -> None:
+    """Two orphans of one owner: one in the store of Multus's network, whose DEL through
+    Multus also DELs the delegate extra under net1; the other, in extra's store. The second
+    rides on the first's DEL, as the runtime's one DEL of the pod would have released it:
+    done when that DEL released it, quarantined with it when it did not. Before, extra with
+    no config: its move found the address gone since the scan, left alone, exit 65, for an
+    address the run had itself released (noted at stop 61). Extra with a config of its own:
+    a second DEL of the same attachment ran beside the first, racing it. The dry run says
+    what the real run does."""
+    deletes = multus == "deletes"
+    stand_in = MULTUS_STAND_IN if deletes else MULTUS_DELETING_NOTHING
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", stand_in)
+    ran = "/var/lib/cni/extra-ran"
+    if extras_config:
+        crashed.node.fake_plugin_network("extra", "recorder", f'echo "$CNI_COMMAND" >> {ran}\n')
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    delegates, (own, extra) = two_delegates(root)
+    delegates[0]["name"] = "multus-cni-network"  # the first delegate keeps Multus's name
+    own = own.rename(networks / "multus-cni-network")
+    (own / "10.244.0.5").write_bytes(OWNER_A)  # the orphans: no results entry, no sandbox
+    (extra / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/multus-cni-network", "/var/lib/cni/networks/extra")
+    argv = ["--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR]
+
+    dry_code, dry = node.run("--dry-run", *argv)
+    code, report = node.run(*argv)
+
+    assert not (root / ran.lstrip("/")).exists()  # extra's own DEL never ran
+    planned, found = by_ip(dry), by_ip(report)
+    riding = (
+        "an orphan: no results entry for it, so no runtime will ever DEL it; released by its "
+        "owner's DEL through network multus-cni-network (ifname eth0), whose delegate keeps it"
+    )
+    assert planned["10.245.0.5"]["reason"] == found["10.245.0.5"]["reason"] == riding
+    assert found["10.245.0.5"]["del"] == found["10.244.0.5"]["del"]
+    assert found["10.244.0.5"]["del"]["plugins_run"] == ["multus"]
+    if deletes:
+        assert (dry_code, code) == (ExitCode.OK, ExitCode.OK), json.dumps(report["host_local"])
+        assert [os.listdir(own), os.listdir(extra)] == [["lock"], ["lock"]]
+        assert sorted(found["10.244.0.5"]["del"]["released"]) == ["10.244.0.5", "10.245.0.5"]
+        assert [(d["outcome"], d["quarantined_to"], d.get("problem")) for d in found.values()] == [
+            ("done", None, None),
+            ("done", None, None),
+        ]
+        return
+    # The DEL ran and left both: each goes to the quarantine, its one error said once.
+    assert (dry_code, code) == (ExitCode.OK, ExitCode.ACTION_FAILED)
+    assert [os.listdir(own), os.listdir(extra)] == [["lock"], ["lock"]]
+    assert found["10.244.0.5"]["del"]["plugin_errors"][0]["msg"] == (
+        "every plugin exited 0, but /var/lib/cni/networks/multus-cni-network still holds "
+        "10.244.0.5; /var/lib/cni/networks/extra still holds 10.245.0.5 (ifname net1) for "
+        "this attachment"
+    )
+    for d in found.values():
+        assert (d["outcome"], d["problem"]) == (
+            "done",
+            "DEL ran, and the address is still reserved",
+        )
+        assert d["quarantined_to"] is not None
+    assert report["summary"]["plugin_errors"] == 1
+
+
 @pytest.mark.parametrize("first", [True, False])
 def test_on_the_node_a_delegate_named_with_a_nul_leaves_the_del_and_the_run_goes_on(
     crashed: Crashed, first: bool

@@ -19,7 +19,14 @@ from cni_reaper.boot import Written, WrittenVerdict
 from cni_reaper.errors import ExitCode
 from cni_reaper.filestat import FileStat
 from cni_reaper.journal import EventLog
-from cni_reaper.reservations import EntryFate, EntryFates
+from cni_reaper.netconf import parse_conf_bytes
+from cni_reaper.reservations import (
+    EntryFate,
+    EntryFates,
+    PlannedReservation,
+    ReservationAction,
+    riding_on_delegating_dels,
+)
 from tests.bolt_writer import containerd_sandbox, write_db
 from tests.crashed import Crashed
 from tests.nodetree import CONTAINER_IDS, PLUGIN_DIR, cache_entry_bytes, snapshot
@@ -563,3 +570,90 @@ def _id_only(network: str, container_id: str) -> host_local.Reservation:
     written = WrittenVerdict(Written.PREVIOUS_BOOT, "a model's")
     owner = host_local.Owner(container_id, None)
     return host_local.Reservation(network, "", "10.22.0.2", 0, file, "valid", owner, written)
+
+
+_STORES = ("/s/own", "/s/extra", "/s/third")
+_OWNERS = ("a" * 64, "b" * 64)
+_IPS = ("10.0.0.1", "10.0.0.2")
+
+
+@st.composite
+def _planned_orphans(draw: st.DrawFn) -> list[PlannedReservation]:
+    """Orphans over a few stores, owners and addresses: some DEL'd with their own config,
+    some with none that can run, some only quarantined; some DELs holding delegates' addresses
+    (a DEL through Multus), some of which are other orphans."""
+    file = FileStat("file", 0, 0.0, 0.0, 0, 0, 0, 0)
+    written = WrittenVerdict(Written.PREVIOUS_BOOT, "a model's")
+    planned = []
+    for store, ip, owner, action, problem, holds in draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(_STORES),
+                st.sampled_from(_IPS),
+                st.sampled_from(_OWNERS),
+                st.sampled_from([ReservationAction.DEL, ReservationAction.QUARANTINE]),
+                st.sampled_from([None, "no config"]),
+                st.lists(st.tuples(st.sampled_from(_STORES), st.sampled_from(_IPS)), max_size=3),
+            ),
+            max_size=8,
+        )
+    ):
+        network = store.rsplit("/", 1)[1]
+        r = host_local.Reservation(
+            network, store, ip, 0, file, "valid", host_local.Owner(owner, "net1"), written
+        )
+        netlist = parse_conf_bytes(
+            json.dumps({"cniVersion": "1.0.0", "name": network, "type": "x"}).encode(),
+            f"{network}.conf",
+            True,
+        )
+        hold = tuple(host_local.Held(s, "net1", (i,)) for s, i in holds)
+        planned.append(
+            PlannedReservation(
+                r, action, "an orphan", "failed", netlist, None, problem, "eth0", hold
+            )
+        )
+    return planned
+
+
+@settings(max_examples=400, deadline=None)
+@given(_planned_orphans())
+def test_an_orphan_rides_only_on_a_del_that_releases_it_and_no_del_is_added(
+    planned: list[PlannedReservation],
+) -> None:
+    """Model (reservations.riding_on_delegating_dels): an orphan is re-planned only to ride
+    on another orphan's DEL that can run and holds its address for its owner in its store; a
+    DEL that delegates keeps its own; nothing else changes; and no DEL is planned that was not
+    already one of the orphans' (the DELs the run makes are the runners', never more)."""
+    before = list(planned)
+    runnable = {
+        (p.netlist.name if p.netlist else "", p.reservation.owner.container_id, p.del_ifname)
+        for p in before
+        if p.action is ReservationAction.DEL and p.config_problem is None and p.reservation.owner
+    }
+
+    riding_on_delegating_dels(planned)
+
+    assert len(planned) == len(before)
+    for old, new in zip(before, planned):
+        if new == old:
+            continue
+        assert old.action is ReservationAction.DEL and not old.delegates_hold
+        r, owner = old.reservation, old.reservation.owner
+        assert owner is not None and new.reservation == r and new.config_problem is None
+        runners = [
+            p
+            for p in before
+            if p is not old
+            and p.action is ReservationAction.DEL
+            and p.config_problem is None
+            and p.reservation.owner == owner
+            and any(h.store == r.store and r.ip in h.addresses for h in p.delegates_hold)
+        ]
+        assert runners and (new.netlist, new.del_ifname) == (runners[0].netlist, "eth0")
+    after = {
+        (p.netlist.name if p.netlist else "", p.reservation.owner.container_id, p.del_ifname)
+        for p in planned
+        if p.action is ReservationAction.DEL and p.config_problem is None and p.reservation.owner
+    }
+    assert after <= runnable

@@ -126,8 +126,11 @@ def settle(
                 doc = no_del[p.config_problem] = _del_doc(DelOutcome((), (error,)), ())
             to_move.append(Settled(p, "done", del_doc=doc, problem=_STILL_RESERVED_NOT_RUN))
         else:
-            assert p.reservation.owner is not None and p.del_ifname is not None
-            key = (p.reservation.network, p.reservation.owner.container_id, p.del_ifname)
+            r, netlist = p.reservation, p.netlist
+            assert r.owner is not None and p.del_ifname is not None and netlist is not None
+            # By the DEL's network, not the orphan's: one a delegating plugin's DEL releases
+            # rides on it (reservations.riding_on_delegating_dels).
+            key = (netlist.name, r.owner.container_id, p.del_ifname)
             attachments[key].append(p)
     by_network: dict[str, list[tuple[_Key, list[PlannedReservation]]]] = defaultdict(list)
     for key, items in attachments.items():
@@ -187,15 +190,25 @@ def _checked(
     done, and host-local's stores must agree: the orphans' own, and those of the delegates a
     DEL through Multus has release besides (whose addresses released are added to released).
     """
-    still = []
+    still: list[str] = []
     held = [p.reservation.ip for p in left]
-    if left:
-        still.append(f"{left[0].reservation.store} still holds {', '.join(held)}")
+    # by store, and by ifname where an orphan that rides on the DEL is held under its own
+    by_store: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for p in left:
+        r = p.reservation
+        ifname = r.owner.ifname if r.owner else None
+        named = "" if ifname in (None, p.del_ifname) else f" (ifname {ifname})"
+        by_store[r.store, named].append(r.ip)
+    # the DEL's own ifname first, as an entry's DEL says them
+    by_ifname = sorted(by_store.items(), key=lambda item: bool(item[0][1]))
+    still += (f"{store} still holds {', '.join(ips)}{named}" for (store, named), ips in by_ifname)
     own = {(p.reservation.store, p.reservation.ip) for p in items}
-    # The delegates' addresses besides the orphans' own, which _still_owned() looked at.
+    # The delegates' addresses besides the orphans' own, which _still_owned() looked at; as
+    # the DEL's own orphans found them (not one riding on it, which holds none).
+    hold = next((p.delegates_hold for p in items if p.delegates_hold), ())
     others = [
         h._replace(addresses=tuple(ip for ip in h.addresses if (h.store, ip) not in own))
-        for h in items[0].delegates_hold
+        for h in hold
     ]
     more, more_left = seen_released(others, container_id, "", still)
     released += more

@@ -1275,6 +1275,35 @@ def test_on_the_node_an_orphans_del_through_multus_is_held_to_every_store_of_the
     )
 
 
+def orphans_of_a_through_multus(
+    crashed: Crashed, nad_data_dir: str | None
+) -> tuple[OnTheNode, Path, Path]:
+    """A's orphan (10.244.0.5: no results entry, no sandbox) in the store of Multus's network,
+    whose first delegate keeps Multus's name, and A's address under net1 (10.245.0.5) in the
+    store of its second, extra: in the default dataDir, or in the dataDir nad_data_dir (a
+    NetworkAttachmentDefinition's, which no conf names); the scratch file Multus's ADD kept;
+    the node rebooted and this boot's first run's record taken. The two stores are returned."""
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    delegates, (own, extra) = two_delegates(root)
+    delegates[0]["name"] = "multus-cni-network"
+    own = own.rename(networks / "multus-cni-network")
+    if nad_data_dir is not None:
+        delegates[1]["ipam"]["dataDir"] = nad_data_dir
+        nad = root / nad_data_dir.lstrip("/")
+        nad.mkdir(parents=True)
+        extra = extra.rename(nad / "extra")
+    (own / "10.244.0.5").write_bytes(OWNER_A)
+    (extra / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record(*("/" + str(store.relative_to(root)) for store in (own, extra)))
+    return node, own, extra
+
+
 @pytest.mark.parametrize("multus", ["deletes nothing", "deletes"])
 def test_on_the_node_what_an_orphans_del_through_multus_releases_is_seen_in_every_store(
     crashed: Crashed, multus: str
@@ -1287,28 +1316,12 @@ def test_on_the_node_what_an_orphans_del_through_multus_releases_is_seen_in_ever
     deleting_nothing = multus == "deletes nothing"
     stand_in = MULTUS_DELETING_NOTHING if deleting_nothing else MULTUS_STAND_IN
     bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", stand_in)
-    root = crashed.node.root
-    networks = root / "var/lib/cni/networks"
-    delegates, (own, extra) = two_delegates(root)
-    delegates[0]["name"] = "multus-cni-network"  # the first delegate keeps Multus's name
-    own.rename(networks / "multus-cni-network")
-    own = networks / "multus-cni-network"
     # The second keeps its addresses where a NetworkAttachmentDefinition says, which no conf
     # names: no orphan of its own there.
-    delegates[1]["ipam"]["dataDir"] = "/var/lib/cni/nad-ipam"
-    (networks.parent / "nad-ipam").mkdir()
-    extra = extra.rename(networks.parent / "nad-ipam/extra")
-    (own / "10.244.0.5").write_bytes(OWNER_A)  # the orphan: no results entry, no sandbox
-    (extra / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
-    (root / "var/lib/cni/multus").mkdir(parents=True)
-    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
-    crashed.node.results.mkdir(parents=True, mode=0o700)
-    crashed.reboot()
-    node = OnTheNode(crashed)
-    node.record("/var/lib/cni/networks/multus-cni-network", "/var/lib/cni/nad-ipam/extra")
+    node, own, extra = orphans_of_a_through_multus(crashed, "/var/lib/cni/nad-ipam")
 
     code, report = node.run(
-        "--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR
+        "--bin-dir", "/" + str(bin_dir.relative_to(crashed.node.root)), "--bin-dir", PLUGIN_DIR
     )
 
     orphan = by_ip(report)["10.244.0.5"]
@@ -1349,18 +1362,7 @@ def test_on_the_node_an_orphan_another_orphans_del_through_multus_releases_rides
     if extras_config:
         crashed.node.fake_plugin_network("extra", "recorder", f'echo "$CNI_COMMAND" >> {ran}\n')
     root = crashed.node.root
-    networks = root / "var/lib/cni/networks"
-    delegates, (own, extra) = two_delegates(root)
-    delegates[0]["name"] = "multus-cni-network"  # the first delegate keeps Multus's name
-    own = own.rename(networks / "multus-cni-network")
-    (own / "10.244.0.5").write_bytes(OWNER_A)  # the orphans: no results entry, no sandbox
-    (extra / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
-    (root / "var/lib/cni/multus").mkdir(parents=True)
-    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
-    crashed.node.results.mkdir(parents=True, mode=0o700)
-    crashed.reboot()
-    node = OnTheNode(crashed)
-    node.record("/var/lib/cni/networks/multus-cni-network", "/var/lib/cni/networks/extra")
+    node, own, extra = orphans_of_a_through_multus(crashed, None)
     argv = ["--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR]
 
     dry_code, dry = node.run("--dry-run", *argv)

@@ -71,8 +71,8 @@ from cni_reaper.reservations import (
     ReservationAction,
     ReservationPlanner,
     Settled,
+    claimed_or_riding,
     handed_over,
-    riding_on_delegating_dels,
 )
 from cni_reaper.runtime import config as runtime_config
 from cni_reaper.runtime import liveness
@@ -1409,20 +1409,33 @@ def _reservations(
                 if doubt is None and runs_flannel.get(netlist, flannel.runs):
                     doubt = flannel.scratch_problem(netlist, owner, run.binds, (store,))
             if doubt is None and netlist is not None and p.config_problem is None:
-                # Last, for a DEL that is to run: it claims the scratch files its Multus reads.
-                no_del = delegate_reads.claim_delegates(netlist, owner, (r.network, ifname))
+                # What its Multus's delegates release, for claimed_or_riding() to settle.
                 hold = delegate_reads.delegates_release(netlist, owner, ifname)
-                if no_del is not None:
-                    p = p._replace(config_problem=no_del)  # noqa: PLW2901 (the orphan, as planned)
-                elif hold:
-                    p = p._replace(delegates_hold=tuple(hold))  # noqa: PLW2901
+                if hold:
+                    p = p._replace(delegates_hold=tuple(hold))  # noqa: PLW2901 (as planned)
             if doubt is None:
                 add(r.ip, r.number, p.owner_state, True)
                 changing.append(p)
             else:
                 left.append(p._replace(action=ReservationAction.LEAVE, reason=doubt))
                 add(r.ip, r.number, "left", False)
-    riding_on_delegating_dels(changing)
+
+    def claim(p: PlannedReservation) -> str | None:
+        # Last, for a DEL that is to run: it claims the scratch files its Multus reads.
+        r = p.reservation
+        assert p.netlist is not None and r.owner is not None and p.del_ifname is not None
+        attachment = (r.network, p.del_ifname)
+        return delegate_reads.claim_delegates(p.netlist, r.owner.container_id, attachment)
+
+    identities: dict[str, object] = {}
+
+    def dir_of(store: str) -> object:
+        found = identities.get(store)
+        if found is None:
+            found = identities[store] = host_local.store_identity(store)
+        return found
+
+    claimed_or_riding(changing, claim, dir_of)
     settled: Iterable[Settled]
     if args.dry_run:
         settled = (Settled(p, "planned") for p in handed_over(changing))

@@ -489,6 +489,16 @@ class Releases:
         return found
 
 
+def store_identity(store: str) -> object:
+    """What tells two spellings of one store apart (a dataDir reached through a symlink): its
+    (device, inode), or its path where it cannot be looked at. The stat follows the path, and
+    nothing is done at what it finds."""
+    try:
+        return multus.identity_of(os.stat(store))
+    except (OSError, ValueError):
+        return store
+
+
 def still_held(held: Held, container_id: str) -> list[str]:
     """Of the addresses held, those the store still holds for the attachment."""
     owner = (f"{container_id}\r\n{held.ifname}".encode(), container_id.encode())

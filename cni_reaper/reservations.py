@@ -80,6 +80,7 @@ class PlannedReservation(Record):
     del_ifname: str | None = None
     # What the DEL through Multus has its delegates release besides, to see after it.
     delegates_hold: tuple[Held, ...] = ()
+    riding: bool = False  # released by another orphan's DEL, as its delegate's (netlist's)
 
     def to_json(
         self,
@@ -232,41 +233,92 @@ _ORPHAN = "an orphan: no results entry for it, so no runtime will ever DEL it"
 _ORPHAN_NO_DEL = f"{_ORPHAN}; no DEL can run, so it is released into the quarantine"
 
 
-def riding_on_delegating_dels(changing: list[PlannedReservation]) -> None:
-    """The orphans that another orphan's DEL through a delegating plugin (Multus) releases
-    as one of its delegates', re-planned in changing to ride on that DEL: the one a runtime
-    would have run for the pod, which DELs each delegate from its own store. Each is then
-    seen released (or quarantined) with that DEL's other orphans, not DEL'd a second time
-    through its own network's config at the same moment, nor quarantined for want of one.
-    Before, its own DEL or move found the address gone since the scan: left alone, exit 65.
-    One whose DEL delegates too keeps its own."""
-    runners: dict[tuple[str, str, str], PlannedReservation] = {}  # (store, address, owner)
-    for p in changing:
-        owner = p.reservation.owner
-        if p.action is ReservationAction.DEL and p.config_problem is None and owner:
-            for held in p.delegates_hold:
-                for ip in held.addresses:
-                    runners.setdefault((held.store, ip, owner.container_id), p)
-    if not runners:
-        return
-    for i, p in enumerate(changing):
-        r = p.reservation
-        if p.action is not ReservationAction.DEL or p.delegates_hold or r.owner is None:
+def _del_of(p: PlannedReservation) -> tuple[str | None, str, str | None]:
+    """The one DEL an orphan's release runs: its config's network (None: no DEL can run),
+    owner and ifname."""
+    assert p.reservation.owner is not None
+    network = p.netlist.name if p.netlist is not None and p.config_problem is None else None
+    return network, p.reservation.owner.container_id, p.del_ifname
+
+
+def claimed_or_riding(
+    changing: list[PlannedReservation],
+    claim: Callable[[PlannedReservation], str | None],
+    dir_of: Callable[[str], object],
+) -> None:
+    """The orphans' DELs that are to run, settled in changing once every store is read: each
+    claims what its Multus would read (claim: why its DEL may not run after all, as
+    StoreReads.claim_delegates says), or rides on another orphan's DEL through a delegating
+    plugin (Multus) that releases it as one of its delegates', from its own store (dir_of:
+    a store's identity, however its path is spelled) under its own ifname. That is the DEL
+    the runtime would have run for the pod; the rider is then seen released, or quarantined,
+    with that DEL's own orphans, not DEL'd a second time through its own network's config
+    beside it, nor quarantined for want of one (before, its own DEL or move found the
+    address gone since the scan: left alone, exit 65). The orphans no other DEL releases
+    claim first: Multus's own attachment before a delegate's address in Multus's store
+    under net1, whose DEL would run Multus under an ifname the runtime never gave it."""
+    # the orphans to DEL, and those that could ride on a DEL though their own cannot run
+    to_run = [
+        i
+        for i, p in enumerate(changing)
+        if p.action is ReservationAction.DEL and p.reservation.owner is not None
+    ]
+
+    def held(store: str, ip: str, p: PlannedReservation) -> tuple[object, str, str]:
+        assert p.reservation.owner is not None
+        return dir_of(store), ip, p.reservation.owner.container_id
+
+    def own(p: PlannedReservation) -> tuple[object, str, str]:
+        return held(p.reservation.store, p.reservation.ip, p)
+
+    held_by: dict[tuple[object, str, str], set[tuple[str | None, str, str | None]]] = {}
+    for i in to_run:
+        for h in changing[i].delegates_hold:
+            for ip in h.addresses:
+                held_by.setdefault(held(h.store, ip, changing[i]), set()).add(_del_of(changing[i]))
+
+    def by_another(i: int) -> bool:
+        p = changing[i]
+        return any(d != _del_of(p) for d in held_by.get(own(p), ()))
+
+    if held_by:
+        to_run.sort(key=by_another)  # stable: in the order planned otherwise
+    runners: dict[tuple[object, str, str], PlannedReservation] = {}
+    for i in to_run:
+        p = changing[i]
+        runner = runners.get(own(p)) if runners else None
+        if runner is not None and _del_of(runner) != _del_of(p):
+            assert runner.netlist is not None
+            reason = (
+                f"{_ORPHAN}; released by its owner's DEL through network "
+                f"{runner.netlist.name} (ifname {runner.del_ifname}), whose delegate keeps it"
+            )
+            changing[i] = p._replace(
+                reason=reason,
+                netlist=runner.netlist,
+                chain=runner.chain,
+                config_problem=None,
+                del_ifname=runner.del_ifname,
+                delegates_hold=(),
+                riding=True,
+            )
             continue
-        runner = runners.get((r.store, r.ip, r.owner.container_id))
-        if runner is None or runner is p or runner.netlist is None:
+        if p.config_problem is not None or p.netlist is None:
             continue
-        reason = (
-            f"{_ORPHAN}; released by its owner's DEL through network {runner.netlist.name} "
-            f"(ifname {runner.del_ifname}), whose delegate keeps it"
-        )
-        changing[i] = p._replace(
-            reason=reason,
-            netlist=runner.netlist,
-            chain=runner.chain,
-            config_problem=None,
-            del_ifname=runner.del_ifname,
-        )
+        problem = claim(p)
+        if problem is not None:
+            changing[i] = p._replace(config_problem=problem, delegates_hold=())
+            continue
+        for h in p.delegates_hold:
+            for ip in h.addresses:
+                runners.setdefault(held(h.store, ip, p), p)
+
+
+def released_before_its_del(p: PlannedReservation) -> PlannedReservation:
+    """A rider found gone before the DEL it rides on ran: another DEL of its owner's
+    (another Multus's, whose delegate it is too) released it first."""
+    reason = f"{_ORPHAN}; released by another DEL of its owner's before the one it rode on ran"
+    return p._replace(reason=reason)
 
 
 class ReservationPlanner:

@@ -957,11 +957,14 @@ def test_a_scratch_file_whose_delegate_is_flannel_again_leaves_the_del(
 
 # Multus's DEL as multus-cni's CmdDel does it, for what matters here: the scratch file its ADD
 # kept (<cniDir>/<container ID>: a JSON list of its delegates, each with the config it runs,
-# base64, in "Bytes"), each delegate DEL'd with its own ifname (the first the one it is
-# given, then net1, ...) and its plugin looked up in Multus's binDir (/opt/cni/bin), then
-# CNI_PATH; the file removed once they are.
+# base64, in "Bytes"; cniDir as its config says, /var/lib/cni/multus by default), each
+# delegate DEL'd with its own ifname (the first the one it is given, then net1, ...) and its
+# plugin looked up in Multus's binDir (/opt/cni/bin), then CNI_PATH; the file removed once
+# they are.
 MULTUS_STAND_IN = r"""[ "$CNI_COMMAND" = DEL ] || exit 0
-f="/var/lib/cni/multus/$CNI_CONTAINERID"
+dir=$(python3 -c 'import json, sys; print(json.load(sys.stdin).get("cniDir") or "")')
+dir=${dir:-/var/lib/cni/multus}
+f="$dir/$CNI_CONTAINERID"
 [ -f "$f" ] || exit 0
 python3 - "$f" <<'PY' || exit 1
 import base64, json, os, subprocess, sys
@@ -1401,6 +1404,146 @@ def test_on_the_node_an_orphan_another_orphans_del_through_multus_releases_rides
         )
         assert d["quarantined_to"] is not None
     assert report["summary"]["plugin_errors"] == 1
+
+
+@pytest.mark.parametrize(
+    "rider",
+    [
+        "a dataDir through a symlink",
+        "ID-only",
+        "in Multus's store, sorted first",
+        "in Multus's store, sorted after",
+    ],
+)
+def test_on_the_node_an_orphan_rides_on_the_del_however_its_store_and_address_are_named(
+    crashed: Crashed, rider: str
+) -> None:
+    """The rider of ..._releases_rides_on_it in other places (the attack review of ad7c81f):
+    - extra's store named by the delegate through a symlinked dataDir: it was not found as
+      the rider (a path compared, not the dir), its move found the address gone, exit 65,
+      and the dry run said 73;
+    - an ID-only reservation (host-local before 0.7): it rides, as it held;
+    - in Multus's own store under net1 (the second delegate keeps Multus's network name):
+      with its address sorted first it claimed the scratch file, its DEL ran Multus under
+      net1, an ifname the runtime never gave it, and Multus's own attachment was left with
+      no DEL (exit 73). The orphans no other DEL releases now claim first."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    delegates, (own, extra) = two_delegates(root)
+    delegates[0]["name"] = "multus-cni-network"
+    own = own.rename(root / "var/lib/cni/networks/multus-cni-network")
+    (own / "10.244.0.5").write_bytes(OWNER_A)
+    where, rider_ip, owned = extra, "10.245.0.5", f"{A}\r\nnet1"
+    if rider == "a dataDir through a symlink":
+        (root / "var/lib/cni/nets-link").symlink_to("networks")
+        delegates[1]["ipam"]["dataDir"] = "/var/lib/cni/nets-link"
+    elif rider == "ID-only":
+        owned = A
+    else:
+        where = own
+        rider_ip = "10.243.0.5" if rider.endswith("first") else "10.245.0.5"
+        delegates[1]["name"] = "multus-cni-network"
+        delegates[1]["ipam"]["ranges"] = [[{"subnet": rider_ip[:-1] + "0/24"}]]
+    (where / rider_ip).write_bytes(owned.encode())
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record(
+        "/var/lib/cni/networks/multus-cni-network",
+        "/var/lib/cni/networks/extra",
+        "/var/lib/cni/nets-link/extra",
+    )
+    argv = ["--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR]
+
+    dry_code, dry = node.run("--dry-run", *argv)
+    code, report = node.run(*argv)
+
+    assert (dry_code, code) == (ExitCode.OK, ExitCode.OK), json.dumps(report["host_local"])
+    assert [os.listdir(own), os.listdir(where)] == [["lock"], ["lock"]]
+    planned, found = by_ip(dry), by_ip(report)
+    assert planned[rider_ip]["reason"] == found[rider_ip]["reason"]
+    assert found[rider_ip]["reason"].endswith(
+        "released by its owner's DEL through network multus-cni-network (ifname eth0), whose "
+        "delegate keeps it"
+    )
+    runner = found["10.244.0.5"]
+    assert (runner["outcome"], runner["del"]["ifname"], runner["del"]["plugins_run"]) == (
+        "done",
+        "eth0",
+        ["multus"],
+    )
+    assert sorted(runner["del"]["released"]) == sorted(["10.244.0.5", rider_ip])
+    assert found[rider_ip]["del"] == runner["del"]
+
+
+# Multus's DEL, slow for the container SLOW_ID's: its network's other DELs wait behind it.
+MULTUS_SLOW_FOR = MULTUS_STAND_IN.replace(
+    "|| exit 0\n", '|| exit 0\n[ "$CNI_CONTAINERID" = SLOW_ID ] && sleep 3\n', 1
+)
+
+
+def test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_del(
+    crashed: Crashed,
+) -> None:
+    """Two Multus networks, each with an orphan of A, each scratch file naming the delegate
+    zextra under net1, whose orphan rides on the first's DEL. The second's DEL runs first (the
+    first's network has a slow DEL of another container before it) and releases the rider.
+    The first's DEL then found the rider gone since the scan and did not run at all: A's
+    orphan in multus-a was left, its scratch file kept, exit 65 (the attack review of
+    ad7c81f; before it, that DEL ran). A rider found gone holds back no DEL: it is done,
+    released by the other, and the DEL it was to ride on runs."""
+    d = CONTAINER_IDS[1]
+    slow = MULTUS_SLOW_FOR.replace("SLOW_ID", d)
+    bin_dir = crashed.node.fake_plugin_network("multus-a", "multus", slow)
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "multus-b",
+        "plugins": [{"type": "multus", "cniDir": "/var/lib/cni/multus-b"}],
+    }
+    crashed.node.write_conf("61-multus-b.conflist", json.dumps(conf).encode())
+
+    def bridge(name: str, subnet: str) -> dict[str, Any]:
+        ipam = {"type": "host-local", "ranges": [[{"subnet": f"{subnet}.0/24"}]]}
+        return {"cniVersion": "1.0.0", "name": name, "type": "bridge", "ipam": ipam}
+
+    subnets = {"multus-a": "10.244.0", "multus-b": "10.246.0", "zextra": "10.245.0"}
+    for name in subnets:
+        (networks / name).mkdir(parents=True)
+    (networks / "multus-a/10.244.0.5").write_bytes(OWNER_A)
+    (networks / "multus-a/10.244.0.2").write_bytes(f"{d}\r\neth0".encode())
+    (networks / "multus-b/10.246.0.5").write_bytes(OWNER_A)
+    (networks / "zextra/10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())  # the rider
+    scratch = {"multus": ("multus-a", A), "multus-b": ("multus-b", A)}
+    for cni_dir, (network, owner) in scratch.items():
+        (root / "var/lib/cni" / cni_dir).mkdir(parents=True)
+        delegates = (bridge(network, subnets[network]), bridge("zextra", "10.245.0"))
+        (root / "var/lib/cni" / cni_dir / owner).write_text(multus_scratch(*delegates))
+    (root / "var/lib/cni/multus" / d).write_text(multus_scratch(bridge("multus-a", "10.244.0")))
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record(*(f"/var/lib/cni/networks/{n}" for n in subnets))
+
+    code, report = node.run(
+        "--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR
+    )
+
+    assert code == ExitCode.OK, json.dumps(report["host_local"])
+    assert [os.listdir(networks / n) for n in subnets] == [["lock"]] * 3
+    found = by_ip(report)
+    assert [found[ip]["outcome"] for ip in ("10.244.0.5", "10.246.0.5", "10.245.0.5")] == [
+        "done"
+    ] * 3
+    assert found["10.245.0.5"]["reason"].endswith(
+        "released by another DEL of its owner's before the one it rode on ran"
+    )
+    assert "10.245.0.5" in found["10.246.0.5"]["del"]["released"]
+    assert found["10.244.0.5"]["del"]["released"] == ["10.244.0.5"]
+    assert not (root / "var/lib/cni/multus" / A).exists()
 
 
 @pytest.mark.parametrize("first", [True, False])

@@ -25,7 +25,7 @@ from cni_reaper.reservations import (
     EntryFates,
     PlannedReservation,
     ReservationAction,
-    riding_on_delegating_dels,
+    claimed_or_riding,
 )
 from tests.bolt_writer import containerd_sandbox, write_db
 from tests.crashed import Crashed
@@ -617,43 +617,65 @@ def _planned_orphans(draw: st.DrawFn) -> list[PlannedReservation]:
 
 
 @settings(max_examples=400, deadline=None)
-@given(_planned_orphans())
+@given(_planned_orphans(), st.sets(st.integers(0, 7)))
 def test_an_orphan_rides_only_on_a_del_that_releases_it_and_no_del_is_added(
-    planned: list[PlannedReservation],
+    planned: list[PlannedReservation], refused: set[int]
 ) -> None:
-    """Model (reservations.riding_on_delegating_dels): an orphan is re-planned only to ride
-    on another orphan's DEL that can run and holds its address for its owner in its store; a
-    DEL that delegates keeps its own; nothing else changes; and no DEL is planned that was not
-    already one of the orphans' (the DELs the run makes are the runners', never more)."""
+    """Model (reservations.claimed_or_riding): an orphan rides only on another orphan's DEL
+    that runs (its claim granted) and holds the orphan's address for its owner in its store;
+    one no other DEL holds never rides, and is claimed before any that another holds; a claim
+    refused leaves that DEL not run; one that cannot run may still ride; nothing else changes;
+    no DEL is added."""
     before = list(planned)
-    runnable = {
-        (p.netlist.name if p.netlist else "", p.reservation.owner.container_id, p.del_ifname)
-        for p in before
-        if p.action is ReservationAction.DEL and p.config_problem is None and p.reservation.owner
-    }
+    asked: list[int] = []
 
-    riding_on_delegating_dels(planned)
+    def claim(p: PlannedReservation) -> str | None:
+        n = next(n for n, b in enumerate(before) if b is p)
+        asked.append(n)
+        return "claimed before" if n in refused else None
 
-    assert len(planned) == len(before)
-    for old, new in zip(before, planned):
-        if new == old:
-            continue
-        assert old.action is ReservationAction.DEL and not old.delegates_hold
-        r, owner = old.reservation, old.reservation.owner
-        assert owner is not None and new.reservation == r and new.config_problem is None
-        runners = [
-            p
-            for p in before
-            if p is not old
-            and p.action is ReservationAction.DEL
+    def dels(plans: list[PlannedReservation]) -> set[tuple[str, str, str | None]]:
+        return {
+            (p.netlist.name, p.reservation.owner.container_id, p.del_ifname)
+            for p in plans
+            if p.action is ReservationAction.DEL
             and p.config_problem is None
-            and p.reservation.owner == owner
-            and any(h.store == r.store and r.ip in h.addresses for h in p.delegates_hold)
-        ]
-        assert runners and (new.netlist, new.del_ifname) == (runners[0].netlist, "eth0")
-    after = {
-        (p.netlist.name if p.netlist else "", p.reservation.owner.container_id, p.del_ifname)
-        for p in planned
-        if p.action is ReservationAction.DEL and p.config_problem is None and p.reservation.owner
+            and p.netlist is not None
+            and p.reservation.owner is not None
+        }
+
+    def holds(runner: PlannedReservation, p: PlannedReservation) -> bool:
+        r = p.reservation
+        return runner.reservation.owner == r.owner and any(
+            h.store == r.store and r.ip in h.addresses for h in runner.delegates_hold
+        )
+
+    claimed_or_riding(planned, claim, lambda store: store)
+
+    assert len(planned) == len(before) and len(asked) == len(set(asked))
+    by_another = {
+        n
+        for n, p in enumerate(before)
+        if any(holds(q, p) and dels([q]) != dels([p]) for q in before if dels([q]))
     }
-    assert after <= runnable
+    claimed_first = [a not in by_another for a in asked]
+    assert claimed_first == sorted(claimed_first, reverse=True)
+    for n, (old, new) in enumerate(zip(before, planned)):
+        if new.riding:
+            assert old.action is ReservationAction.DEL
+            assert n not in asked and n in by_another
+            runners = [q for q in planned if not q.riding and dels([q]) and holds(q, old)]
+            assert any((q.netlist, q.del_ifname) == (new.netlist, new.del_ifname) for q in runners)
+            assert new._replace(reason=old.reason) == old._replace(
+                netlist=new.netlist,
+                config_problem=None,
+                del_ifname=new.del_ifname,
+                delegates_hold=(),
+                riding=True,
+            )
+        elif new != old:
+            assert n in asked and n in refused
+            assert new == old._replace(config_problem="claimed before", delegates_hold=())
+        else:
+            assert n not in asked or n not in refused
+    assert dels(planned) <= dels(before)

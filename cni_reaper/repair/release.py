@@ -16,7 +16,13 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from cni_reaper.host_local import read_owner, read_reservation, seen_released, unreleased
+from cni_reaper.host_local import (
+    read_owner,
+    read_reservation,
+    seen_released,
+    store_identity,
+    unreleased,
+)
 from cni_reaper.plugin import PluginError
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.repair.budget import Budget
@@ -29,7 +35,13 @@ from cni_reaper.repair.quarantine import (
     sidecar,
 )
 from cni_reaper.repair.replay import Attachment, DelOutcome, DelTools
-from cni_reaper.reservations import PlannedReservation, ReservationAction, Settled, handed_over
+from cni_reaper.reservations import (
+    PlannedReservation,
+    ReservationAction,
+    Settled,
+    handed_over,
+    released_before_its_del,
+)
 from cni_reaper.unopened import DIR_FLAGS, NotRegularFile, open_lock
 
 TYPE_CHECKING = False
@@ -68,12 +80,15 @@ class StoreLock:
         os.close(self._fd)
 
 
+_GONE = "gone since the scan"
+
+
 def _changed(p: PlannedReservation) -> str | None:
     """Why the reservation may no longer be touched, if it changed since the inventory."""
     try:
         st = os.stat(p.reservation.path, follow_symlinks=False)
     except FileNotFoundError:
-        return "gone since the scan"
+        return _GONE
     except OSError as e:
         return f"cannot look at it again: {e.strerror}"
     return p.reservation.file.changes(st)
@@ -136,11 +151,18 @@ def settle(
     for key, items in attachments.items():
         by_network[key[0]].append((key, items))
 
+    # per DEL, its riders found gone before it ran: released by another DEL (written by the
+    # DEL's own worker only)
+    gone_before: dict[_Key, list[PlannedReservation]] = {}
+
     def run_del(job: tuple[_Key, list[PlannedReservation]]) -> DelOutcome | str:
-        (_, container_id, ifname), items = job
+        key, items = job
+        _, container_id, ifname = key
         for p in items:
             changed = _changed(p)
-            if changed is not None:
+            if changed == _GONE and p.riding:
+                gone_before.setdefault(key, []).append(p)
+            elif changed is not None:
                 return f"{p.reservation.path} {changed}; left for the next run"
         netlist, chain = items[0].netlist, items[0].chain
         assert netlist is not None
@@ -150,16 +172,19 @@ def settle(
     for item in done:
         if item is None:
             continue
-        ((_, container_id, _), items), outcome = item
+        (key, items), outcome = item
         if isinstance(outcome, str):
             yield from (Settled(p, "skipped", problem=outcome) for p in items)
             continue
-        left = [p for p in items if _still_owned(p)]
-        released = [p.reservation.ip for p in items if p not in left]
+        gone = gone_before.get(key, [])
+        present = [p for p in items if not any(p is g for g in gone)]
+        left = [p for p in present if _still_owned(p)]
+        released = [p.reservation.ip for p in present if p not in left]
         if outcome.ok:
-            outcome = _checked(outcome, items, left, released, container_id)
+            outcome = _checked(outcome, items, left, released, key[1])
         doc = _del_doc(outcome, released)
-        for p in items:
+        yield from (Settled(released_before_its_del(p), "done", del_doc=doc) for p in gone)
+        for p in present:
             if p not in left:
                 yield Settled(p, "done", del_doc=doc)
             elif not outcome.attempted:
@@ -202,13 +227,14 @@ def _checked(
     # the DEL's own ifname first, as an entry's DEL says them
     by_ifname = sorted(by_store.items(), key=lambda item: bool(item[0][1]))
     still += (f"{store} still holds {', '.join(ips)}{named}" for (store, named), ips in by_ifname)
-    own = {(p.reservation.store, p.reservation.ip) for p in items}
+    # by identity: a rider's store may be spelled otherwise in the hold (a dataDir's symlink)
+    own = {(store_identity(p.reservation.store), p.reservation.ip) for p in items}
     # The delegates' addresses besides the orphans' own, which _still_owned() looked at; as
     # the DEL's own orphans found them (not one riding on it, which holds none).
     hold = next((p.delegates_hold for p in items if p.delegates_hold), ())
     others = [
-        h._replace(addresses=tuple(ip for ip in h.addresses if (h.store, ip) not in own))
-        for h in hold
+        h._replace(addresses=tuple(ip for ip in h.addresses if (identity, ip) not in own))
+        for h, identity in ((h, store_identity(h.store)) for h in hold)
     ]
     more, more_left = seen_released(others, container_id, "", still)
     released += more

@@ -246,19 +246,22 @@ def claimed_or_riding(
     claim: Callable[[PlannedReservation], str | None],
     dir_of: Callable[[str], object],
 ) -> None:
-    """The orphans' DELs that are to run, settled in changing once every store is read: each
-    claims what its Multus would read (claim: why its DEL may not run after all, as
-    StoreReads.claim_delegates says), or rides on another orphan's DEL through a delegating
-    plugin (Multus) that releases it as one of its delegates', from its own store (dir_of:
-    a store's identity, however its path is spelled) under its own ifname. That is the DEL
-    the runtime would have run for the pod; the rider is then seen released, or quarantined,
-    with that DEL's own orphans, not DEL'd a second time through its own network's config
-    beside it, nor quarantined for want of one (before, its own DEL or move found the
-    address gone since the scan: left alone, exit 65). The orphans no other DEL releases
-    claim first: Multus's own attachment before a delegate's address in Multus's store
-    under net1, whose DEL would run Multus under an ifname the runtime never gave it."""
-    # the orphans to DEL, and those that could ride on a DEL though their own cannot run
-    to_run = [
+    """The orphans' DELs that are to run, settled in changing once every store is read.
+
+    An orphan rides on another orphan's DEL through a delegating plugin (Multus) that
+    releases it as one of its delegates', from its own store (dir_of: a store's identity,
+    however its path is spelled) under its own ifname. That is the DEL the runtime would
+    have run for the pod; the rider is then seen released, or quarantined, with that DEL's
+    own orphans, not DEL'd a second time through its own network's config beside it, nor
+    quarantined for want of one (before, its own DEL or move found the address gone since
+    the scan: left alone, exit 65). Any other orphan whose DEL can run claims what its
+    Multus would read (claim: why its DEL may not run after all, as
+    StoreReads.claim_delegates says), in the order planned, those no other DEL would
+    release first: Multus's own attachment before a delegate's address in Multus's store
+    under net1. A DEL through Multus that would not release its own orphan (its scratch file
+    names no delegate keeping it: another Multus's, sharing the cniDir) does not run.
+    Whenever a DEL is claimed, the orphans it releases ride on it, wherever they were."""
+    to_settle = [
         i
         for i, p in enumerate(changing)
         if p.action is ReservationAction.DEL and p.reservation.owner is not None
@@ -271,47 +274,77 @@ def claimed_or_riding(
     def own(p: PlannedReservation) -> tuple[object, str, str]:
         return held(p.reservation.store, p.reservation.ip, p)
 
+    def holds(p: PlannedReservation) -> set[tuple[object, str, str]]:
+        return {held(h.store, ip, p) for h in p.delegates_hold for ip in h.addresses}
+
+    # What each DEL that may run (through Multus, releasing its own orphan) would release.
     held_by: dict[tuple[object, str, str], set[tuple[str | None, str, str | None]]] = {}
-    for i in to_run:
-        for h in changing[i].delegates_hold:
-            for ip in h.addresses:
-                held_by.setdefault(held(h.store, ip, changing[i]), set()).add(_del_of(changing[i]))
+    for i in to_settle:
+        p = changing[i]
+        if p.delegates_hold and p.config_problem is None:
+            released = holds(p)
+            if own(p) not in released:
+                reason = (
+                    "its DEL through Multus would not release it: Multus's scratch file "
+                    "names no delegate that keeps it in its store under its ifname"
+                )
+                changing[i] = p._replace(config_problem=reason, delegates_hold=())
+                continue
+            for key in released:
+                held_by.setdefault(key, set()).add(_del_of(p))
+    if not held_by:
+        for i in to_settle:
+            p = changing[i]
+            if p.config_problem is None and p.netlist is not None:
+                problem = claim(p)
+                if problem is not None:
+                    changing[i] = p._replace(config_problem=problem, delegates_hold=())
+        return
+
+    # Each orphan by the address it is, for the DELs claimed to find.
+    waiting: dict[tuple[object, str, str], list[int]] = {}
+    for i in to_settle:
+        waiting.setdefault(own(changing[i]), []).append(i)
 
     def by_another(i: int) -> bool:
         p = changing[i]
         return any(d != _del_of(p) for d in held_by.get(own(p), ()))
 
-    if held_by:
-        to_run.sort(key=by_another)  # stable: in the order planned otherwise
-    runners: dict[tuple[object, str, str], PlannedReservation] = {}
-    for i in to_run:
+    riding: set[int] = set()
+
+    def ride(i: int, runner: PlannedReservation) -> None:
         p = changing[i]
-        runner = runners.get(own(p)) if runners else None
-        if runner is not None and _del_of(runner) != _del_of(p):
-            assert runner.netlist is not None
-            reason = (
-                f"{_ORPHAN}; released by its owner's DEL through network "
-                f"{runner.netlist.name} (ifname {runner.del_ifname}), whose delegate keeps it"
-            )
-            changing[i] = p._replace(
-                reason=reason,
-                netlist=runner.netlist,
-                chain=runner.chain,
-                config_problem=None,
-                del_ifname=runner.del_ifname,
-                delegates_hold=(),
-                riding=True,
-            )
-            continue
-        if p.config_problem is not None or p.netlist is None:
-            continue
+        assert runner.netlist is not None
+        reason = (
+            f"{_ORPHAN}; released by its owner's DEL through network "
+            f"{runner.netlist.name} (ifname {runner.del_ifname}), whose delegate keeps it"
+        )
+        changing[i] = p._replace(
+            reason=reason,
+            netlist=runner.netlist,
+            chain=runner.chain,
+            config_problem=None,
+            del_ifname=runner.del_ifname,
+            delegates_hold=(),
+            riding=True,
+        )
+        riding.add(i)
+
+    settled: set[int] = set()
+    for i in sorted(to_settle, key=by_another):  # stable: in the order planned otherwise
+        p = changing[i]
+        if i in riding or p.config_problem is not None or p.netlist is None:
+            continue  # a rider, or no DEL of its own: one claimed later may still take it
         problem = claim(p)
         if problem is not None:
+            # No DEL of its own, as one with no config: one claimed later may still take it.
             changing[i] = p._replace(config_problem=problem, delegates_hold=())
             continue
-        for h in p.delegates_hold:
-            for ip in h.addresses:
-                runners.setdefault(held(h.store, ip, p), p)
+        settled.add(i)
+        for key in holds(p):
+            for j in waiting.pop(key, ()):
+                if j not in settled and _del_of(changing[j]) != _del_of(p):
+                    ride(j, p)
 
 
 def released_before_its_del(p: PlannedReservation) -> PlannedReservation:

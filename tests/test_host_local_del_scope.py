@@ -981,6 +981,12 @@ rm -f "$f"
 """
 
 
+def bridge(network: str, subnet: str) -> dict[str, Any]:
+    """A delegate's config: bridge with host-local in the default dataDir, on <subnet>.0/24."""
+    ipam = {"type": "host-local", "ranges": [[{"subnet": f"{subnet}.0/24"}]]}
+    return {"cniVersion": "1.0.0", "name": network, "type": "bridge", "ipam": ipam}
+
+
 def multus_scratch(*delegates: dict[str, Any]) -> str:
     """A scratch file as Multus's ADD writes it (saveDelegates: its DelegateNetConf list)."""
     listed = [
@@ -1279,13 +1285,14 @@ def test_on_the_node_an_orphans_del_through_multus_is_held_to_every_store_of_the
 
 
 def orphans_of_a_through_multus(
-    crashed: Crashed, nad_data_dir: str | None
+    crashed: Crashed, nad_data_dir: str | None, *more_stores: str
 ) -> tuple[OnTheNode, Path, Path]:
     """A's orphan (10.244.0.5: no results entry, no sandbox) in the store of Multus's network,
     whose first delegate keeps Multus's name, and A's address under net1 (10.245.0.5) in the
     store of its second, extra: in the default dataDir, or in the dataDir nad_data_dir (a
     NetworkAttachmentDefinition's, which no conf names); the scratch file Multus's ADD kept;
-    the node rebooted and this boot's first run's record taken. The two stores are returned."""
+    the node rebooted and this boot's first run's record taken, of more_stores too. The two
+    stores are returned."""
     root = crashed.node.root
     networks = root / "var/lib/cni/networks"
     delegates, (own, extra) = two_delegates(root)
@@ -1303,7 +1310,7 @@ def orphans_of_a_through_multus(
     crashed.node.results.mkdir(parents=True, mode=0o700)
     crashed.reboot()
     node = OnTheNode(crashed)
-    node.record(*("/" + str(store.relative_to(root)) for store in (own, extra)))
+    node.record(*("/" + str(store.relative_to(root)) for store in (own, extra)), *more_stores)
     return node, own, extra
 
 
@@ -1505,11 +1512,6 @@ def test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_d
         "plugins": [{"type": "multus", "cniDir": "/var/lib/cni/multus-b"}],
     }
     crashed.node.write_conf("61-multus-b.conflist", json.dumps(conf).encode())
-
-    def bridge(name: str, subnet: str) -> dict[str, Any]:
-        ipam = {"type": "host-local", "ranges": [[{"subnet": f"{subnet}.0/24"}]]}
-        return {"cniVersion": "1.0.0", "name": name, "type": "bridge", "ipam": ipam}
-
     subnets = {"multus-a": "10.244.0", "multus-b": "10.246.0", "zextra": "10.245.0"}
     for name in subnets:
         (networks / name).mkdir(parents=True)
@@ -1544,6 +1546,103 @@ def test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_d
     assert "10.245.0.5" in found["10.246.0.5"]["del"]["released"]
     assert found["10.244.0.5"]["del"]["released"] == ["10.244.0.5"]
     assert not (root / "var/lib/cni/multus" / A).exists()
+
+
+def test_on_the_node_multus_s_own_attachment_claims_a_scratch_file_two_multus_read(
+    crashed: Crashed,
+) -> None:
+    """Two Multus networks reading one cniDir (both the default), A's one scratch file naming
+    multus-a's delegate (eth0) and zextra's (net1); A's orphans in multus-a, multus-b and
+    zextra. multus-b's DEL would read multus-a's file: it releases multus-a's and zextra's
+    addresses, never its own. It claimed the file first (its orphan held by no other DEL),
+    ran, and failed for all three; the dry run said 0 (the second attack review of the
+    riding). A DEL through Multus that would not release its own orphan does not run: the
+    one through multus-a does, zextra's address rides on it, multus-b's is quarantined with
+    no DEL, and the dry run says so."""
+    bin_dir = crashed.node.fake_plugin_network("multus-a", "multus", MULTUS_STAND_IN)
+    conf = {"cniVersion": "1.0.0", "name": "multus-b", "plugins": [{"type": "multus"}]}
+    crashed.node.write_conf("61-multus-b.conflist", json.dumps(conf).encode())
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    subnets = {"multus-a": "10.244.0", "multus-b": "10.246.0", "zextra": "10.245.0"}
+    for name, subnet in subnets.items():
+        (networks / name).mkdir(parents=True)
+        ifname = "net1" if name == "zextra" else "eth0"
+        (networks / name / f"{subnet}.5").write_bytes(f"{A}\r\n{ifname}".encode())
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    scratch = multus_scratch(bridge("multus-a", "10.244.0"), bridge("zextra", "10.245.0"))
+    (root / "var/lib/cni/multus" / A).write_text(scratch)
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record(*(f"/var/lib/cni/networks/{n}" for n in subnets))
+    argv = ["--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR]
+
+    dry_code, dry = node.run("--dry-run", *argv)
+    code, report = node.run(*argv)
+
+    assert (dry_code, code) == (ExitCode.ACTION_FAILED, ExitCode.ACTION_FAILED)
+    assert [os.listdir(networks / n) for n in subnets] == [["lock"]] * 3
+    found = by_ip(report)
+    own = found["10.244.0.5"]["del"]
+    assert (own["config"], own["ok"]) == ("/etc/cni/net.d/60-multus-a.conflist", True)
+    assert sorted(own["released"]) == ["10.244.0.5", "10.245.0.5"]
+    assert found["10.245.0.5"]["del"] == own
+    b = found["10.246.0.5"]
+    assert (b["del"]["plugins_run"], b["quarantined_to"] is not None) == ([], True)
+    assert (
+        b["del"]["config_problem"]
+        == by_ip(dry)["10.246.0.5"]["del"]["config_problem"]
+        == (
+            "its DEL through Multus would not release it: Multus's scratch file names no delegate "
+            "that keeps it in its store under its ifname"
+        )
+    )
+    assert report["summary"]["plugin_errors"] == 1
+
+
+# What tears the pod down beside the reaper, as the runtime's own DEL through Multus of a
+# sandbox it knows would: the delegate's address and the scratch file gone. It runs as the
+# plugin of another container's orphan, in a network whose DEL runs first.
+TEARDOWN_BESIDE = f"""[ "$CNI_COMMAND" = DEL ] || exit 0
+rm -f /var/lib/cni/networks/extra/10.245.0.5 /var/lib/cni/multus/{A}
+rm -f /var/lib/cni/networks/aaa/10.250.0.2
+"""
+
+
+def test_on_the_node_a_rider_gone_with_no_del_of_this_run_to_release_it_holds_back_its_del(
+    crashed: Crashed,
+) -> None:
+    """A rider found gone is released by another DEL of this run only if one that holds it
+    has run. Here none has: something else removed it and Multus's scratch file between the
+    plan and the DEL it rides on. That DEL ran Multus with no scratch file to read (the DEL
+    claim_delegates forbids: Multus would DEL the networks the API server names), it was
+    reported released by another DEL, and A's address was moved to the quarantine (the
+    second attack review of the riding). The DEL is left for the next run, exit 65."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    crashed.node.fake_plugin_network("aaa", "outsider", TEARDOWN_BESIDE)
+    root = crashed.node.root
+    aaa = root / "var/lib/cni/networks/aaa"
+    aaa.mkdir(parents=True)
+    (aaa / "10.250.0.2").write_bytes(f"{CONTAINER_IDS[1]}\r\neth0".encode())
+    node, own, _ = orphans_of_a_through_multus(crashed, None, "/var/lib/cni/networks/aaa")
+
+    code, report = node.run(
+        "--bin-dir",
+        "/" + str(bin_dir.relative_to(root)),
+        "--bin-dir",
+        PLUGIN_DIR,
+        "--parallel",
+        "1",
+    )
+
+    assert code == ExitCode.DATA, json.dumps(report["host_local"])
+    assert os.listdir(own) == ["10.244.0.5"]
+    found = by_ip(report)
+    assert [found[ip]["outcome"] for ip in ("10.244.0.5", "10.245.0.5")] == ["skipped"] * 2
+    assert found["10.244.0.5"]["problem"] == (
+        "/var/lib/cni/networks/extra/10.245.0.5 gone since the scan; left for the next run"
+    )
 
 
 @pytest.mark.parametrize("first", [True, False])

@@ -617,32 +617,33 @@ def _planned_orphans(draw: st.DrawFn) -> list[PlannedReservation]:
 
 
 @settings(max_examples=400, deadline=None)
-@given(_planned_orphans(), st.sets(st.integers(0, 7)))
+@given(_planned_orphans(), st.sets(st.sampled_from([s.rsplit("/", 1)[1] for s in _STORES])))
 def test_an_orphan_rides_only_on_a_del_that_releases_it_and_no_del_is_added(
-    planned: list[PlannedReservation], refused: set[int]
+    planned: list[PlannedReservation], refused_networks: set[str]
 ) -> None:
     """Model (reservations.claimed_or_riding): an orphan rides only on another orphan's DEL
     that runs (its claim granted) and holds the orphan's address for its owner in its store;
-    one no other DEL holds never rides, and is claimed before any that another holds; a claim
-    refused leaves that DEL not run; one that cannot run may still ride; nothing else changes;
-    no DEL is added."""
+    one whose claim was granted never rides; a claim refused, or a DEL through Multus that would not
+    release its own orphan, leaves that DEL not run; one that cannot run may still ride;
+    nothing else changes; no DEL is added; and no orphan a DEL that runs releases is left
+    out of it, unless its own DEL, which runs, releases it too (found by the second attack
+    review of the riding: one pass settled an orphan before the DEL that released it)."""
     before = list(planned)
     asked: list[int] = []
+    # a claim is refused to every DEL of a network alike (another attachment's, planned before)
+    refused = {n for n, p in enumerate(before) if p.netlist and p.netlist.name in refused_networks}
 
     def claim(p: PlannedReservation) -> str | None:
         n = next(n for n, b in enumerate(before) if b is p)
         asked.append(n)
         return "claimed before" if n in refused else None
 
-    def dels(plans: list[PlannedReservation]) -> set[tuple[str, str, str | None]]:
-        return {
-            (p.netlist.name, p.reservation.owner.container_id, p.del_ifname)
-            for p in plans
-            if p.action is ReservationAction.DEL
-            and p.config_problem is None
-            and p.netlist is not None
-            and p.reservation.owner is not None
-        }
+    def del_of(p: PlannedReservation) -> tuple[str, str, str | None] | None:
+        owner = p.reservation.owner
+        runs = p.action is ReservationAction.DEL and p.config_problem is None
+        if not runs or p.netlist is None or owner is None:
+            return None
+        return p.netlist.name, owner.container_id, p.del_ifname
 
     def holds(runner: PlannedReservation, p: PlannedReservation) -> bool:
         r = p.reservation
@@ -653,18 +654,10 @@ def test_an_orphan_rides_only_on_a_del_that_releases_it_and_no_del_is_added(
     claimed_or_riding(planned, claim, lambda store: store)
 
     assert len(planned) == len(before) and len(asked) == len(set(asked))
-    by_another = {
-        n
-        for n, p in enumerate(before)
-        if any(holds(q, p) and dels([q]) != dels([p]) for q in before if dels([q]))
-    }
-    claimed_first = [a not in by_another for a in asked]
-    assert claimed_first == sorted(claimed_first, reverse=True)
     for n, (old, new) in enumerate(zip(before, planned)):
         if new.riding:
-            assert old.action is ReservationAction.DEL
-            assert n not in asked and n in by_another
-            runners = [q for q in planned if not q.riding and dels([q]) and holds(q, old)]
+            assert old.action is ReservationAction.DEL and (n not in asked or n in refused)
+            runners = [q for q in planned if not q.riding and del_of(q) and holds(q, old)]
             assert any((q.netlist, q.del_ifname) == (new.netlist, new.del_ifname) for q in runners)
             assert new._replace(reason=old.reason) == old._replace(
                 netlist=new.netlist,
@@ -674,8 +667,13 @@ def test_an_orphan_rides_only_on_a_del_that_releases_it_and_no_del_is_added(
                 riding=True,
             )
         elif new != old:
-            assert n in asked and n in refused
-            assert new == old._replace(config_problem="claimed before", delegates_hold=())
+            assert old.delegates_hold or n in refused
+            assert new == old._replace(config_problem=new.config_problem, delegates_hold=())
+            assert new.config_problem == "claimed before" or not holds(old, old)
         else:
-            assert n not in asked or n not in refused
-    assert dels(planned) <= dels(before)
+            assert n not in refused or n not in asked
+        if new.action is ReservationAction.DEL and not new.riding:
+            by_running = [q for q in planned if del_of(q) and del_of(q) != del_of(new)]
+            if any(holds(q, new) for q in by_running if not q.riding):
+                assert del_of(new) is not None and holds(new, new)
+    assert {del_of(p) for p in planned} - {None} <= {del_of(p) for p in before} - {None}

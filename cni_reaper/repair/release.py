@@ -144,31 +144,44 @@ def settle(
             r, netlist = p.reservation, p.netlist
             assert r.owner is not None and p.del_ifname is not None and netlist is not None
             # By the DEL's network, not the orphan's: one a delegating plugin's DEL releases
-            # rides on it (reservations.riding_on_delegating_dels).
+            # rides on it (reservations.claimed_or_riding).
             key = (netlist.name, r.owner.container_id, p.del_ifname)
             attachments[key].append(p)
     by_network: dict[str, list[tuple[_Key, list[PlannedReservation]]]] = defaultdict(list)
     for key, items in attachments.items():
         by_network[key[0]].append((key, items))
 
-    # per DEL, its riders found gone before it ran: released by another DEL (written by the
-    # DEL's own worker only)
-    gone_before: dict[_Key, list[PlannedReservation]] = {}
+    holders = _holders(attachments)
+    finished: dict[_Key, None] = {}  # the DELs that ran, each marked by its own worker
+    # per DEL, its riders found gone before it ran, each with the DEL of this run that held
+    # it and had run (written by the DEL's own worker only)
+    gone_before: dict[_Key, list[tuple[PlannedReservation, _Key]]] = {}
 
     def run_del(job: tuple[_Key, list[PlannedReservation]]) -> DelOutcome | str:
         key, items = job
         _, container_id, ifname = key
         for p in items:
             changed = _changed(p)
+            if changed is None:
+                continue
             if changed == _GONE and p.riding:
-                gone_before.setdefault(key, []).append(p)
-            elif changed is not None:
-                return f"{p.reservation.path} {changed}; left for the next run"
+                # Released by another DEL of this run only if one that holds it has run:
+                # else someone else is tearing the pod down, and its DEL must not run now.
+                r = p.reservation
+                held = holders.get((store_identity(r.store), r.ip), ())
+                ran = [other for other in held if other != key and other in finished]
+                if ran:
+                    gone_before.setdefault(key, []).append((p, ran[0]))
+                    continue
+            return f"{p.reservation.path} {changed}; left for the next run"
         netlist, chain = items[0].netlist, items[0].chain
         assert netlist is not None
-        return tools.delete(netlist, Attachment(container_id, ifname), chain)
+        outcome = tools.delete(netlist, Attachment(container_id, ifname), chain)
+        finished[key] = None
+        return outcome
 
     done = in_parallel(list(by_network.values()), run_del, tools.workers)
+    docs: dict[_Key, dict[str, Any]] = {}  # each DEL's, as reported
     for item in done:
         if item is None:
             continue
@@ -177,13 +190,14 @@ def settle(
             yield from (Settled(p, "skipped", problem=outcome) for p in items)
             continue
         gone = gone_before.get(key, [])
-        present = [p for p in items if not any(p is g for g in gone)]
+        present = [p for p in items if not any(p is g for g, _ in gone)]
         left = [p for p in present if _still_owned(p)]
         released = [p.reservation.ip for p in present if p not in left]
         if outcome.ok:
             outcome = _checked(outcome, items, left, released, key[1])
-        doc = _del_doc(outcome, released)
-        yield from (Settled(released_before_its_del(p), "done", del_doc=doc) for p in gone)
+        doc = docs[key] = _del_doc(outcome, released)
+        for p, by in gone:
+            yield Settled(released_before_its_del(p), "done", del_doc=docs.get(by, doc))
         for p in present:
             if p not in left:
                 yield Settled(p, "done", del_doc=doc)
@@ -202,6 +216,23 @@ def settle(
                     problem = _STILL_RESERVED_NOT_RUN
                 to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
     yield from _quarantine(to_move, quarantine_dir, boot_id, now, tools.budget)
+
+
+def _holders(
+    attachments: dict[_Key, list[PlannedReservation]],
+) -> dict[tuple[object, str], list[_Key]]:
+    """The DELs through Multus that hold each address (its store's identity, the address)
+    for their owner, where any orphan rides on one: a rider found gone was released by one
+    of them only if it has run."""
+    if not any(p.riding for items in attachments.values() for p in items):
+        return {}
+    found: dict[tuple[object, str], list[_Key]] = defaultdict(list)
+    for key, items in attachments.items():
+        for h in next((p.delegates_hold for p in items if p.delegates_hold), ()):
+            identity = store_identity(h.store)
+            for ip in h.addresses:
+                found[identity, ip].append(key)
+    return found
 
 
 def _checked(

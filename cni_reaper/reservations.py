@@ -347,11 +347,15 @@ def claimed_or_riding(
                     ride(j, p)
 
 
-def released_before_its_del(p: PlannedReservation) -> PlannedReservation:
-    """A rider found gone before the DEL it rides on ran: another DEL of its owner's
-    (another Multus's, whose delegate it is too) released it first."""
-    reason = f"{_ORPHAN}; released by another DEL of its owner's before the one it rode on ran"
-    return p._replace(reason=reason)
+def released_before_its_del(p: PlannedReservation, by: PlannedReservation) -> PlannedReservation:
+    """A rider found gone before the DEL it rides on ran, released by by's DEL (another
+    Multus's, whose delegate it is too): reported as by's."""
+    assert by.netlist is not None
+    reason = (
+        f"{_ORPHAN}; released by its owner's DEL through network {by.netlist.name} (ifname "
+        f"{by.del_ifname}) before the one it rode on ran"
+    )
+    return p._replace(reason=reason, netlist=by.netlist, chain=by.chain, del_ifname=by.del_ifname)
 
 
 class ReservationPlanner:

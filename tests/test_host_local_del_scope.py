@@ -981,6 +981,11 @@ rm -f "$f"
 """
 
 
+def plugin_dirs(root: Path, bin_dir: Path) -> list[str]:
+    """--bin-dir for the node's own plugin dir (bin_dir, under root) and Debian's plugins."""
+    return ["--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR]
+
+
 def bridge(network: str, subnet: str) -> dict[str, Any]:
     """A delegate's config: bridge with host-local in the default dataDir, on <subnet>.0/24."""
     ipam = {"type": "host-local", "ranges": [[{"subnet": f"{subnet}.0/24"}]]}
@@ -1487,22 +1492,44 @@ def test_on_the_node_an_orphan_rides_on_the_del_however_its_store_and_address_ar
 
 # Multus's DEL, slow for the container SLOW_ID's: its network's other DELs wait behind it.
 MULTUS_SLOW_FOR = MULTUS_STAND_IN.replace(
-    "|| exit 0\n", '|| exit 0\n[ "$CNI_CONTAINERID" = SLOW_ID ] && sleep 3\n', 1
+    "|| exit 0\n", '|| exit 0\n[ "$CNI_CONTAINERID" = SLOW_ID ] && sleep SECONDS\n', 1
 )
+# ... and, through the cniDir multus-b, slow after its delegates, or failing before them.
+MULTUS_B_SLOW_AFTER = 'case "$dir" in */multus-b) sleep 3;; esac\nrm -f "$f"\n'
+MULTUS_B_FAILING = '[ -f "$f" ] || exit 0\ncase "$dir" in */multus-b) exit 1;; esac\n'
 
 
+@pytest.mark.parametrize(
+    "multus_b",
+    ["released it first", "released it, still running", "failed, another teardown beside"],
+)
 def test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_del(
-    crashed: Crashed,
+    crashed: Crashed, multus_b: str
 ) -> None:
     """Two Multus networks, each with an orphan of A, each scratch file naming the delegate
-    zextra under net1, whose orphan rides on the first's DEL. The second's DEL runs first (the
-    first's network has a slow DEL of another container before it) and releases the rider.
-    The first's DEL then found the rider gone since the scan and did not run at all: A's
-    orphan in multus-a was left, its scratch file kept, exit 65 (the attack review of
-    ad7c81f; before it, that DEL ran). A rider found gone holds back no DEL: it is done,
-    released by the other, and the DEL it was to ride on runs."""
+    zextra under net1, whose orphan rides on the first's (multus-a's) DEL, which waits behind
+    a slow DEL of another container. multus-b's DEL runs first and:
+    - releases the rider: the first's DEL found it gone since the scan and did not run at
+      all, A's orphan left, exit 65 (the attack review of ad7c81f);
+    - releases it and is still running when the first's DEL begins: that DEL was left
+      (exit 65) as though nobody of this run had released it (the third review);
+    - fails, while something else tears the pod down beside the reaper (the rider and
+      multus-a's scratch file gone): the rider was taken as released by the failed DEL, and
+      the first's DEL ran Multus with no scratch file (the third review).
+    A rider found gone is released by another DEL of this run only if it was there when that
+    DEL began and gone once it was done (one under way is waited for): then the first's DEL
+    runs; else it is left for the next run."""
     d = CONTAINER_IDS[1]
-    slow = MULTUS_SLOW_FOR.replace("SLOW_ID", d)
+    failing = multus_b.startswith("failed")
+    slow = MULTUS_SLOW_FOR.replace("SLOW_ID", d).replace("SECONDS", "1" if failing else "2")
+    if multus_b == "released it, still running":
+        slow = slow.replace('rm -f "$f"\n', MULTUS_B_SLOW_AFTER)
+    if failing:
+        slow = slow.replace('[ -f "$f" ] || exit 0\n', MULTUS_B_FAILING)
+        beside = (
+            f"sleep 0.5\nrm -f /var/lib/cni/networks/zextra/10.245.0.5 /var/lib/cni/multus/{A}\n"
+        )
+        crashed.node.fake_plugin_network("aaa", "outsider", beside)
     bin_dir = crashed.node.fake_plugin_network("multus-a", "multus", slow)
     root = crashed.node.root
     networks = root / "var/lib/cni/networks"
@@ -1512,9 +1539,17 @@ def test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_d
         "plugins": [{"type": "multus", "cniDir": "/var/lib/cni/multus-b"}],
     }
     crashed.node.write_conf("61-multus-b.conflist", json.dumps(conf).encode())
-    subnets = {"multus-a": "10.244.0", "multus-b": "10.246.0", "zextra": "10.245.0"}
+    subnets = {
+        "multus-a": "10.244.0",
+        "multus-b": "10.246.0",
+        "zextra": "10.245.0",
+    }
+    if failing:
+        subnets["aaa"] = "10.250.0"
     for name in subnets:
         (networks / name).mkdir(parents=True)
+    if failing:
+        (networks / "aaa/10.250.0.2").write_bytes(f"{CONTAINER_IDS[2]}\r\neth0".encode())
     (networks / "multus-a/10.244.0.5").write_bytes(OWNER_A)
     (networks / "multus-a/10.244.0.2").write_bytes(f"{d}\r\neth0".encode())
     (networks / "multus-b/10.246.0.5").write_bytes(OWNER_A)
@@ -1530,19 +1565,28 @@ def test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_d
     node = OnTheNode(crashed)
     node.record(*(f"/var/lib/cni/networks/{n}" for n in subnets))
 
-    code, report = node.run(
-        "--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR
-    )
+    code, report = node.run(*plugin_dirs(root, bin_dir), "--parallel", "2" if failing else "4")
 
+    found = by_ip(report)
+    if failing:
+        # multus-b's own DEL failed (73); multus-a's is left, its address not moved.
+        assert code == ExitCode.ACTION_FAILED, json.dumps(report["host_local"])
+        assert sorted(os.listdir(networks / "multus-a")) == ["10.244.0.5", "lock"]
+        assert [found[ip]["outcome"] for ip in ("10.244.0.5", "10.245.0.5")] == ["skipped"] * 2
+        assert found["10.244.0.5"]["problem"] == (
+            "/var/lib/cni/networks/zextra/10.245.0.5 gone since the scan; left for the next run"
+        )
+        return
     assert code == ExitCode.OK, json.dumps(report["host_local"])
     assert [os.listdir(networks / n) for n in subnets] == [["lock"]] * 3
-    found = by_ip(report)
     assert [found[ip]["outcome"] for ip in ("10.244.0.5", "10.246.0.5", "10.245.0.5")] == [
         "done"
     ] * 3
     assert found["10.245.0.5"]["reason"].endswith(
-        "released by another DEL of its owner's before the one it rode on ran"
+        "released by its owner's DEL through network multus-b (ifname eth0) before the one it "
+        "rode on ran"
     )
+    assert found["10.245.0.5"]["del"] == found["10.246.0.5"]["del"]
     assert "10.245.0.5" in found["10.246.0.5"]["del"]["released"]
     assert found["10.244.0.5"]["del"]["released"] == ["10.244.0.5"]
     assert not (root / "var/lib/cni/multus" / A).exists()
@@ -1627,14 +1671,7 @@ def test_on_the_node_a_rider_gone_with_no_del_of_this_run_to_release_it_holds_ba
     (aaa / "10.250.0.2").write_bytes(f"{CONTAINER_IDS[1]}\r\neth0".encode())
     node, own, _ = orphans_of_a_through_multus(crashed, None, "/var/lib/cni/networks/aaa")
 
-    code, report = node.run(
-        "--bin-dir",
-        "/" + str(bin_dir.relative_to(root)),
-        "--bin-dir",
-        PLUGIN_DIR,
-        "--parallel",
-        "1",
-    )
+    code, report = node.run(*plugin_dirs(root, bin_dir), "--parallel", "1")
 
     assert code == ExitCode.DATA, json.dumps(report["host_local"])
     assert os.listdir(own) == ["10.244.0.5"]

@@ -12,11 +12,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from cni_reaper.host_local import (
+    Reservation,
     read_owner,
     read_reservation,
     seen_released,
@@ -151,10 +153,9 @@ def settle(
     for key, items in attachments.items():
         by_network[key[0]].append((key, items))
 
-    holders = _holders(attachments)
-    finished: dict[_Key, None] = {}  # the DELs that ran, each marked by its own worker
-    # per DEL, its riders found gone before it ran, each with the DEL of this run that held
-    # it and had run (written by the DEL's own worker only)
+    witness = _Witness(attachments, tools.budget)
+    # per DEL, its riders found gone before it ran, each with the DEL of this run that
+    # released it (written by the DEL's own worker only)
     gone_before: dict[_Key, list[tuple[PlannedReservation, _Key]]] = {}
 
     def run_del(job: tuple[_Key, list[PlannedReservation]]) -> DelOutcome | str:
@@ -165,19 +166,22 @@ def settle(
             if changed is None:
                 continue
             if changed == _GONE and p.riding:
-                # Released by another DEL of this run only if one that holds it has run:
-                # else someone else is tearing the pod down, and its DEL must not run now.
-                r = p.reservation
-                held = holders.get((store_identity(r.store), r.ip), ())
-                ran = [other for other in held if other != key and other in finished]
-                if ran:
-                    gone_before.setdefault(key, []).append((p, ran[0]))
+                # Released by another DEL of this run, or someone else is tearing the pod
+                # down, and this DEL must not run now.
+                by = witness.released_by(key, p.reservation)
+                if by is not None:
+                    gone_before.setdefault(key, []).append((p, by))
                     continue
             return f"{p.reservation.path} {changed}; left for the next run"
         netlist, chain = items[0].netlist, items[0].chain
         assert netlist is not None
-        outcome = tools.delete(netlist, Attachment(container_id, ifname), chain)
-        finished[key] = None
+        witness.begin(key)
+        done = False
+        try:
+            outcome = tools.delete(netlist, Attachment(container_id, ifname), chain)
+            done = outcome.ok and outcome.attempted
+        finally:
+            witness.end(key, done)  # whatever happened: a DEL waiting on it goes on
         return outcome
 
     done = in_parallel(list(by_network.values()), run_del, tools.workers)
@@ -197,7 +201,11 @@ def settle(
             outcome = _checked(outcome, items, left, released, key[1])
         doc = docs[key] = _del_doc(outcome, released)
         for p, by in gone:
-            yield Settled(released_before_its_del(p), "done", del_doc=docs.get(by, doc))
+            if by in docs:
+                held = released_before_its_del(p, attachments[by][0])
+                yield Settled(held, "done", del_doc=docs[by])
+            else:  # its result not handed on yet: said as this DEL's
+                yield Settled(p, "done", del_doc=doc)
         for p in present:
             if p not in left:
                 yield Settled(p, "done", del_doc=doc)
@@ -218,21 +226,50 @@ def settle(
     yield from _quarantine(to_move, quarantine_dir, boot_id, now, tools.budget)
 
 
-def _holders(
-    attachments: dict[_Key, list[PlannedReservation]],
-) -> dict[tuple[object, str], list[_Key]]:
-    """The DELs through Multus that hold each address (its store's identity, the address)
-    for their owner, where any orphan rides on one: a rider found gone was released by one
-    of them only if it has run."""
-    if not any(p.riding for items in attachments.values() for p in items):
-        return {}
-    found: dict[tuple[object, str], list[_Key]] = defaultdict(list)
-    for key, items in attachments.items():
-        for h in next((p.delegates_hold for p in items if p.delegates_hold), ()):
-            identity = store_identity(h.store)
-            for ip in h.addresses:
-                found[identity, ip].append(key)
-    return found
+class _Witness:
+    """Which DEL through Multus of this run released a rider's address, as that DEL saw it:
+    there when it began, gone once every plugin of it exited 0. A DEL under way when a rider
+    is found gone is waited for, until the run's deadline at most: only a DEL not yet begun
+    waits, so no two wait for each other. Nothing to see where no orphan rides."""
+
+    def __init__(self, attachments: dict[_Key, list[PlannedReservation]], budget: Budget) -> None:
+        self._budget = budget
+        # each DEL's held addresses, (store identity, address, path), and each address's DELs
+        self._holds: dict[_Key, list[tuple[object, str, str]]] = {}
+        self._holders: dict[tuple[object, str], list[_Key]] = defaultdict(list)
+        if any(p.riding for items in attachments.values() for p in items):
+            for key, items in attachments.items():
+                hold = next((p.delegates_hold for p in items if p.delegates_hold), ())
+                for h in hold:
+                    identity = store_identity(h.store)
+                    for ip in h.addresses:
+                        self._holds.setdefault(key, []).append(
+                            (identity, ip, os.path.join(h.store, ip))
+                        )
+                        self._holders[identity, ip].append(key)
+        self._ended = {key: threading.Event() for key in self._holds}
+        self._present: dict[_Key, list[tuple[object, str, str]]] = {}
+        self._released: dict[tuple[object, str], _Key] = {}
+
+    def begin(self, key: _Key) -> None:
+        if key in self._holds:
+            self._present[key] = [h for h in self._holds[key] if os.path.lexists(h[2])]
+
+    def end(self, key: _Key, done: bool) -> None:
+        if key not in self._holds:
+            return
+        if done:
+            for identity, ip, path in self._present.get(key, ()):
+                if not os.path.lexists(path):
+                    self._released.setdefault((identity, ip), key)
+        self._ended[key].set()
+
+    def released_by(self, key: _Key, r: Reservation) -> _Key | None:
+        at = (store_identity(r.store), r.ip)
+        for other in self._holders.get(at, ()):
+            if other != key and other in self._present:
+                self._ended[other].wait(max(0.0, self._budget.seconds_left()))
+        return self._released.get(at)
 
 
 def _checked(

@@ -292,48 +292,22 @@ def claimed_or_riding(
                 continue
             for key in released:
                 held_by.setdefault(key, set()).add(_del_of(p))
-    if not held_by:
-        for i in to_settle:
-            p = changing[i]
-            if p.config_problem is None and p.netlist is not None:
-                problem = claim(p)
-                if problem is not None:
-                    changing[i] = p._replace(config_problem=problem, delegates_hold=())
-        return
-
-    # Each orphan by the address it is, for the DELs claimed to find.
+    # Each orphan by the address it is, for the DELs claimed to find; none without a DEL
+    # through Multus (nearly every node: no orphan's address looked at again).
     waiting: dict[tuple[object, str, str], list[int]] = {}
-    for i in to_settle:
-        waiting.setdefault(own(changing[i]), []).append(i)
+    if held_by:
+        for i in to_settle:
+            waiting.setdefault(own(changing[i]), []).append(i)
 
-    def by_another(i: int) -> bool:
-        p = changing[i]
-        return any(d != _del_of(p) for d in held_by.get(own(p), ()))
+        def by_another(i: int) -> bool:
+            p = changing[i]
+            return any(d != _del_of(p) for d in held_by.get(own(p), ()))
 
-    riding: set[int] = set()
-
-    def ride(i: int, runner: PlannedReservation) -> None:
-        p = changing[i]
-        assert runner.netlist is not None
-        reason = (
-            f"{_ORPHAN}; released by its owner's DEL through network "
-            f"{runner.netlist.name} (ifname {runner.del_ifname}), whose delegate keeps it"
-        )
-        changing[i] = p._replace(
-            reason=reason,
-            netlist=runner.netlist,
-            chain=runner.chain,
-            config_problem=None,
-            del_ifname=runner.del_ifname,
-            delegates_hold=(),
-            riding=True,
-        )
-        riding.add(i)
-
+        to_settle.sort(key=by_another)  # stable: in the order planned otherwise
     settled: set[int] = set()
-    for i in sorted(to_settle, key=by_another):  # stable: in the order planned otherwise
+    for i in to_settle:
         p = changing[i]
-        if i in riding or p.config_problem is not None or p.netlist is None:
+        if p.riding or p.config_problem is not None or p.netlist is None:
             continue  # a rider, or no DEL of its own: one claimed later may still take it
         problem = claim(p)
         if problem is not None:
@@ -344,18 +318,31 @@ def claimed_or_riding(
         for key in holds(p):
             for j in waiting.pop(key, ()):
                 if j not in settled and _del_of(changing[j]) != _del_of(p):
-                    ride(j, p)
+                    changing[j] = _released_by(changing[j], p, ", whose delegate keeps it")
+
+
+def _released_by(p: PlannedReservation, by: PlannedReservation, how: str) -> PlannedReservation:
+    """The orphan p as released by by's DEL through Multus: reported as that DEL's."""
+    assert by.netlist is not None
+    reason = (
+        f"{_ORPHAN}; released by its owner's DEL through network {by.netlist.name} (ifname "
+        f"{by.del_ifname}){how}"
+    )
+    return p._replace(
+        reason=reason,
+        netlist=by.netlist,
+        chain=by.chain,
+        config_problem=None,
+        del_ifname=by.del_ifname,
+        delegates_hold=(),
+        riding=True,
+    )
 
 
 def released_before_its_del(p: PlannedReservation, by: PlannedReservation) -> PlannedReservation:
     """A rider found gone before the DEL it rides on ran, released by by's DEL (another
-    Multus's, whose delegate it is too): reported as by's."""
-    assert by.netlist is not None
-    reason = (
-        f"{_ORPHAN}; released by its owner's DEL through network {by.netlist.name} (ifname "
-        f"{by.del_ifname}) before the one it rode on ran"
-    )
-    return p._replace(reason=reason, netlist=by.netlist, chain=by.chain, del_ifname=by.del_ifname)
+    Multus's, whose delegate it is too)."""
+    return _released_by(p, by, " before the one it rode on ran")
 
 
 class ReservationPlanner:

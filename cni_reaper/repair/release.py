@@ -295,17 +295,20 @@ def _checked(
     # the DEL's own ifname first, as an entry's DEL says them
     by_ifname = sorted(by_store.items(), key=lambda item: bool(item[0][1]))
     still += (f"{store} still holds {', '.join(ips)}{named}" for (store, named), ips in by_ifname)
-    # by identity: a rider's store may be spelled otherwise in the hold (a dataDir's symlink)
-    own = {(store_identity(p.reservation.store), p.reservation.ip) for p in items}
     # The delegates' addresses besides the orphans' own, which _still_owned() looked at; as
     # the DEL's own orphans found them (not one riding on it, which holds none).
     hold = next((p.delegates_hold for p in items if p.delegates_hold), ())
-    others = [
-        h._replace(addresses=tuple(ip for ip in h.addresses if (identity, ip) not in own))
-        for h, identity in ((h, store_identity(h.store)) for h in hold)
-    ]
-    more, more_left = seen_released(others, container_id, "", still)
-    released += more
+    more_left: list[str] = []
+    if hold:
+        # by identity: a rider's store may be spelled otherwise in the hold (a symlinked
+        # dataDir)
+        own = {(store_identity(p.reservation.store), p.reservation.ip) for p in items}
+        others = [
+            h._replace(addresses=tuple(ip for ip in h.addresses if (identity, ip) not in own))
+            for h, identity in ((h, store_identity(h.store)) for h in hold)
+        ]
+        more, more_left = seen_released(others, container_id, "", still)
+        released += more
     if not still:
         return outcome
     return outcome._replace(errors=(unreleased(still),), left=(*held, *more_left))

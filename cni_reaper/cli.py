@@ -1411,7 +1411,7 @@ def _reservations(
             if doubt is None and netlist is not None and p.config_problem is None:
                 # What its Multus's delegates release, for claimed_or_riding() to settle.
                 hold = delegate_reads.delegates_release(netlist, owner, ifname)
-                if hold:
+                if hold is not None:
                     p = p._replace(delegates_hold=tuple(hold))  # noqa: PLW2901 (as planned)
             if doubt is None:
                 add(r.ip, r.number, p.owner_state, True)

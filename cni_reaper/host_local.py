@@ -322,13 +322,16 @@ class StoreReads:
         releases = tuple(_delegates_stores(reads, root)) if doubt is None else ()
         return _DelegatesRead(doubt, unread, files, releases)
 
-    def delegates_release(self, netlist: NetworkList, container_id: str, ifname: str) -> list[Held]:
+    def delegates_release(
+        self, netlist: NetworkList, container_id: str, ifname: str
+    ) -> list[Held] | None:
         """What the DEL of the attachment through netlist has Multus's delegates release,
         each from its own store under its own ifname, as their stores were read before it;
-        nothing for a chain that runs no Multus."""
+        None for a chain that runs no Multus, or one whose scratch files were not all read
+        (claim_delegates says why its DEL does not run)."""
         known: _DelegatesRead | None = self._delegates.known(netlist, container_id)
-        if known is None:
-            return []
+        if known is None or known.unread is not None:
+            return None
         found = []
         # Two delegates of one store under one ifname release the same addresses: once.
         for store, named in dict.fromkeys((s, i or ifname) for s, i in known.releases):
@@ -480,7 +483,7 @@ class Releases:
         """What the DEL of this attachment through netlist releases, as the stores were
         before any DEL of their networks ran in this run: host-local's of the network's own
         store, and those of Multus's delegates."""
-        found = self._reads.delegates_release(netlist, container_id, ifname)
+        found = self._reads.delegates_release(netlist, container_id, ifname) or []
         store = self._stores.get(netlist.name)
         if store is not None:
             own = self._reads.of(store).released_by(container_id, ifname)

@@ -78,8 +78,9 @@ class PlannedReservation(Record):
     chain: ChainResolution | None = None
     config_problem: str | None = None  # why no DEL can run: quarantined instead
     del_ifname: str | None = None
-    # What the DEL through Multus has its delegates release besides, to see after it.
-    delegates_hold: tuple[Held, ...] = ()
+    # What the DEL through Multus has its delegates release besides, to see after it (None:
+    # its DEL runs no Multus whose delegates were read).
+    delegates_hold: tuple[Held, ...] | None = None
     riding: bool = False  # released by another orphan's DEL, as its delegate's (netlist's)
 
     def to_json(
@@ -275,20 +276,20 @@ def claimed_or_riding(
         return held(p.reservation.store, p.reservation.ip, p)
 
     def holds(p: PlannedReservation) -> set[tuple[object, str, str]]:
-        return {held(h.store, ip, p) for h in p.delegates_hold for ip in h.addresses}
+        return {held(h.store, ip, p) for h in p.delegates_hold or () for ip in h.addresses}
 
     # What each DEL that may run (through Multus, releasing its own orphan) would release.
     held_by: dict[tuple[object, str, str], set[tuple[str | None, str, str | None]]] = {}
     for i in to_settle:
         p = changing[i]
-        if p.delegates_hold and p.config_problem is None:
+        if p.delegates_hold is not None and p.config_problem is None:
             released = holds(p)
             if own(p) not in released:
                 reason = (
                     "its DEL through Multus would not release it: Multus's scratch file "
                     "names no delegate that keeps it in its store under its ifname"
                 )
-                changing[i] = p._replace(config_problem=reason, delegates_hold=())
+                changing[i] = p._replace(config_problem=reason, delegates_hold=None)
                 continue
             for key in released:
                 held_by.setdefault(key, set()).add(_del_of(p))
@@ -312,7 +313,7 @@ def claimed_or_riding(
         problem = claim(p)
         if problem is not None:
             # No DEL of its own, as one with no config: one claimed later may still take it.
-            changing[i] = p._replace(config_problem=problem, delegates_hold=())
+            changing[i] = p._replace(config_problem=problem, delegates_hold=None)
             continue
         settled.add(i)
         for key in holds(p):
@@ -334,7 +335,7 @@ def _released_by(p: PlannedReservation, by: PlannedReservation, how: str) -> Pla
         chain=by.chain,
         config_problem=None,
         del_ifname=by.del_ifname,
-        delegates_hold=(),
+        delegates_hold=None,
         riding=True,
     )
 

@@ -1645,6 +1645,47 @@ def test_on_the_node_multus_s_own_attachment_claims_a_scratch_file_two_multus_re
     assert report["summary"]["plugin_errors"] == 1
 
 
+def test_on_the_node_a_del_through_multus_whose_delegates_hold_nothing_of_its_owner_is_not_run(
+    crashed: Crashed,
+) -> None:
+    """A's orphan in multus-a's store; A's scratch file names one delegate, zextra, whose
+    store holds nothing of A's. The DEL through multus-a would DEL zextra and release no
+    address: before, it ran (Multus's DEL, the scratch file removed), left the orphan held,
+    and exited 73, while the dry run said 0. A DEL through Multus that would release nothing
+    of its own orphan is refused as one whose delegates keep something else is: no plugin
+    runs, the orphan is quarantined, and the dry run says so."""
+    bin_dir = crashed.node.fake_plugin_network("multus-a", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    (networks / "multus-a").mkdir(parents=True)
+    (networks / "multus-a" / "10.244.0.5").write_bytes(f"{A}\r\neth0".encode())
+    (networks / "zextra").mkdir(parents=True)
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    scratch = root / "var/lib/cni/multus" / A
+    scratch.write_text(multus_scratch(bridge("zextra", "10.245.0")))
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/multus-a", "/var/lib/cni/networks/zextra")
+
+    dry_code, dry = node.run("--dry-run", *plugin_dirs(root, bin_dir))
+    code, report = node.run(*plugin_dirs(root, bin_dir))
+
+    assert (dry_code, code) == (ExitCode.ACTION_FAILED, ExitCode.ACTION_FAILED)
+    assert os.listdir(networks / "multus-a") == ["lock"]
+    assert scratch.exists()  # Multus never ran
+    own = by_ip(report)["10.244.0.5"]
+    assert (own["del"]["plugins_run"], own["quarantined_to"] is not None) == ([], True)
+    assert (
+        own["del"]["config_problem"]
+        == by_ip(dry)["10.244.0.5"]["del"]["config_problem"]
+        == (
+            "its DEL through Multus would not release it: Multus's scratch file names no delegate "
+            "that keeps it in its store under its ifname"
+        )
+    )
+
+
 # What tears the pod down beside the reaper, as the runtime's own DEL through Multus of a
 # sandbox it knows would: the delegate's address and the scratch file gone. It runs as the
 # plugin of another container's orphan, in a network whose DEL runs first.

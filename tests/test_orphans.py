@@ -580,8 +580,8 @@ _IPS = ("10.0.0.1", "10.0.0.2")
 @st.composite
 def _planned_orphans(draw: st.DrawFn) -> list[PlannedReservation]:
     """Orphans over a few stores, owners and addresses: some DEL'd with their own config,
-    some with none that can run, some only quarantined; some DELs holding delegates' addresses
-    (a DEL through Multus), some of which are other orphans."""
+    some with none that can run, some only quarantined; some DELs through Multus, holding delegates'
+    addresses (some of which are other orphans) or none."""
     file = FileStat("file", 0, 0.0, 0.0, 0, 0, 0, 0)
     written = WrittenVerdict(Written.PREVIOUS_BOOT, "a model's")
     planned = []
@@ -593,7 +593,8 @@ def _planned_orphans(draw: st.DrawFn) -> list[PlannedReservation]:
                 st.sampled_from(_OWNERS),
                 st.sampled_from([ReservationAction.DEL, ReservationAction.QUARANTINE]),
                 st.sampled_from([None, "no config"]),
-                st.lists(st.tuples(st.sampled_from(_STORES), st.sampled_from(_IPS)), max_size=3),
+                st.none()
+                | st.lists(st.tuples(st.sampled_from(_STORES), st.sampled_from(_IPS)), max_size=3),
             ),
             max_size=8,
         )
@@ -607,7 +608,7 @@ def _planned_orphans(draw: st.DrawFn) -> list[PlannedReservation]:
             f"{network}.conf",
             True,
         )
-        hold = tuple(host_local.Held(s, "net1", (i,)) for s, i in holds)
+        hold = None if holds is None else tuple(host_local.Held(s, "net1", (i,)) for s, i in holds)
         planned.append(
             PlannedReservation(
                 r, action, "an orphan", "failed", netlist, None, problem, "eth0", hold
@@ -648,7 +649,7 @@ def test_an_orphan_rides_only_on_a_del_that_releases_it_and_no_del_is_added(
     def holds(runner: PlannedReservation, p: PlannedReservation) -> bool:
         r = p.reservation
         return runner.reservation.owner == r.owner and any(
-            h.store == r.store and r.ip in h.addresses for h in runner.delegates_hold
+            h.store == r.store and r.ip in h.addresses for h in runner.delegates_hold or ()
         )
 
     claimed_or_riding(planned, claim, lambda store: store)
@@ -663,12 +664,12 @@ def test_an_orphan_rides_only_on_a_del_that_releases_it_and_no_del_is_added(
                 netlist=new.netlist,
                 config_problem=None,
                 del_ifname=new.del_ifname,
-                delegates_hold=(),
+                delegates_hold=None,
                 riding=True,
             )
         elif new != old:
-            assert old.delegates_hold or n in refused
-            assert new == old._replace(config_problem=new.config_problem, delegates_hold=())
+            assert old.delegates_hold is not None or n in refused
+            assert new == old._replace(config_problem=new.config_problem, delegates_hold=None)
             assert new.config_problem == "claimed before" or not holds(old, old)
         else:
             assert n not in refused or n not in asked

@@ -1412,7 +1412,8 @@ def _reservations(
                 # What its Multus's delegates release, for claimed_or_riding() to settle.
                 hold = delegate_reads.delegates_release(netlist, owner, ifname)
                 if hold is not None:
-                    p = p._replace(delegates_hold=tuple(hold))  # noqa: PLW2901 (as planned)
+                    seen = delegate_reads.scratch_seen(netlist, owner)
+                    p = p._replace(delegates_hold=tuple(hold), scratch_seen=seen)  # noqa: PLW2901
             if doubt is None:
                 add(r.ip, r.number, p.owner_state, True)
                 changing.append(p)

@@ -199,8 +199,9 @@ class _DelegatesRead(Record):
 
     doubt: str | None  # why the DEL may not run: what it would release besides
     unread: str | None  # why no DEL runs: what it would release cannot be read
-    # Those its Multus reads, and its DEL removes: each one's path and identity (device, inode)
-    scratch_files: tuple[tuple[str, tuple[int, int]], ...]
+    # Those its Multus reads, and its DEL removes: each one's path, and the file as it was read
+    # (its identity, device and inode, under any of its names)
+    scratch_files: tuple[tuple[str, FileStat], ...]
     # Each delegate's store and the ifname it is DEL'd under (None: the DEL's own), where
     # the DEL may run: what it releases, to see after it that it did (Releases).
     releases: tuple[tuple[str, str | None], ...]
@@ -292,25 +293,38 @@ class StoreReads:
             return None
         claimed = [
             path
-            for path, identity in known.scratch_files
-            if self._claimed.get(identity, attachment) != attachment
+            for path, seen in known.scratch_files
+            if self._claimed.get((seen.device, seen.inode), attachment) != attachment
         ]
         if known.unread is None and claimed:
             return (
                 f"a DEL of another attachment of the container through Multus, planned before, "
                 f"removes its scratch file {claimed[0]}: {_UNREAD}"
             )
-        self._claimed.update((identity, attachment) for _, identity in known.scratch_files)
+        self._claimed.update(
+            ((seen.device, seen.inode), attachment) for _, seen in known.scratch_files
+        )
         return known.unread
+
+    def scratch_seen(
+        self, netlist: NetworkList, container_id: str
+    ) -> tuple[tuple[str, FileStat], ...]:
+        """The scratch files the DEL of the container through netlist has its Multus read
+        and remove, as they were read: its DEL runs only while each is still that file (one
+        removed by a teardown beside the run would have Multus DEL what the API server
+        names)."""
+        known: _DelegatesRead | None = self._delegates.known(netlist, container_id)
+        return () if known is None else known.scratch_files
 
     def _delegates_read(
         self, netlist: NetworkList, container_id: str, stores: Iterable[str], root: str
     ) -> _DelegatesRead:
         reads = self._scratch_reads(netlist, container_id, root)
-        files = tuple((r.path, r.identity) for r in reads if r.identity is not None)
+        files = tuple((r.path, r.seen) for r in reads if r.seen is not None)
         doubt, unread = self._delegates_doubt(container_id, stores, root, reads)
         seen: set[tuple[int, int]] = set()
-        for path, identity in files:
+        for path, file in files:
+            identity = (file.device, file.inode)
             if identity in seen and unread is None:
                 # Two Multus of the chain read one file (a cniDir named twice, or otherwise,
                 # or through a symlink): the first to run its DEL removes it.
@@ -478,6 +492,11 @@ class Releases:
     def __init__(self, stores: Iterable[tuple[str, str]], reads: StoreReads) -> None:
         self._stores = dict(stores)  # network -> its store dir
         self._reads = reads
+
+    def scratch_changed(self, netlist: NetworkList, container_id: str) -> str | None:
+        """Why the DEL of the container through netlist may not run now: a scratch file its
+        Multus reads changed since it was read (multus.scratch_changed)."""
+        return multus.scratch_changed(self._reads.scratch_seen(netlist, container_id))
 
     def held_by(self, netlist: NetworkList, container_id: str, ifname: str) -> list[Held]:
         """What the DEL of this attachment through netlist releases, as the stores were

@@ -228,9 +228,14 @@ class ScratchRead(Record):
     unread: bool
     # The ifname each delegate is DEL'd under, None for the ifname of the DEL itself.
     ifnames: tuple[str | None, ...] = ()
-    # The file's device and inode, where there is one: the same file under another name (a
+    # The file as it was read, where there is one: the same file under another name (a
     # cniDir spelled otherwise, a symlink to it) is the same file, which one DEL removes.
-    identity: tuple[int, int] | None = None
+    seen: FileStat | None = None
+
+    @property
+    def identity(self) -> tuple[int, int] | None:
+        """The file's (device, inode), where there is one."""
+        return None if self.seen is None else (self.seen.device, self.seen.inode)
 
 
 def scratch_delegates(netlist: NetworkList, container_id: str, root: str) -> list[ScratchRead]:
@@ -247,6 +252,25 @@ def scratch_delegates(netlist: NetworkList, container_id: str, root: str) -> lis
     return found
 
 
+def scratch_changed(seen: Iterable[tuple[str, FileStat]]) -> str | None:
+    """Why a DEL through Multus may not run now: a scratch file its Multus reads is no longer
+    the one its plan read (seen: each one's path and the file as read). Removed by a teardown
+    beside the run, Multus's DEL would DEL the networks the API server names, whose stores
+    this run did not read; rewritten, it names delegates the plan did not read."""
+    for path, file in seen:
+        try:
+            st = os.stat(path)  # its identity, under the name the plan found it by
+        except FileNotFoundError:
+            why: str | None = "gone since it was read"
+        except OSError as e:
+            why = f"cannot be looked at again: {e.strerror}"
+        else:
+            why = file.changes(st)
+        if why is not None:
+            return f"Multus's scratch file {path} {why}; the DEL is left for the next run"
+    return None
+
+
 def _scratch_read(root: str, node_path: str) -> ScratchRead:
     path = node_root.host_path(root, node_path)
     try:
@@ -260,7 +284,7 @@ def _scratch_read(root: str, node_path: str) -> ScratchRead:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SCRATCH_BYTES:
             why = f"which is no file of at most {MAX_SCRATCH_BYTES} bytes"
             return ScratchRead(path, (), why, False)
-        identity = (st.st_dev, st.st_ino)
+        seen = FileStat.of(st)
         data = os.read(fd, MAX_SCRATCH_BYTES + 1)
     except OSError as e:
         return ScratchRead(path, (), f"which cannot be read ({e.strerror})", False)
@@ -273,15 +297,15 @@ def _scratch_read(root: str, node_path: str) -> ScratchRead:
         # the last one given winning (go_field on pairs).
         doc = json.loads(as_go_reads(data), object_pairs_hook=tuple)
     except (ValueError, RecursionError):
-        return ScratchRead(path, (), None, True, identity=identity)
+        return ScratchRead(path, (), None, True, seen=seen)
     if type(doc) is not list:
-        return ScratchRead(path, (), None, True, identity=identity)
+        return ScratchRead(path, (), None, True, seen=seen)
     delegates = _delegates_in(doc, path)
     if isinstance(delegates, str):
-        return ScratchRead(path, (), delegates, False, identity=identity)
+        return ScratchRead(path, (), delegates, False, seen=seen)
     configs = tuple(config for config, _ in delegates)
     ifnames = tuple(ifname for _, ifname in delegates)
-    return ScratchRead(path, configs, None, False, ifnames, identity)
+    return ScratchRead(path, configs, None, False, ifnames, seen)
 
 
 def _delegates_in(doc: list[Any], path: str) -> list[tuple[NetworkList, str | None]] | str:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from cni_reaper.boot import Written, iso
 from cni_reaper.choice import Choice
+from cni_reaper.filestat import FileStat
 from cni_reaper.host_local import DEFAULT_IFNAME, Held, Reservation
 from cni_reaper.netconf import NetworkList
 from cni_reaper.plugin import ChainCache, ChainResolution
@@ -81,6 +82,8 @@ class PlannedReservation(Record):
     # What the DEL through Multus has its delegates release besides, to see after it (None:
     # its DEL runs no Multus whose delegates were read).
     delegates_hold: tuple[Held, ...] | None = None
+    # The scratch files that Multus reads, as they were read: checked again just before it.
+    scratch_seen: tuple[tuple[str, FileStat], ...] = ()
     riding: bool = False  # released by another orphan's DEL, as its delegate's (netlist's)
 
     def to_json(
@@ -289,7 +292,9 @@ def claimed_or_riding(
                     "its DEL through Multus would not release it: Multus's scratch file "
                     "names no delegate that keeps it in its store under its ifname"
                 )
-                changing[i] = p._replace(config_problem=reason, delegates_hold=None)
+                changing[i] = p._replace(
+                    config_problem=reason, delegates_hold=None, scratch_seen=()
+                )
                 continue
             for key in released:
                 held_by.setdefault(key, set()).add(_del_of(p))
@@ -313,7 +318,7 @@ def claimed_or_riding(
         problem = claim(p)
         if problem is not None:
             # No DEL of its own, as one with no config: one claimed later may still take it.
-            changing[i] = p._replace(config_problem=problem, delegates_hold=None)
+            changing[i] = p._replace(config_problem=problem, delegates_hold=None, scratch_seen=())
             continue
         settled.add(i)
         for key in holds(p):
@@ -336,6 +341,7 @@ def _released_by(p: PlannedReservation, by: PlannedReservation, how: str) -> Pla
         config_problem=None,
         del_ifname=by.del_ifname,
         delegates_hold=None,
+        scratch_seen=(),
         riding=True,
     )
 

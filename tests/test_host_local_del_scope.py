@@ -1723,6 +1723,108 @@ def test_on_the_node_a_rider_gone_with_no_del_of_this_run_to_release_it_holds_ba
     )
 
 
+# A teardown beside the reaper that takes only Multus's scratch file of A away, or an ADD of
+# A's rewriting it in place, as the plugin of another container's orphan whose DEL runs first.
+SCRATCH_FILE_CHANGED_BESIDE = {
+    "removed": f"""[ "$CNI_COMMAND" = DEL ] || exit 0
+rm -f /var/lib/cni/multus/{A} /var/lib/cni/networks/aaa/10.250.0.2
+""",
+    "rewritten": f"""[ "$CNI_COMMAND" = DEL ] || exit 0
+printf '[]' > /var/lib/cni/multus/{A}
+rm -f /var/lib/cni/networks/aaa/10.250.0.2
+""",
+}
+
+
+@pytest.mark.parametrize("scratch_file", sorted(SCRATCH_FILE_CHANGED_BESIDE))
+def test_on_the_node_a_del_through_multus_whose_scratch_file_changed_since_the_plan_is_left(
+    crashed: Crashed, scratch_file: str
+) -> None:
+    """A's orphans, one riding on the other's DEL through Multus; between the plan and that
+    DEL something beside the reaper removes Multus's scratch file of A, or rewrites it. The
+    DEL ran Multus all the same: with no file, the real Multus DELs the networks the API
+    server names (the DEL claim_delegates forbids), here a stand-in that then does nothing,
+    and both addresses, still held, were moved to the quarantine (exit 73). Found by reading
+    the third attack review of the riding. The DEL is now left for the next run, exit 65,
+    both addresses where they were."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    beside = SCRATCH_FILE_CHANGED_BESIDE[scratch_file]
+    crashed.node.fake_plugin_network("aaa", "outsider", beside)
+    root = crashed.node.root
+    aaa = root / "var/lib/cni/networks/aaa"
+    aaa.mkdir(parents=True)
+    (aaa / "10.250.0.2").write_bytes(f"{CONTAINER_IDS[1]}\r\neth0".encode())
+    node, own, extra = orphans_of_a_through_multus(crashed, None, "/var/lib/cni/networks/aaa")
+
+    code, report = node.run(*plugin_dirs(root, bin_dir), "--parallel", "1")
+
+    assert code == ExitCode.DATA, json.dumps(report["host_local"])
+    assert (os.listdir(own), os.listdir(extra)) == (["10.244.0.5"], ["10.245.0.5"])
+    found = by_ip(report)
+    assert [found[ip]["outcome"] for ip in ("10.244.0.5", "10.245.0.5")] == ["skipped"] * 2
+    why = (
+        "gone since it was read"
+        if scratch_file == "removed"
+        else "its size and mtime and ctime changed"
+    )
+    assert found["10.244.0.5"]["problem"] == (
+        f"Multus's scratch file /var/lib/cni/multus/{A} {why}; the DEL is left for the next run"
+    )
+    assert found["10.250.0.2"]["outcome"] == "done"
+
+
+@pytest.mark.parametrize("scratch_file", sorted(SCRATCH_FILE_CHANGED_BESIDE))
+def test_on_the_node_an_entry_s_del_through_multus_whose_scratch_file_changed_is_left(
+    crashed: Crashed, scratch_file: str
+) -> None:
+    """The same for a damaged entry's DEL through Multus: the DEL of another container's
+    entry of the network, run just before it, has a delegate that takes A's scratch file
+    away or rewrites it. Multus ran all the same (with no file the real one DELs what the
+    API server names), and the entry was quarantined, exit 0. Now the entry is left where
+    it is for the next run (exit 65), and no plugin of its DEL runs. (A's delegates hold no
+    address here: one they held would be an orphan of theirs, no entry of their networks
+    naming it, and released as one.)"""
+    crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    crashed.node.fake_plugin_network("aaa", "outsider", SCRATCH_FILE_CHANGED_BESIDE[scratch_file])
+    root = crashed.node.root
+    delegates, stores = two_delegates(root)
+    scratch_dir = root / "var/lib/cni/multus"
+    scratch_dir.mkdir(parents=True)
+    (scratch_dir / A).write_text(multus_scratch(*delegates))
+    entry = crashed.node.write_result(f"multus-cni-network-{A}-eth0", b"")
+    # Another pod of the network, before A's in the plan: its DEL runs first.
+    before = "0f" * 32
+    (scratch_dir / before).write_text(multus_scratch({"name": "aaa", "type": "outsider"}))
+    crashed.node.write_result(f"multus-cni-network-{before}-eth0", b"")
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record("/var/lib/cni/networks/cbr0", "/var/lib/cni/networks/extra")
+
+    code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR, "--parallel", "2")
+
+    assert code == ExitCode.DATA, report
+    assert entry.exists()
+    assert [os.listdir(store) for store in stores] == [[], []]
+    first, mine = report["entries"]
+    assert (first["container_id"], first["outcome"]) == (before, "done")
+    why = (
+        "gone since it was read"
+        if scratch_file == "removed"
+        else "its size and mtime and ctime changed"
+    )
+    assert (
+        mine["container_id"],
+        mine["outcome"],
+        mine["del"]["plugins_run"],
+        mine["problems"],
+    ) == (
+        A,
+        "skipped",
+        [],
+        [f"Multus's scratch file /var/lib/cni/multus/{A} {why}; the DEL is left for the next run"],
+    )
+
+
 @pytest.mark.parametrize("first", [True, False])
 def test_on_the_node_a_delegate_named_with_a_nul_leaves_the_del_and_the_run_goes_on(
     crashed: Crashed, first: bool

@@ -118,6 +118,9 @@ def _replay(planned: PlannedEntry, ex: Executor) -> EntryResult | DelOutcome | N
         cached.cni_args if cached is not None else (),
         cached.capability_args if cached is not None else None,
     )
+    moved = ex.releases.scratch_changed(planned.netlist, split.container_id)
+    if moved is not None:
+        return EntryResult(planned, Outcome.SKIPPED, problems=(moved,))
     held = ex.releases.held_by(planned.netlist, split.container_id, split.ifname)
     outcome = ex.tools.delete(planned.netlist, attachment, planned.chain, planned.prev_result)
     if not outcome.ok or not held:

@@ -25,6 +25,7 @@ from cni_reaper.host_local import (
     store_identity,
     unreleased,
 )
+from cni_reaper.multus import scratch_changed
 from cni_reaper.plugin import PluginError
 from cni_reaper.read_only import read_only_noted
 from cni_reaper.repair.budget import Budget
@@ -173,6 +174,9 @@ def settle(
                     gone_before.setdefault(key, []).append((p, by))
                     continue
             return f"{p.reservation.path} {changed}; left for the next run"
+        moved = scratch_changed(next((p.scratch_seen for p in items if p.scratch_seen), ()))
+        if moved is not None:
+            return moved
         netlist, chain = items[0].netlist, items[0].chain
         assert netlist is not None
         witness.begin(key)

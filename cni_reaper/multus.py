@@ -295,7 +295,9 @@ def _scratch_read(root: str, node_path: str) -> ScratchRead:
     try:
         # As Go decodes it: each object's members in the file's order, a key in any case,
         # the last one given winning (go_field on pairs).
-        doc = json.loads(as_go_reads(data), object_pairs_hook=tuple)
+        doc = json.loads(
+            as_go_reads(data), object_pairs_hook=tuple, parse_constant=content.no_constants
+        )
     except (ValueError, RecursionError):
         return ScratchRead(path, (), None, True, seen=seen)
     if type(doc) is not list:

@@ -1825,6 +1825,95 @@ def test_on_the_node_an_entry_s_del_through_multus_whose_scratch_file_changed_is
     )
 
 
+def test_on_the_node_a_scratch_file_go_cannot_decode_is_read_as_none_whose_delegates_can_be(
+    crashed: Crashed,
+) -> None:
+    """A's scratch file is whole JSON but for a NaN in one delegate's item: Go's decoder
+    (Multus's DEL) rejects it, and so does the reaper's verdict on the file, which moves it
+    to the quarantine as garbage. The delegates' reading took it (Python's json takes NaN),
+    so the damaged Multus entry's DEL through Multus was planned too, reading the file the
+    run then moved: the dry run said 0; the boot's first real run found the file "gone since
+    it was read" and left the entry (exit 65), blaming something beside the run for its own
+    move; the next refused the DEL (73). Found by the attack review of f0f91fa. Read as Go
+    reads it, the file is one whose delegates cannot be read: no DEL through it runs, the
+    entry is quarantined, 73 in the dry run and the real run alike."""
+    nad, _ = nad_with_a_store_of_this_boot(crashed)
+    scratch = multus_scratch(CBR0, nad).replace('"Name": "cbr0"', '"Name": "cbr0", "x": NaN', 1)
+    assert "NaN" in scratch
+    multus_node_with_a_nad_store(crashed, nad, scratch)
+    node = OnTheNode(crashed)  # no record before: this run, the boot's first, takes it
+    argv = ("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR)
+
+    dry_code, dry = node.run(*argv, "--dry-run")
+    code, report = node.run(*argv)
+
+    (planned,) = dry["entries"]
+    (found,) = report["entries"]
+    assert not any("gone since it was read" in p for p in found["problems"]), found["problems"]
+    assert (dry_code, code) == (ExitCode.ACTION_FAILED, ExitCode.ACTION_FAILED)
+    assert found["del"]["plugins_run"] == []
+    assert planned["del"]["config_problem"] == found["del"]["config_problem"]
+    assert found["del"]["config_problem"].startswith("Multus has no scratch file ")
+
+
+# multus-b's DEL (the cniDir multus-b), after releasing its delegates, touches multus-a's
+# scratch file of A: something beside the run rewriting it in place.
+MULTUS_B_TOUCHES_A = (
+    f'case "$dir" in */multus-b) touch /var/lib/cni/multus/{A};; esac\nrm -f "$f"\n'
+)
+
+
+def test_on_the_node_a_rider_another_del_released_is_reported_so_when_its_own_del_is_left(
+    crashed: Crashed,
+) -> None:
+    """As test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_del:
+    the rider zextra/10.245.0.5 rides on multus-a's DEL, and multus-b's DEL, run first,
+    releases it; then multus-a's scratch file of A changes before multus-a's DEL, which is
+    left for the next run. The rider, released by a DEL of this run, was reported skipped
+    with the DEL it rode on, "left for the next run", with no DEL (found by the attack
+    review of f0f91fa). It is reported done, released by multus-b's DEL."""
+    d = CONTAINER_IDS[1]
+    slow = MULTUS_SLOW_FOR.replace("SLOW_ID", d).replace("SECONDS", "2")
+    slow = slow.replace('rm -f "$f"\n', MULTUS_B_TOUCHES_A)
+    bin_dir = crashed.node.fake_plugin_network("multus-a", "multus", slow)
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "multus-b",
+        "plugins": [{"type": "multus", "cniDir": "/var/lib/cni/multus-b"}],
+    }
+    crashed.node.write_conf("61-multus-b.conflist", json.dumps(conf).encode())
+    subnets = {"multus-a": "10.244.0", "multus-b": "10.246.0", "zextra": "10.245.0"}
+    for name in subnets:
+        (networks / name).mkdir(parents=True)
+    (networks / "multus-a/10.244.0.5").write_bytes(OWNER_A)
+    (networks / "multus-a/10.244.0.2").write_bytes(f"{d}\r\neth0".encode())
+    (networks / "multus-b/10.246.0.5").write_bytes(OWNER_A)
+    (networks / "zextra/10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())  # the rider
+    for cni_dir, network in (("multus", "multus-a"), ("multus-b", "multus-b")):
+        (root / "var/lib/cni" / cni_dir).mkdir(parents=True)
+        delegates = (bridge(network, subnets[network]), bridge("zextra", "10.245.0"))
+        (root / "var/lib/cni" / cni_dir / A).write_text(multus_scratch(*delegates))
+    (root / "var/lib/cni/multus" / d).write_text(multus_scratch(bridge("multus-a", "10.244.0")))
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)
+    node.record(*(f"/var/lib/cni/networks/{n}" for n in subnets))
+
+    code, report = node.run(*plugin_dirs(root, bin_dir), "--parallel", "4")
+
+    found = by_ip(report)
+    assert code == ExitCode.DATA, json.dumps(report["host_local"])
+    assert os.listdir(networks / "zextra") == ["lock"]  # multus-b's DEL released the rider
+    assert found["10.244.0.5"]["outcome"] == "skipped"  # multus-a's DEL left: right
+    assert "scratch file" in found["10.244.0.5"]["problem"]
+    rider = found["10.245.0.5"]
+    assert (rider["outcome"], rider.get("problem")) == ("done", None), rider
+    assert rider["del"]["config"] == "/etc/cni/net.d/61-multus-b.conflist"
+    assert "10.245.0.5" in rider["del"]["released"]
+
+
 @pytest.mark.parametrize("first", [True, False])
 def test_on_the_node_a_delegate_named_with_a_nul_leaves_the_del_and_the_run_goes_on(
     crashed: Crashed, first: bool

@@ -190,26 +190,24 @@ def settle(
 
     done = in_parallel(list(by_network.values()), run_del, tools.workers)
     docs: dict[_Key, dict[str, Any]] = {}  # each DEL's, as reported
+    # Riders another DEL of this run released, reported as its once every DEL is done,
+    # whatever became of the DEL they rode on.
+    released_first: list[tuple[PlannedReservation, _Key]] = []
     for item in done:
         if item is None:
             continue
         (key, items), outcome = item
-        if isinstance(outcome, str):
-            yield from (Settled(p, "skipped", problem=outcome) for p in items)
-            continue
         gone = gone_before.get(key, [])
+        released_first += gone
         present = [p for p in items if not any(p is g for g, _ in gone)]
+        if isinstance(outcome, str):
+            yield from (Settled(p, "skipped", problem=outcome) for p in present)
+            continue
         left = [p for p in present if _still_owned(p)]
         released = [p.reservation.ip for p in present if p not in left]
         if outcome.ok:
             outcome = _checked(outcome, items, left, released, key[1])
         doc = docs[key] = _del_doc(outcome, released)
-        for p, by in gone:
-            if by in docs:
-                held = released_before_its_del(p, attachments[by][0])
-                yield Settled(held, "done", del_doc=docs[by])
-            else:  # its result not handed on yet: said as this DEL's
-                yield Settled(p, "done", del_doc=doc)
         for p in present:
             if p not in left:
                 yield Settled(p, "done", del_doc=doc)
@@ -227,6 +225,10 @@ def settle(
                 else:
                     problem = _STILL_RESERVED_NOT_RUN
                 to_move.append(Settled(p, "done", del_doc=doc, problem=problem))
+    for p, by in released_first:
+        # by's DEL ran to its end (the _Witness saw it), so its result was handed on
+        held = released_before_its_del(p, attachments[by][0])
+        yield Settled(held, "done", del_doc=docs[by])
     yield from _quarantine(to_move, quarantine_dir, boot_id, now, tools.budget)
 
 

@@ -232,11 +232,6 @@ class ScratchRead(Record):
     # cniDir spelled otherwise, a symlink to it) is the same file, which one DEL removes.
     seen: FileStat | None = None
 
-    @property
-    def identity(self) -> tuple[int, int] | None:
-        """The file's (device, inode), where there is one."""
-        return None if self.seen is None else (self.seen.device, self.seen.inode)
-
 
 def scratch_delegates(netlist: NetworkList, container_id: str, root: str) -> list[ScratchRead]:
     """What the DEL of the container through this chain has each thin Multus plugin of it

@@ -190,8 +190,8 @@ def settle(
 
     done = in_parallel(list(by_network.values()), run_del, tools.workers)
     docs: dict[_Key, dict[str, Any]] = {}  # each DEL's, as reported
-    # Riders another DEL of this run released, reported as its once every DEL is done,
-    # whatever became of the DEL they rode on.
+    # Riders another DEL of this run released, reported as that DEL's once every DEL is
+    # done, whatever became of the DEL they rode on.
     released_first: list[tuple[PlannedReservation, _Key]] = []
     for item in done:
         if item is None:

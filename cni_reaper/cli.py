@@ -631,6 +631,15 @@ def _pipeline(run: _Run) -> Report:
     chains = ChainCache(run.plugin_dirs)  # each config's plugins, resolved once for every DEL
     cached_configs = _CachedConfigs(run)
 
+    def orphans_delegate_stores() -> Iterator[str]:
+        """The stores the DEL of an orphan through Multus may release from: its network's
+        config (or the one an entry cached) runs Multus, whose scratch files name them."""
+        for network, store in stores:
+            netlist = run.configs.get(network) or cached_configs(network)[0]
+            if netlist is not None and multus.runs_multus(netlist):
+                owners = sorted(host_local.owners_in(store))
+                yield from host_local.scratch_stores(netlist, owners, paths.root)
+
     def ready(
         alive: Callable[[str], str | None],
         pins: frozenset[str] | str,
@@ -647,7 +656,7 @@ def _pipeline(run: _Run) -> Report:
         cached_configs.read_all()
         # Only the boot's first run (which takes the record, or, dry, would) needs the
         # delegates' stores now: a later one reads them for its check alone.
-        from_delegates = delegate_stores if proof.taking else ()
+        from_delegates = (*delegate_stores, *orphans_delegate_stores()) if proof.taking else ()
         recorded = (*(s for _, s in stores), *cached_configs.stores(), *from_delegates)
         for store in dict.fromkeys(recorded):
             pre_runtime.record_dir(proof, store)

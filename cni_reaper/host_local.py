@@ -461,6 +461,39 @@ def cached_config_problem(netlist: NetworkList, binds: RootBinds) -> str | None:
     return next(iter(problems.values()), None)
 
 
+def scratch_stores(netlist: NetworkList, owners: Iterable[str], root: str) -> Iterator[str]:
+    """The host-local stores of the delegates the chain's Multus scratch files of owners name:
+    those a DEL through it of each owner's orphan may release from. A boot's first run records
+    them before the runtime starts, as it does those an entry's DEL would release from; a
+    dataDir only a NetworkAttachmentDefinition names is found nowhere else."""
+    for container_id in owners:
+        reads = multus.scratch_delegates(netlist, container_id, root)
+        yield from (store for store, _ in _delegates_stores(reads, root))
+
+
+def owners_in(store: str) -> set[str]:
+    """The container IDs the store's reservations name, as host-local's DEL matches them;
+    never through a symlink."""
+    try:
+        dir_fd = os.open(store, DIR_FLAGS)
+    except OSError:
+        return set()
+    found = set()
+    try:
+        with os.scandir(dir_fd) as listing:
+            names = [entry.name for entry in listing if entry.is_file(follow_symlinks=False)]
+        for name, _ in listed(names):
+            read = read_reservation(name, dir_fd, listed_regular=True)
+            owner = None if read is None else read_owner(read[1])[1]
+            if owner is not None:
+                found.add(owner.container_id)
+    except OSError:
+        pass  # what was read is recorded: the rest's DELs are left, unproven
+    finally:
+        os.close(dir_fd)
+    return found
+
+
 def _delegates_stores(
     reads: Iterable[multus.ScratchRead], root: str
 ) -> Iterator[tuple[str, str | None]]:

@@ -1357,6 +1357,46 @@ def test_on_the_node_what_an_orphans_del_through_multus_releases_is_seen_in_ever
     assert orphan["problem"] == "DEL ran, and the address is still reserved"
 
 
+def test_on_the_node_the_boot_s_first_run_records_the_stores_an_orphan_s_multus_del_releases(
+    crashed: Crashed,
+) -> None:
+    """A's orphan in the store of Multus's network, whose DEL through Multus also releases
+    A's address under net1 in a dataDir only a NetworkAttachmentDefinition names (so only
+    Multus's scratch file of A). The boot's first run recorded the stores an entry's DEL
+    through Multus would release from, but not an orphan's: the NAD's store was not in the
+    record, its address could not be proven an earlier boot's, and the DEL was left, exit
+    65, in that run and in every later one of every boot (said "written current-boot").
+    The first run now records too the stores that Multus's scratch files name for each owner
+    of an address in the store of a network whose config runs Multus: the DEL runs, both
+    addresses are released, and the dry run says so."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    networks = root / "var/lib/cni/networks"
+    delegates, (own, extra) = two_delegates(root)
+    delegates[0]["name"] = "multus-cni-network"
+    own = own.rename(networks / "multus-cni-network")
+    delegates[1]["ipam"]["dataDir"] = "/var/lib/cni/nad-ipam"
+    (root / "var/lib/cni/nad-ipam").mkdir(parents=True)
+    extra = extra.rename(root / "var/lib/cni/nad-ipam/extra")
+    (own / "10.244.0.5").write_bytes(OWNER_A)
+    (extra / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
+    crashed.node.results.mkdir(parents=True, mode=0o700)
+    crashed.reboot()
+    node = OnTheNode(crashed)  # no record yet: the first run takes it
+
+    dry_code, dry = node.run("--dry-run", *plugin_dirs(root, bin_dir))
+    code, report = node.run(*plugin_dirs(root, bin_dir))
+
+    assert (dry_code, code) == (ExitCode.OK, ExitCode.OK), json.dumps(report["host_local"])
+    assert [os.listdir(own), os.listdir(extra)] == [["lock"], ["lock"]]
+    orphan = by_ip(report)["10.244.0.5"]
+    assert (orphan["outcome"], orphan["del"]["plugins_run"]) == ("done", ["multus"])
+    assert sorted(orphan["del"]["released"]) == ["10.244.0.5", "10.245.0.5"]
+    assert by_ip(dry)["10.244.0.5"]["action"] == "del"
+
+
 @pytest.mark.parametrize("multus", ["deletes", "deletes nothing"])
 @pytest.mark.parametrize("extras_config", [None, "its own"])
 def test_on_the_node_an_orphan_another_orphans_del_through_multus_releases_rides_on_it(

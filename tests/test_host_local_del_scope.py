@@ -1290,14 +1290,14 @@ def test_on_the_node_an_orphans_del_through_multus_is_held_to_every_store_of_the
 
 
 def orphans_of_a_through_multus(
-    crashed: Crashed, nad_data_dir: str | None, *more_stores: str
+    crashed: Crashed, nad_data_dir: str | None, *more_stores: str, recorded: bool = True
 ) -> tuple[OnTheNode, Path, Path]:
     """A's orphan (10.244.0.5: no results entry, no sandbox) in the store of Multus's network,
     whose first delegate keeps Multus's name, and A's address under net1 (10.245.0.5) in the
     store of its second, extra: in the default dataDir, or in the dataDir nad_data_dir (a
     NetworkAttachmentDefinition's, which no conf names); the scratch file Multus's ADD kept;
-    the node rebooted and this boot's first run's record taken, of more_stores too. The two
-    stores are returned."""
+    the node rebooted and this boot's first run's record taken, of more_stores too (unless
+    not recorded: the next run is the boot's first). The two stores are returned."""
     root = crashed.node.root
     networks = root / "var/lib/cni/networks"
     delegates, (own, extra) = two_delegates(root)
@@ -1315,7 +1315,8 @@ def orphans_of_a_through_multus(
     crashed.node.results.mkdir(parents=True, mode=0o700)
     crashed.reboot()
     node = OnTheNode(crashed)
-    node.record(*("/" + str(store.relative_to(root)) for store in (own, extra)), *more_stores)
+    if recorded:
+        node.record(*("/" + str(store.relative_to(root)) for store in (own, extra)), *more_stores)
     return node, own, extra
 
 
@@ -1365,26 +1366,14 @@ def test_on_the_node_the_boot_s_first_run_records_the_stores_an_orphan_s_multus_
     Multus's scratch file of A). The boot's first run recorded the stores an entry's DEL
     through Multus would release from, but not an orphan's: the NAD's store was not in the
     record, its address could not be proven an earlier boot's, and the DEL was left, exit
-    65, in that run and in every later one of every boot (said "written current-boot").
-    The first run now records too the stores that Multus's scratch files name for each owner
-    of an address in the store of a network whose config runs Multus: the DEL runs, both
-    addresses are released, and the dry run says so."""
+    65, in that run and in every later one of every boot (said "written current-boot"; the
+    dry run, keeping no record, had once taken the address for one found before any
+    runtime and said 0). The first run now records too the stores that Multus's scratch
+    files name for each owner of an address in the store of a network whose config runs
+    Multus: the DEL runs, both addresses are released, and the dry run says so."""
     bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
     root = crashed.node.root
-    networks = root / "var/lib/cni/networks"
-    delegates, (own, extra) = two_delegates(root)
-    delegates[0]["name"] = "multus-cni-network"
-    own = own.rename(networks / "multus-cni-network")
-    delegates[1]["ipam"]["dataDir"] = "/var/lib/cni/nad-ipam"
-    (root / "var/lib/cni/nad-ipam").mkdir(parents=True)
-    extra = extra.rename(root / "var/lib/cni/nad-ipam/extra")
-    (own / "10.244.0.5").write_bytes(OWNER_A)
-    (extra / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
-    (root / "var/lib/cni/multus").mkdir(parents=True)
-    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
-    crashed.node.results.mkdir(parents=True, mode=0o700)
-    crashed.reboot()
-    node = OnTheNode(crashed)  # no record yet: the first run takes it
+    node, own, extra = orphans_of_a_through_multus(crashed, "/var/lib/cni/nad-ipam", recorded=False)
 
     dry_code, dry = node.run("--dry-run", *plugin_dirs(root, bin_dir))
     code, report = node.run(*plugin_dirs(root, bin_dir))
@@ -1541,7 +1530,12 @@ MULTUS_B_FAILING = '[ -f "$f" ] || exit 0\ncase "$dir" in */multus-b) exit 1;; e
 
 @pytest.mark.parametrize(
     "multus_b",
-    ["released it first", "released it, still running", "failed, another teardown beside"],
+    [
+        "released it first",
+        "released it, still running",
+        "failed, another teardown beside",
+        "released it first, then A's file changed",
+    ],
 )
 def test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_del(
     crashed: Crashed, multus_b: str
@@ -1555,15 +1549,22 @@ def test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_d
       (exit 65) as though nobody of this run had released it (the third review);
     - fails, while something else tears the pod down beside the reaper (the rider and
       multus-a's scratch file gone): the rider was taken as released by the failed DEL, and
-      the first's DEL ran Multus with no scratch file (the third review).
+      the first's DEL ran Multus with no scratch file (the third review);
+    - releases the rider, and then multus-a's scratch file of A changes: the first's DEL is
+      left for the next run (exit 65), and the rider, released by a DEL of this run, was
+      reported skipped with it, with no DEL (the attack review of f0f91fa).
     A rider found gone is released by another DEL of this run only if it was there when that
     DEL began and gone once it was done (one under way is waited for): then the first's DEL
-    runs; else it is left for the next run."""
+    runs, unless its scratch file changed; else it is left for the next run. A rider another
+    DEL released is reported with that DEL, whatever became of the one it rode on."""
     d = CONTAINER_IDS[1]
     failing = multus_b.startswith("failed")
     slow = MULTUS_SLOW_FOR.replace("SLOW_ID", d).replace("SECONDS", "1" if failing else "2")
     if multus_b == "released it, still running":
         slow = slow.replace('rm -f "$f"\n', MULTUS_B_SLOW_AFTER)
+    if multus_b.endswith("file changed"):  # as something beside the run rewriting it
+        touch = f'case "$dir" in */multus-b) touch /var/lib/cni/multus/{A};; esac\nrm -f "$f"\n'
+        slow = slow.replace('rm -f "$f"\n', touch)
     if failing:
         slow = slow.replace('[ -f "$f" ] || exit 0\n', MULTUS_B_FAILING)
         beside = (
@@ -1617,19 +1618,28 @@ def test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_d
             "/var/lib/cni/networks/zextra/10.245.0.5 gone since the scan; left for the next run"
         )
         return
-    assert code == ExitCode.OK, json.dumps(report["host_local"])
-    assert [os.listdir(networks / n) for n in subnets] == [["lock"]] * 3
-    assert [found[ip]["outcome"] for ip in ("10.244.0.5", "10.246.0.5", "10.245.0.5")] == [
-        "done"
-    ] * 3
+    if multus_b.endswith("file changed"):
+        assert code == ExitCode.DATA, json.dumps(report["host_local"])
+        assert sorted(os.listdir(networks / "multus-a")) == ["10.244.0.5", "lock"]
+        assert found["10.244.0.5"]["outcome"] == "skipped"
+        assert found["10.244.0.5"]["problem"] == (
+            f"Multus's scratch file /var/lib/cni/multus/{A} its mtime and ctime changed; the "
+            "DEL is left for the next run"
+        )
+    else:
+        assert code == ExitCode.OK, json.dumps(report["host_local"])
+        assert os.listdir(networks / "multus-a") == ["lock"]
+        assert found["10.244.0.5"]["outcome"] == "done"
+        assert found["10.244.0.5"]["del"]["released"] == ["10.244.0.5"]
+        assert not (root / "var/lib/cni/multus" / A).exists()
+    assert [os.listdir(networks / n) for n in ("multus-b", "zextra")] == [["lock"]] * 2
+    assert [found[ip]["outcome"] for ip in ("10.246.0.5", "10.245.0.5")] == ["done"] * 2
     assert found["10.245.0.5"]["reason"].endswith(
         "released by its owner's DEL through network multus-b (ifname eth0) before the one it "
         "rode on ran"
     )
     assert found["10.245.0.5"]["del"] == found["10.246.0.5"]["del"]
     assert "10.245.0.5" in found["10.246.0.5"]["del"]["released"]
-    assert found["10.244.0.5"]["del"]["released"] == ["10.244.0.5"]
-    assert not (root / "var/lib/cni/multus" / A).exists()
 
 
 def test_on_the_node_multus_s_own_attachment_claims_a_scratch_file_two_multus_read(
@@ -1726,6 +1736,22 @@ def test_on_the_node_a_del_through_multus_whose_delegates_hold_nothing_of_its_ow
     )
 
 
+def orphans_of_a_through_multus_after(
+    crashed: Crashed, beside: str
+) -> tuple[OnTheNode, Path, Path, list[str]]:
+    """orphans_of_a_through_multus() (no NAD store), Multus the stand-in, and before them an
+    orphan of another container in network aaa, whose plugin is the script beside: with
+    --parallel 1 its DEL runs first. The run's --bin-dir arguments are returned too."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    crashed.node.fake_plugin_network("aaa", "outsider", beside)
+    root = crashed.node.root
+    aaa = root / "var/lib/cni/networks/aaa"
+    aaa.mkdir(parents=True)
+    (aaa / "10.250.0.2").write_bytes(f"{CONTAINER_IDS[1]}\r\neth0".encode())
+    node, own, extra = orphans_of_a_through_multus(crashed, None, "/var/lib/cni/networks/aaa")
+    return node, own, extra, plugin_dirs(root, bin_dir)
+
+
 # What tears the pod down beside the reaper, as the runtime's own DEL through Multus of a
 # sandbox it knows would: the delegate's address and the scratch file gone. It runs as the
 # plugin of another container's orphan, in a network whose DEL runs first.
@@ -1744,15 +1770,9 @@ def test_on_the_node_a_rider_gone_with_no_del_of_this_run_to_release_it_holds_ba
     claim_delegates forbids: Multus would DEL the networks the API server names), it was
     reported released by another DEL, and A's address was moved to the quarantine (the
     second attack review of the riding). The DEL is left for the next run, exit 65."""
-    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
-    crashed.node.fake_plugin_network("aaa", "outsider", TEARDOWN_BESIDE)
-    root = crashed.node.root
-    aaa = root / "var/lib/cni/networks/aaa"
-    aaa.mkdir(parents=True)
-    (aaa / "10.250.0.2").write_bytes(f"{CONTAINER_IDS[1]}\r\neth0".encode())
-    node, own, _ = orphans_of_a_through_multus(crashed, None, "/var/lib/cni/networks/aaa")
+    node, own, _, argv = orphans_of_a_through_multus_after(crashed, TEARDOWN_BESIDE)
 
-    code, report = node.run(*plugin_dirs(root, bin_dir), "--parallel", "1")
+    code, report = node.run(*argv, "--parallel", "1")
 
     assert code == ExitCode.DATA, json.dumps(report["host_local"])
     assert os.listdir(own) == ["10.244.0.5"]
@@ -1787,16 +1807,10 @@ def test_on_the_node_a_del_through_multus_whose_scratch_file_changed_since_the_p
     and both addresses, still held, were moved to the quarantine (exit 73). Found by reading
     the third attack review of the riding. The DEL is now left for the next run, exit 65,
     both addresses where they were."""
-    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
     beside = SCRATCH_FILE_CHANGED_BESIDE[scratch_file]
-    crashed.node.fake_plugin_network("aaa", "outsider", beside)
-    root = crashed.node.root
-    aaa = root / "var/lib/cni/networks/aaa"
-    aaa.mkdir(parents=True)
-    (aaa / "10.250.0.2").write_bytes(f"{CONTAINER_IDS[1]}\r\neth0".encode())
-    node, own, extra = orphans_of_a_through_multus(crashed, None, "/var/lib/cni/networks/aaa")
+    node, own, extra, argv = orphans_of_a_through_multus_after(crashed, beside)
 
-    code, report = node.run(*plugin_dirs(root, bin_dir), "--parallel", "1")
+    code, report = node.run(*argv, "--parallel", "1")
 
     assert code == ExitCode.DATA, json.dumps(report["host_local"])
     assert (os.listdir(own), os.listdir(extra)) == (["10.244.0.5"], ["10.245.0.5"])
@@ -1896,64 +1910,6 @@ def test_on_the_node_a_scratch_file_go_cannot_decode_is_read_as_none_whose_deleg
     assert found["del"]["config_problem"].startswith("Multus has no scratch file ")
 
 
-# multus-b's DEL (the cniDir multus-b), after releasing its delegates, touches multus-a's
-# scratch file of A: something beside the run rewriting it in place.
-MULTUS_B_TOUCHES_A = (
-    f'case "$dir" in */multus-b) touch /var/lib/cni/multus/{A};; esac\nrm -f "$f"\n'
-)
-
-
-def test_on_the_node_a_rider_another_del_released_is_reported_so_when_its_own_del_is_left(
-    crashed: Crashed,
-) -> None:
-    """As test_on_the_node_a_rider_another_del_released_first_does_not_hold_back_its_del:
-    the rider zextra/10.245.0.5 rides on multus-a's DEL, and multus-b's DEL, run first,
-    releases it; then multus-a's scratch file of A changes before multus-a's DEL, which is
-    left for the next run. The rider, released by a DEL of this run, was reported skipped
-    with the DEL it rode on, "left for the next run", with no DEL (found by the attack
-    review of f0f91fa). It is reported done, released by multus-b's DEL."""
-    d = CONTAINER_IDS[1]
-    slow = MULTUS_SLOW_FOR.replace("SLOW_ID", d).replace("SECONDS", "2")
-    slow = slow.replace('rm -f "$f"\n', MULTUS_B_TOUCHES_A)
-    bin_dir = crashed.node.fake_plugin_network("multus-a", "multus", slow)
-    root = crashed.node.root
-    networks = root / "var/lib/cni/networks"
-    conf = {
-        "cniVersion": "1.0.0",
-        "name": "multus-b",
-        "plugins": [{"type": "multus", "cniDir": "/var/lib/cni/multus-b"}],
-    }
-    crashed.node.write_conf("61-multus-b.conflist", json.dumps(conf).encode())
-    subnets = {"multus-a": "10.244.0", "multus-b": "10.246.0", "zextra": "10.245.0"}
-    for name in subnets:
-        (networks / name).mkdir(parents=True)
-    (networks / "multus-a/10.244.0.5").write_bytes(OWNER_A)
-    (networks / "multus-a/10.244.0.2").write_bytes(f"{d}\r\neth0".encode())
-    (networks / "multus-b/10.246.0.5").write_bytes(OWNER_A)
-    (networks / "zextra/10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())  # the rider
-    for cni_dir, network in (("multus", "multus-a"), ("multus-b", "multus-b")):
-        (root / "var/lib/cni" / cni_dir).mkdir(parents=True)
-        delegates = (bridge(network, subnets[network]), bridge("zextra", "10.245.0"))
-        (root / "var/lib/cni" / cni_dir / A).write_text(multus_scratch(*delegates))
-    (root / "var/lib/cni/multus" / d).write_text(multus_scratch(bridge("multus-a", "10.244.0")))
-    crashed.node.results.mkdir(parents=True, mode=0o700)
-    crashed.reboot()
-    node = OnTheNode(crashed)
-    node.record(*(f"/var/lib/cni/networks/{n}" for n in subnets))
-
-    code, report = node.run(*plugin_dirs(root, bin_dir), "--parallel", "4")
-
-    found = by_ip(report)
-    assert code == ExitCode.DATA, json.dumps(report["host_local"])
-    assert os.listdir(networks / "zextra") == ["lock"]  # multus-b's DEL released the rider
-    assert found["10.244.0.5"]["outcome"] == "skipped"  # multus-a's DEL left: right
-    assert "scratch file" in found["10.244.0.5"]["problem"]
-    rider = found["10.245.0.5"]
-    assert (rider["outcome"], rider.get("problem")) == ("done", None), rider
-    assert rider["del"]["config"] == "/etc/cni/net.d/61-multus-b.conflist"
-    assert "10.245.0.5" in rider["del"]["released"]
-
-
 @pytest.mark.parametrize("first", [True, False])
 def test_on_the_node_a_delegate_named_with_a_nul_leaves_the_del_and_the_run_goes_on(
     crashed: Crashed, first: bool
@@ -1993,48 +1949,6 @@ def test_on_the_node_a_delegate_named_with_a_nul_leaves_the_del_and_the_run_goes
         assert by_ip(run)["10.244.0.5"]["action"] == "del"
     assert entry.exists()
     assert os.listdir(root / "run/cni-reaper/pre-runtime") == [BOOT_ID]
-
-
-def test_on_the_node_a_dry_run_judges_a_store_no_record_holds_as_the_real_run_does(
-    crashed: Crashed,
-) -> None:
-    """An orphan's DEL through Multus, whose delegate keeps its addresses in a dataDir only
-    the scratch file names, in the boot's first run, which takes the record: that store is
-    read only by the orphan's check, after the record is kept, so the real run judges its
-    address against a record without its dir and leaves the DEL (exit 65). The dry run,
-    keeping no record, took the address for one found before any runtime and planned the
-    DEL (exit 0): now it judges such a dir as the real run will."""
-    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
-    root = crashed.node.root
-    networks = root / "var/lib/cni/networks"
-    delegates, (own, extra) = two_delegates(root)
-    delegates[0]["name"] = "multus-cni-network"
-    own = own.rename(networks / "multus-cni-network")
-    delegates[1]["ipam"]["dataDir"] = "/var/lib/cni/nad-ipam"
-    (networks.parent / "nad-ipam").mkdir()
-    extra = extra.rename(networks.parent / "nad-ipam/extra")
-    (own / "10.244.0.5").write_bytes(OWNER_A)  # the orphan
-    (extra / "10.245.0.5").write_bytes(f"{A}\r\nnet1".encode())
-    (root / "var/lib/cni/multus").mkdir(parents=True)
-    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
-    crashed.node.results.mkdir(parents=True, mode=0o700)
-    crashed.reboot()
-    node = OnTheNode(crashed)  # no record taken before: this run takes it
-    argv = ("--bin-dir", "/" + str(bin_dir.relative_to(root)), "--bin-dir", PLUGIN_DIR)
-
-    dry_code, dry = node.run(*argv, "--dry-run")
-    code, report = node.run(*argv)
-
-    assert (dry_code, code) == (ExitCode.DATA, ExitCode.DATA), report
-    for run in (dry, report):
-        orphan = by_ip(run)["10.244.0.5"]
-        assert orphan["action"] == "leave"
-        assert orphan["reason"].startswith(
-            "host-local's DEL would also release /var/lib/cni/nad-ipam/extra/10.245.0.5, which "
-            "was written current-boot: its directory is not the one in this boot's pre-runtime "
-            "record"
-        )
-    assert [os.listdir(own), os.listdir(extra)] == [["10.244.0.5"], ["10.245.0.5"]]
 
 
 def multus_node_with_a_nad_store(

@@ -633,12 +633,24 @@ def _pipeline(run: _Run) -> Report:
 
     def orphans_delegate_stores() -> Iterator[str]:
         """The stores the DEL of an orphan through Multus may release from: its network's
-        config (or the one an entry cached) runs Multus, whose scratch files name them."""
+        config (or the one an entry cached) runs the thin Multus plugin, whose scratch files
+        of the orphans' owners name them. An owner with a results entry of the network has
+        no orphan there; under a --root no DEL through Multus runs."""
         for network, store in stores:
             netlist = run.configs.get(network) or cached_configs(network)[0]
-            if netlist is not None and multus.runs_multus(netlist):
-                owners = sorted(host_local.owners_in(store))
-                yield from host_local.scratch_stores(netlist, owners, paths.root)
+            if netlist is None or multus.confined_problem(netlist, run.binds.root):
+                continue
+            if not any(True for _ in netconf.configs_running(netlist, multus.THIN_PLUGIN)):
+                continue  # the thick plugin's DEL does not run: nothing to record for it
+            owners = sorted(
+                {
+                    o.container_id
+                    for o in host_local.owners_in(store)
+                    if o.ifname is None
+                    or not fates.present(f"{network}-{o.container_id}-{o.ifname}")
+                }
+            )
+            yield from host_local.scratch_stores(netlist, owners, paths.root)
 
     def ready(
         alive: Callable[[str], str | None],
@@ -656,7 +668,16 @@ def _pipeline(run: _Run) -> Report:
         cached_configs.read_all()
         # Only the boot's first run (which takes the record, or, dry, would) needs the
         # delegates' stores now: a later one reads them for its check alone.
-        from_delegates = (*delegate_stores, *orphans_delegate_stores()) if proof.taking else ()
+        from_delegates: list[str] = []
+        if proof.taking:
+            named = (*delegate_stores, *orphans_delegate_stores())
+            from_delegates, past = host_local.distinct_stores(named, host_local.MAX_NAMED_STORES)
+            if past:
+                warnings.append(
+                    f"Multus's scratch files name {past} more host-local stores than the "
+                    f"{host_local.MAX_NAMED_STORES} this boot's pre-runtime record takes: "
+                    "the DELs that would release from them are left"
+                )
         recorded = (*(s for _, s in stores), *cached_configs.stores(), *from_delegates)
         for store in dict.fromkeys(recorded):
             pre_runtime.record_dir(proof, store)

@@ -217,6 +217,7 @@ class StoreReads:
     def __init__(self, boot: BootContext, proof: Proof) -> None:
         self._boot, self._proof = boot, proof
         self._read: dict[str, StoreDoubts] = {}
+        self._by_identity: dict[object, StoreDoubts] = {}
         self._runs_multus = PerChain()
         self._scratch = PerChain()  # (a Multus chain, owner) -> its scratch files' reading
         # (a Multus chain, owner) -> what was read of the delegates its DEL runs
@@ -229,9 +230,15 @@ class StoreReads:
     def of(self, store: str) -> StoreDoubts:
         doubts = self._read.get(store)
         if doubts is None:
-            doubts = self._read[store] = StoreDoubts(store, indexed=True)
-            for _ in inventory("", store, self._boot, self._proof, None, doubts):
-                pass
+            # One reading of a dir however its path is spelled: a scratch file's delegates
+            # may name one dir of a tenant's through a thousand symlinks to it.
+            identity = store_identity(store)
+            doubts = self._by_identity.get(identity)
+            if doubts is None:
+                doubts = self._by_identity[identity] = StoreDoubts(store, indexed=True)
+                for _ in inventory("", store, self._boot, self._proof, None, doubts):
+                    pass
+            self._read[store] = doubts
         return doubts
 
     def against_delegates(
@@ -461,6 +468,30 @@ def cached_config_problem(netlist: NetworkList, binds: RootBinds) -> str | None:
     return next(iter(problems.values()), None)
 
 
+# The stores Multus's scratch files name that a boot's first run records, at most: a tenant's
+# NetworkAttachmentDefinitions name them, and past a few they are no node's layout.
+MAX_NAMED_STORES = 64
+
+
+def distinct_stores(stores: Iterable[str], limit: int) -> tuple[list[str], int]:
+    """Each dir of stores once, however its path is spelled (store_identity), up to limit;
+    and how many more distinct ones there were. Unbounded, the spellings of one dir of a
+    scratch file's delegates (symlinks to it) had the record list it once for each."""
+    kept: list[str] = []
+    seen: set[object] = set()
+    past = 0
+    for store in stores:
+        identity = store_identity(store)
+        if identity in seen:
+            continue
+        seen.add(identity)
+        if len(kept) < limit:
+            kept.append(store)
+        else:
+            past += 1
+    return kept, past
+
+
 def scratch_stores(netlist: NetworkList, owners: Iterable[str], root: str) -> Iterator[str]:
     """The host-local stores of the delegates the chain's Multus scratch files of owners name:
     those a DEL through it of each owner's orphan may release from. A boot's first run records
@@ -471,9 +502,9 @@ def scratch_stores(netlist: NetworkList, owners: Iterable[str], root: str) -> It
         yield from (store for store, _ in _delegates_stores(reads, root))
 
 
-def owners_in(store: str) -> set[str]:
-    """The container IDs the store's reservations name, as host-local's DEL matches them;
-    never through a symlink."""
+def owners_in(store: str) -> set[Owner]:
+    """The owners the store's reservations name, as host-local's DEL matches them; never
+    through a symlink."""
     try:
         dir_fd = os.open(store, DIR_FLAGS)
     except OSError:
@@ -486,7 +517,7 @@ def owners_in(store: str) -> set[str]:
             read = read_reservation(name, dir_fd, listed_regular=True)
             owner = None if read is None else read_owner(read[1])[1]
             if owner is not None:
-                found.add(owner.container_id)
+                found.add(owner)
     except OSError:
         pass  # what was read is recorded: the rest's DELs are left, unproven
     finally:

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cni_reaper import host_local, multus
+from cni_reaper import host_local, multus, pre_runtime
 from cni_reaper.errors import ExitCode
 from cni_reaper.netconf import NetworkConfigs, NetworkList, kinds_run, parse_conf_bytes
 from cni_reaper.node_root import RootBinds
@@ -1384,6 +1384,111 @@ def test_on_the_node_the_boot_s_first_run_records_the_stores_an_orphan_s_multus_
     assert (orphan["outcome"], orphan["del"]["plugins_run"]) == ("done", ["multus"])
     assert sorted(orphan["del"]["released"]) == ["10.244.0.5", "10.245.0.5"]
     assert by_ip(dry)["10.244.0.5"]["action"] == "del"
+
+
+def tenant_delegate(data_dir: str, name: str = "big") -> dict[str, Any]:
+    """A NetworkAttachmentDefinition's delegate: bridge and host-local in a dataDir it names."""
+    delegate = bridge(name, "10.246.0")
+    delegate["ipam"]["dataDir"] = data_dir
+    return delegate
+
+
+def a_in_a_store_named_like_multus(crashed: Crashed, *delegates: dict[str, Any]) -> Path:
+    """An address of A in the default dataDir's store named like Multus's network (as one of
+    the pod's NetworkAttachmentDefinitions, named so by any tenant, makes it), A's scratch
+    file naming delegates; the node rebooted. Returns the plugin dir."""
+    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
+    root = crashed.node.root
+    own = root / "var/lib/cni/networks/multus-cni-network"
+    own.mkdir(parents=True)
+    (own / "10.244.0.5").write_bytes(OWNER_A)
+    (root / "var/lib/cni/multus").mkdir(parents=True)
+    (root / "var/lib/cni/multus" / A).write_text(multus_scratch(*delegates))
+    crashed.node.results.mkdir(parents=True, mode=0o700, exist_ok=True)
+    return bin_dir
+
+
+def test_on_the_node_the_first_run_records_no_store_for_an_owner_with_no_orphan(
+    crashed: Crashed,
+) -> None:
+    """A's Multus results entry is whole: the runtime's DEL releases A's addresses, and no
+    DEL of this run goes through Multus for A. The first run read A's scratch file all the
+    same and recorded every dir its delegates name, a tenant's choice (/srv/tenant/big, with
+    its 50 files), found by the attack review of 0e90e6f. It records the stores of owners
+    with no results entry of the network only."""
+    root = crashed.node.root
+    bin_dir = a_in_a_store_named_like_multus(crashed, tenant_delegate("/srv/tenant"))
+    conf = (crashed.node.conf_dir / "60-multus-cni-network.conflist").read_bytes()
+    entry = crashed.node.write_result(
+        f"multus-cni-network-{A}-eth0", cache_entry_bytes(conf, "multus-cni-network", A, "eth0")
+    )
+    big = root / "srv/tenant/big"
+    big.mkdir(parents=True)
+    for n in range(50):
+        (big / f"file-{n}").write_bytes(b"x")
+    crashed.reboot()
+
+    code, report = OnTheNode(crashed).run(*plugin_dirs(root, bin_dir))
+
+    assert (code, entry.exists()) == (ExitCode.OK, True), report
+    record, problem = pre_runtime.load(str(root / "run"), BOOT_ID)
+    assert problem is None and record is not None
+    assert "/srv/tenant/big" not in record.dirs
+
+
+def test_on_the_node_the_stores_scratch_files_name_are_recorded_once_each_and_so_many_at_most(
+    crashed: Crashed,
+) -> None:
+    """A's orphan; A's scratch file names 300 delegates whose dataDirs are spellings of one
+    dir of 1,000 files (symlinks to it, in a dir a tenant can write), and 70 other dirs. The
+    first run recorded that dir once per spelling (the attack review of 0e90e6f: at 1,200
+    spellings of 4,000 files, 41 s and a record past what a later run loads, so that every
+    later run of the boot acted on nothing), and the orphan's check read it once for each.
+    Each dir is recorded, and read, once however it is spelled, and 64 at most are
+    recorded; the run says how many more there were."""
+    root = crashed.node.root
+    tenant = root / "srv/t"
+    (tenant / "big").mkdir(parents=True)
+    for n in range(1000):
+        (tenant / "big" / f"10.9.{n // 250}.{n % 250}").write_bytes(b"")
+    for k in range(300):
+        (tenant / f"l{k}").symlink_to(".")
+    for k in range(70):
+        (tenant / f"s{k}" / "big").mkdir(parents=True)
+    spelled = [tenant_delegate(f"/srv/t/l{k}") for k in range(300)]
+    others = [tenant_delegate(f"/srv/t/s{k}") for k in range(70)]
+    bin_dir = a_in_a_store_named_like_multus(crashed, *spelled, *others)
+    crashed.reboot()
+
+    code, report = OnTheNode(crashed).run(*plugin_dirs(root, bin_dir))
+
+    record, problem = pre_runtime.load(str(root / "run"), BOOT_ID)
+    assert problem is None and record is not None, (code, problem)
+    tenants = [d for d in record.dirs if d.startswith("/srv/t/")]
+    assert (len(tenants), sum(len(record.dirs[d].files) for d in tenants)) == (64, 1000)
+    assert any(
+        "Multus's scratch files name 7 more host-local stores than the 64" in w
+        for w in report["warnings"]
+    ), report["warnings"]
+
+
+def test_the_first_run_under_a_root_records_no_store_a_scratch_file_names(
+    crashed: Crashed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under a --root no DEL through Multus runs: the first run read the Multus network's
+    store and a scratch file for each owner, for a record no DEL of the run can use (the
+    attack review of 0e90e6f: about 1 s for 20,000 owners with no scratch file). It reads
+    neither, and records nothing they name."""
+    root = crashed.node.root
+    a_in_a_store_named_like_multus(crashed, tenant_delegate("/srv/nad"))
+    (root / "srv/nad/big").mkdir(parents=True)
+    crashed.reboot()
+
+    crashed.run(capsys)
+
+    record, problem = pre_runtime.load(str(root / "run"), BOOT_ID)
+    assert problem is None and record is not None
+    assert not [d for d in record.dirs if "srv/nad" in d]
 
 
 @pytest.mark.parametrize("multus", ["deletes", "deletes nothing"])

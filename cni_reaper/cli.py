@@ -71,6 +71,7 @@ from cni_reaper.reservations import (
     ReservationAction,
     ReservationPlanner,
     Settled,
+    ThroughMultus,
     claimed_or_riding,
     handed_over,
 )
@@ -642,15 +643,15 @@ def _pipeline(run: _Run) -> Report:
                 continue
             if not any(True for _ in netconf.configs_running(netlist, multus.THIN_PLUGIN)):
                 continue  # the thick plugin's DEL does not run: nothing to record for it
-            owners = sorted(
+            # An ID-only reservation's entries, under any ifname, are not looked for this early.
+            orphans = sorted(
                 {
                     o.container_id
                     for o in host_local.owners_in(store)
-                    if o.ifname is None
-                    or not fates.present(f"{network}-{o.container_id}-{o.ifname}")
+                    if o.ifname is None or not fates.has_entry(network, o.container_id, o.ifname)
                 }
             )
-            yield from host_local.scratch_stores(netlist, owners, paths.root)
+            yield from host_local.scratch_stores(netlist, orphans, paths.root)
 
     def ready(
         alive: Callable[[str], str | None],
@@ -1443,7 +1444,8 @@ def _reservations(
                 hold = delegate_reads.delegates_release(netlist, owner, ifname)
                 if hold is not None:
                     seen = delegate_reads.scratch_seen(netlist, owner)
-                    p = p._replace(delegates_hold=tuple(hold), scratch_seen=seen)  # noqa: PLW2901
+                    through = ThroughMultus(tuple(hold), seen)
+                    p = p._replace(through_multus=through)  # noqa: PLW2901 (as planned)
             if doubt is None:
                 add(r.ip, r.number, p.owner_state, True)
                 changing.append(p)

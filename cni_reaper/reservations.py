@@ -70,6 +70,15 @@ class ReservationAction(str, Choice):
 CHANGING_RESERVATIONS = frozenset((ReservationAction.DEL, ReservationAction.QUARANTINE))
 
 
+class ThroughMultus(Record):
+    """What an orphan's DEL through Multus was planned on: what Multus's delegates release
+    besides, to see after it, and the scratch files Multus reads, as they were read, to check
+    again just before it."""
+
+    hold: tuple[Held, ...]
+    scratch_seen: tuple[tuple[str, FileStat], ...]
+
+
 class PlannedReservation(Record):
     reservation: Reservation
     action: ReservationAction
@@ -79,11 +88,8 @@ class PlannedReservation(Record):
     chain: ChainResolution | None = None
     config_problem: str | None = None  # why no DEL can run: quarantined instead
     del_ifname: str | None = None
-    # What the DEL through Multus has its delegates release besides, to see after it (None:
-    # its DEL runs no Multus whose delegates were read).
-    delegates_hold: tuple[Held, ...] | None = None
-    # The scratch files that Multus reads, as they were read: checked again just before it.
-    scratch_seen: tuple[tuple[str, FileStat], ...] = ()
+    # None: its DEL runs no Multus whose delegates were read
+    through_multus: ThroughMultus | None = None
     riding: bool = False  # released by another orphan's DEL, as its delegate's (netlist's)
 
     def to_json(
@@ -197,6 +203,11 @@ class EntryFates:
         found = {n[len(prefix) :] for n in names if n.startswith(prefix)}
         return found | set(self._noted.get((network, container_id), {}))
 
+    def has_entry(self, network: str, container_id: str, ifname: str) -> bool:
+        """Whether the results dir holds, or held, this attachment's entry, as of() finds it:
+        its address in the network's store is no orphan."""
+        return self._fate(network, container_id, ifname) is not None
+
     def of(self, r: Reservation) -> tuple[EntryFate | None, str | None]:
         """What became of the owner's entry, and its ifname: for an ID-only reservation, that
         of any entry of the container in the network, the one that keeps most winning."""
@@ -279,22 +290,21 @@ def claimed_or_riding(
         return held(p.reservation.store, p.reservation.ip, p)
 
     def holds(p: PlannedReservation) -> set[tuple[object, str, str]]:
-        return {held(h.store, ip, p) for h in p.delegates_hold or () for ip in h.addresses}
+        hold = p.through_multus.hold if p.through_multus is not None else ()
+        return {held(h.store, ip, p) for h in hold for ip in h.addresses}
 
     # What each DEL that may run (through Multus, releasing its own orphan) would release.
     held_by: dict[tuple[object, str, str], set[tuple[str | None, str, str | None]]] = {}
     for i in to_settle:
         p = changing[i]
-        if p.delegates_hold is not None and p.config_problem is None:
+        if p.through_multus is not None and p.config_problem is None:
             released = holds(p)
             if own(p) not in released:
                 reason = (
                     "its DEL through Multus would not release it: Multus's scratch file "
                     "names no delegate that keeps it in its store under its ifname"
                 )
-                changing[i] = p._replace(
-                    config_problem=reason, delegates_hold=None, scratch_seen=()
-                )
+                changing[i] = p._replace(config_problem=reason, through_multus=None)
                 continue
             for key in released:
                 held_by.setdefault(key, set()).add(_del_of(p))
@@ -318,7 +328,7 @@ def claimed_or_riding(
         problem = claim(p)
         if problem is not None:
             # No DEL of its own, as one with no config: one claimed later may still take it.
-            changing[i] = p._replace(config_problem=problem, delegates_hold=None, scratch_seen=())
+            changing[i] = p._replace(config_problem=problem, through_multus=None)
             continue
         settled.add(i)
         for key in holds(p):
@@ -340,8 +350,7 @@ def _released_by(p: PlannedReservation, by: PlannedReservation, how: str) -> Pla
         chain=by.chain,
         config_problem=None,
         del_ifname=by.del_ifname,
-        delegates_hold=None,
-        scratch_seen=(),
+        through_multus=None,
         riding=True,
     )
 

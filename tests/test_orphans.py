@@ -25,6 +25,7 @@ from cni_reaper.reservations import (
     EntryFates,
     PlannedReservation,
     ReservationAction,
+    ThroughMultus,
     claimed_or_riding,
 )
 from tests.bolt_writer import containerd_sandbox, write_db
@@ -608,7 +609,9 @@ def _planned_orphans(draw: st.DrawFn) -> list[PlannedReservation]:
             f"{network}.conf",
             True,
         )
-        hold = None if holds is None else tuple(host_local.Held(s, "net1", (i,)) for s, i in holds)
+        hold = None
+        if holds is not None:
+            hold = ThroughMultus(tuple(host_local.Held(s, "net1", (i,)) for s, i in holds), ())
         planned.append(
             PlannedReservation(
                 r, action, "an orphan", "failed", netlist, None, problem, "eth0", hold
@@ -649,7 +652,8 @@ def test_an_orphan_rides_only_on_a_del_that_releases_it_and_no_del_is_added(
     def holds(runner: PlannedReservation, p: PlannedReservation) -> bool:
         r = p.reservation
         return runner.reservation.owner == r.owner and any(
-            h.store == r.store and r.ip in h.addresses for h in runner.delegates_hold or ()
+            h.store == r.store and r.ip in h.addresses
+            for h in (runner.through_multus.hold if runner.through_multus else ())
         )
 
     claimed_or_riding(planned, claim, lambda store: store)
@@ -664,12 +668,12 @@ def test_an_orphan_rides_only_on_a_del_that_releases_it_and_no_del_is_added(
                 netlist=new.netlist,
                 config_problem=None,
                 del_ifname=new.del_ifname,
-                delegates_hold=None,
+                through_multus=None,
                 riding=True,
             )
         elif new != old:
-            assert old.delegates_hold is not None or n in refused
-            assert new == old._replace(config_problem=new.config_problem, delegates_hold=None)
+            assert old.through_multus is not None or n in refused
+            assert new == old._replace(config_problem=new.config_problem, through_multus=None)
             assert new.config_problem == "claimed before" or not holds(old, old)
         else:
             assert n not in refused or n not in asked

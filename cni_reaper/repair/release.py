@@ -42,6 +42,7 @@ from cni_reaper.reservations import (
     PlannedReservation,
     ReservationAction,
     Settled,
+    ThroughMultus,
     handed_over,
     released_before_its_del,
 )
@@ -95,6 +96,15 @@ def _changed(p: PlannedReservation) -> str | None:
     except OSError as e:
         return f"cannot look at it again: {e.strerror}"
     return p.reservation.file.changes(st)
+
+
+_NO_MULTUS = ThroughMultus((), ())
+
+
+def _through_multus(items: list[PlannedReservation]) -> ThroughMultus:
+    """What the DEL of items through Multus was planned on, as its own orphans found it (not
+    one riding on it, which holds none); nothing for a DEL that runs no Multus."""
+    return next((p.through_multus for p in items if p.through_multus), _NO_MULTUS)
 
 
 def _still_owned(p: PlannedReservation) -> bool:
@@ -174,7 +184,7 @@ def settle(
                     gone_before.setdefault(key, []).append((p, by))
                     continue
             return f"{p.reservation.path} {changed}; left for the next run"
-        moved = scratch_changed(next((p.scratch_seen for p in items if p.scratch_seen), ()))
+        moved = scratch_changed(_through_multus(items).scratch_seen)
         if moved is not None:
             return moved
         netlist, chain = items[0].netlist, items[0].chain
@@ -245,8 +255,7 @@ class _Witness:
         self._holders: dict[tuple[object, str], list[_Key]] = defaultdict(list)
         if any(p.riding for items in attachments.values() for p in items):
             for key, items in attachments.items():
-                hold = next((p.delegates_hold for p in items if p.delegates_hold), ())
-                for h in hold:
+                for h in _through_multus(items).hold:
                     identity = store_identity(h.store)
                     for ip in h.addresses:
                         self._holds.setdefault(key, []).append(
@@ -301,9 +310,8 @@ def _checked(
     # the DEL's own ifname first, as an entry's DEL says them
     by_ifname = sorted(by_store.items(), key=lambda item: bool(item[0][1]))
     still += (f"{store} still holds {', '.join(ips)}{named}" for (store, named), ips in by_ifname)
-    # The delegates' addresses besides the orphans' own, which _still_owned() looked at; as
-    # the DEL's own orphans found them (not one riding on it, which holds none).
-    hold = next((p.delegates_hold for p in items if p.delegates_hold), ())
+    # The delegates' addresses besides the orphans' own, which _still_owned() looked at.
+    hold = _through_multus(items).hold
     more_left: list[str] = []
     if hold:
         # by identity: a rider's store may be spelled otherwise in the hold (a symlinked

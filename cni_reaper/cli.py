@@ -992,7 +992,8 @@ def _note_fate(result: EntryResult, fates: EntryFates) -> None:
     elif result.del_outcome is not None and not result.del_outcome.ok:
         # Every plugin exited 0 and the store still holds it: the DEL ran, and left it.
         fate = EntryFate.DELETED if result.del_outcome.left else EntryFate.DEL_FAILED
-    fates.note(split.network, split.container_id, split.ifname, fate)
+    delegating = planned.netlist is not None and multus.runs_multus(planned.netlist)
+    fates.note(split.network, split.container_id, split.ifname, fate, delegating)
 
 
 class _CachedConfigs:

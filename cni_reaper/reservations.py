@@ -17,6 +17,9 @@ Decided after the results cache is done with, from what became of each attachmen
   config with its owner's container ID and ifname and no cached result, which a later DEL of
   the runtime's finds done; if no DEL can run, or it leaves the address, the quarantine.
   One that another orphan's DEL through Multus releases as its delegate's rides on that DEL.
+  One that the delegates of its owner's entry through Multus keep, where that entry's DEL was
+  held back (left for a later run, which may never come: its scratch file's delegates
+  doubted), is an orphan too, its reason saying so.
 - damaged (empty, NUL-filled, garbage): no DEL can ever match it; the quarantine.
 Every one of these acts only on a reservation the pre-runtime record proves an earlier boot
 wrote (pre_runtime.py), whose owner nothing shows alive.
@@ -164,12 +167,29 @@ class EntryFates:
         self.present = present  # whether the results dir holds a file of this name
         self.names = names  # the results dir's names, listed only for ID-only reservations
         self._noted: dict[tuple[str, str], dict[str, EntryFate]] = {}
+        # container -> the network of an entry of its whose DEL through Multus was held back
+        self._left_delegating: dict[str, str] = {}
         self._by_container: dict[str, list[str]] | None = None
         self._sorted: list[str] | None = None  # the names, for IDs that are not 64 hex
 
-    def note(self, network: str, container_id: str, ifname: str, fate: EntryFate) -> None:
+    def note(
+        self,
+        network: str,
+        container_id: str,
+        ifname: str,
+        fate: EntryFate,
+        runs_multus: bool = False,
+    ) -> None:
         if fate is not EntryFate.KEPT:
             self._noted.setdefault((network, container_id), {})[ifname] = fate
+        if runs_multus and fate is EntryFate.LEFT:
+            self._left_delegating.setdefault(container_id, network)
+
+    def left_through_multus(self, container_id: str) -> str | None:
+        """The network of an entry of the container whose DEL through Multus was held back:
+        the addresses its delegates keep in other networks' stores (or in its own, under
+        their ifnames) are ones that DEL releases, when a later run makes it."""
+        return self._left_delegating.get(container_id) if self._left_delegating else None
 
     def _fate(self, network: str, container_id: str, ifname: str) -> EntryFate | None:
         if self._noted:  # nearly every entry was kept: nothing noted
@@ -246,6 +266,17 @@ def handed_over(items: list[Item]) -> Iterator[Item]:
 # The reasons of every orphan, made once: a string made per orphan was 2 MB at 10,000 of them.
 _ORPHAN = "an orphan: no results entry for it, so no runtime will ever DEL it"
 _ORPHAN_NO_DEL = f"{_ORPHAN}; no DEL can run, so it is released into the quarantine"
+
+
+def _left_through(network: str, del_runs: bool) -> str:
+    """An orphan's reason where its owner's entry of network, whose DEL through Multus would
+    release it, was left (not "no results entry for it": one is there)."""
+    reason = (
+        f"no results entry of its network names it, and its owner's results entry of "
+        f"{network}, whose DEL through Multus releases it, was left for a later run: "
+        "released as an orphan now, which that DEL finds done"
+    )
+    return reason if del_runs else f"{reason}; no DEL can run, so it goes to the quarantine"
 
 
 def _del_of(p: PlannedReservation) -> tuple[str | None, str, str | None]:
@@ -420,10 +451,15 @@ class ReservationPlanner:
                     f"{cached}: Multus's DEL releases it when the runtime tears the sandbox down"
                 )
                 return plan(r, ReservationAction.KEEP, reason, "runtime")
-        return self._orphan(r, ifname)
+        through = self._fates.left_through_multus(r.owner.container_id) if fate is None else None
+        return self._orphan(r, ifname, through)
 
-    def _orphan(self, r: Reservation, ifname: str | None) -> PlannedReservation:
-        """No results entry tells a runtime to DEL it: its network's DEL, or the quarantine."""
+    def _orphan(
+        self, r: Reservation, ifname: str | None, through: str | None = None
+    ) -> PlannedReservation:
+        """No results entry tells a runtime to DEL it: its network's DEL, or the quarantine.
+        Where its owner's entry of the network through (Multus's), whose delegates keep it,
+        had its DEL held back, the reason says so."""
         assert r.owner is not None
         netlist, problem = self._config_for(r.network)
         chain = None
@@ -432,10 +468,13 @@ class ReservationPlanner:
             if problem is None:
                 chain = self._chain(netlist)
                 problem = chain.problem
+        reason = _ORPHAN if problem is None else _ORPHAN_NO_DEL
+        if through is not None:
+            reason = _left_through(through, problem is None)
         return PlannedReservation(
             r,
             ReservationAction.DEL,
-            _ORPHAN if problem is None else _ORPHAN_NO_DEL,
+            reason,
             "failed",
             netlist,
             chain,

@@ -1940,13 +1940,18 @@ def test_on_the_node_an_entry_s_del_through_multus_whose_scratch_file_changed_is
     entry of the network, run just before it, has a delegate that takes A's scratch file
     away or rewrites it. Multus ran all the same (with no file the real one DELs what the
     API server names), and the entry was quarantined, exit 0. Now the entry is left where
-    it is for the next run (exit 65), and no plugin of its DEL runs. (A's delegates hold no
-    address here: one they held would be an orphan of theirs, no entry of their networks
-    naming it, and released as one.)"""
+    it is for the next run (exit 65), and no plugin of its DEL runs. The addresses A's
+    delegates keep, which no entry of their networks names, are released as orphans all the
+    same (here into the quarantine: no config of cbr0 or extra on the node, exit 73), as
+    they are where the entry's DEL is doubted for good; their reason said "no results entry
+    for it", where one is there, and now names it."""
     crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
     crashed.node.fake_plugin_network("aaa", "outsider", SCRATCH_FILE_CHANGED_BESIDE[scratch_file])
     root = crashed.node.root
     delegates, stores = two_delegates(root)
+    held = {"10.244.0.5": OWNER_A, "10.245.0.5": f"{A}\r\nnet1".encode()}
+    for store, (ip, owner) in zip(stores, held.items()):
+        (store / ip).write_bytes(owner)
     scratch_dir = root / "var/lib/cni/multus"
     scratch_dir.mkdir(parents=True)
     (scratch_dir / A).write_text(multus_scratch(*delegates))
@@ -1961,9 +1966,18 @@ def test_on_the_node_an_entry_s_del_through_multus_whose_scratch_file_changed_is
 
     code, report = node.run("--bin-dir", "/opt/cni/bin", "--bin-dir", PLUGIN_DIR, "--parallel", "2")
 
-    assert code == ExitCode.DATA, report
+    assert code == ExitCode.ACTION_FAILED, report
     assert entry.exists()
-    assert [os.listdir(store) for store in stores] == [[], []]
+    assert [os.listdir(store) for store in stores] == [["lock"], ["lock"]]
+    reason = (
+        "no results entry of its network names it, and its owner's results entry of "
+        "multus-cni-network, whose DEL through Multus releases it, was left for a later run: "
+        "released as an orphan now, which that DEL finds done; no DEL can run, so it goes to "
+        "the quarantine"
+    )
+    assert [(r["ip"], r["action"], r["outcome"], r["reason"]) for r in report["host_local"]] == [
+        (ip, "del", "done", reason) for ip in held
+    ]
     first, mine = report["entries"]
     assert (first["container_id"], first["outcome"]) == (before, "done")
     why = (

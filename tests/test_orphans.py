@@ -20,11 +20,13 @@ from cni_reaper.errors import ExitCode
 from cni_reaper.filestat import FileStat
 from cni_reaper.journal import EventLog
 from cni_reaper.netconf import parse_conf_bytes
+from cni_reaper.plugin import ChainCache, PluginDirs
 from cni_reaper.reservations import (
     EntryFate,
     EntryFates,
     PlannedReservation,
     ReservationAction,
+    ReservationPlanner,
     ThroughMultus,
     claimed_or_riding,
 )
@@ -564,6 +566,81 @@ def test_an_id_only_owners_entries_are_found_by_every_name_that_begins_with_its_
                 break
         assert fates.of(_id_only(network, container_id)) == expected
     assert len(listings) <= 2  # once for the index of hex IDs, once sorted for the others
+
+
+_FATES_NOTED = st.sampled_from(
+    [EntryFate.KEPT, EntryFate.DELETED, EntryFate.DEL_FAILED, EntryFate.LEFT, EntryFate.MOVED]
+)
+
+
+@settings(max_examples=400)
+@given(
+    entries=st.lists(
+        st.tuples(
+            st.sampled_from(["multus", "hl", "hl-b"]),
+            _IDS,
+            st.sampled_from(["eth0", "net1"]),
+            _FATES_NOTED,
+            st.booleans(),
+        ),
+        max_size=10,
+        unique_by=lambda entry: entry[:3],
+    ),
+    held=st.lists(
+        st.tuples(
+            st.sampled_from(["multus", "hl", "hl-b"]), _IDS, st.sampled_from(["eth0", "net1", None])
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_an_orphan_whose_owner_s_multus_entry_was_left_says_so(
+    entries: list[tuple[str, str, str, EntryFate, bool]],
+    held: list[tuple[str, str, str | None]],
+) -> None:
+    """Model (ReservationPlanner over EntryFates): an address of an earlier boot with no entry
+    of its own network is an orphan, whatever became of its owner's other entries; where its
+    owner has an entry whose DEL through Multus was held back (left, its config running
+    Multus), whose delegates keep it, its reason names that entry, where it said "no results
+    entry for it". Every other address is planned by its own entry's fate where it has one
+    (one moved aside with no DEL: as if none), as a plain orphan otherwise."""
+    present = {f"{n}-{c}-{i}" for n, c, i, fate, _ in entries if fate is EntryFate.KEPT}
+    names = sorted({f"{n}-{c}-{i}" for n, c, i, _, _ in entries})
+    fates = EntryFates(present.__contains__, lambda: names)
+    for network, container_id, ifname, fate, runs_multus in entries:
+        fates.note(network, container_id, ifname, fate, runs_multus)
+    planner = ReservationPlanner(
+        fates, lambda _: None, lambda _: (None, "no config"), ChainCache(PluginDirs(())), {}
+    )
+    left_through: dict[str, str] = {}
+    for network, container_id, _, fate, runs in entries:
+        if fate is EntryFate.LEFT and runs:
+            left_through.setdefault(container_id, network)
+    own_fate = {
+        EntryFate.KEPT: ReservationAction.KEEP,
+        EntryFate.LEFT: ReservationAction.LEAVE,
+        EntryFate.DELETED: ReservationAction.QUARANTINE,
+        EntryFate.DEL_FAILED: ReservationAction.QUARANTINE,
+    }
+    for network, container_id, owner_ifname in held:
+        file = FileStat("file", 0, 0.0, 0.0, 0, 0, 0, 0)
+        written = WrittenVerdict(Written.PREVIOUS_BOOT, "a model's")
+        owner = host_local.Owner(container_id, owner_ifname)
+        r = host_local.Reservation(network, "", "10.22.0.2", 0, file, "valid", owner, written)
+        its_own, _ = fates.of(r)
+        planned = planner(r)
+        if its_own in own_fate:
+            assert planned.action is own_fate[its_own], (its_own, planned)
+            continue
+        assert planned.action is ReservationAction.DEL, planned
+        through = left_through.get(container_id) if its_own is None else None
+        if through is None:
+            assert planned.reason.startswith("an orphan: no results entry for it"), planned
+        else:
+            assert planned.reason.startswith(
+                "no results entry of its network names it, and its owner's results entry of "
+                f"{through}, whose DEL through Multus releases it, was left for a later run"
+            ), planned
 
 
 def _id_only(network: str, container_id: str) -> host_local.Reservation:

@@ -667,19 +667,18 @@ def _pipeline(run: _Run) -> Report:
         damaged delegate results moved, before any DEL."""
         delegates.judge(alive, pins)
         cached_configs.read_all()
+        network_stores = [s for _, s in stores]
+        cached_stores = list(cached_configs.stores())
         # Only the boot's first run (which takes the record, or, dry, would) needs the
         # delegates' stores now: a later one reads them for its check alone.
         from_delegates: list[str] = []
         if proof.taking:
             named = (*delegate_stores, *orphans_delegate_stores())
-            from_delegates, past = host_local.distinct_stores(named, host_local.MAX_NAMED_STORES)
-            if past:
-                warnings.append(
-                    f"Multus's scratch files name {past} more host-local stores than the "
-                    f"{host_local.MAX_NAMED_STORES} this boot's pre-runtime record takes: "
-                    "the DELs that would release from them are left"
-                )
-        recorded = (*(s for _, s in stores), *cached_configs.stores(), *from_delegates)
+            from_delegates, past = host_local.scratch_named_to_record(
+                named, (*network_stores, *cached_stores)
+            )
+            warnings.extend(past)
+        recorded = (*network_stores, *cached_stores, *from_delegates)
         for store in dict.fromkeys(recorded):
             pre_runtime.record_dir(proof, store)
         veto = pre_runtime.confirm(proof, run.runtime_started)

@@ -222,6 +222,10 @@ class StoreReads:
         self._scratch = PerChain()  # (a Multus chain, owner) -> its scratch files' reading
         # (a Multus chain, owner) -> what was read of the delegates its DEL runs
         self._delegates = PerChain()
+        # What is left to read of the stores only scratch files name (MAX_NAMED_STORE_NAMES),
+        # and, by identity, those past it, with why they were not read.
+        self._names_left = MAX_NAMED_STORE_NAMES
+        self._not_read: dict[object, str] = {}
         # Scratch files a DEL already planned will have Multus read, and then remove.
         # By identity (under any of its names): the attachment (network, ifname) whose DEL
         # claimed it.
@@ -396,10 +400,35 @@ class StoreReads:
                         f"{runs}, one of which keeps a host-local store that cannot be reached",
                         None,
                     )
-                why = self.of(kept).against_owner(container_id)
+                why = self._too_many_names(kept, read.path)
+                why = why or self.of(kept).against_owner(container_id)
                 if why is not None:
                     return why, None
         return None, unread
+
+    def _too_many_names(self, store: str, scratch_file: str) -> str | None:
+        """Why a store a delegate keeps, not yet read (so no conf dir's: those are read
+        first), is not read: its names would take this run past MAX_NAMED_STORE_NAMES of
+        such stores' names. Taken whole or not at all, once under any spelling."""
+        if store in self._read:
+            return None
+        identity = store_identity(store)
+        if identity in self._by_identity:
+            return None
+        refused = self._not_read.get(identity)
+        if refused is not None:
+            return refused
+        found = names_in(store, self._names_left)
+        if found is None or found <= self._names_left:
+            self._names_left -= found or 0
+            return None
+        refused = self._not_read[identity] = (
+            f"the host-local store {store}, which a delegate in Multus's scratch file "
+            f"{scratch_file} names and no conf does, holds more names than are left of the "
+            f"{MAX_NAMED_STORE_NAMES:,} a run reads of such stores: it is not read, and no "
+            "DEL that may release from it runs"
+        )
+        return refused
 
 
 def store_problems(configs: NetworkConfigs, binds: RootBinds) -> dict[str, str]:
@@ -471,6 +500,64 @@ def cached_config_problem(netlist: NetworkList, binds: RootBinds) -> str | None:
 # The stores Multus's scratch files name that a boot's first run records, at most: a tenant's
 # NetworkAttachmentDefinitions name them, and past a few they are no node's layout.
 MAX_NAMED_STORES = 64
+# The names, in all, of the stores only Multus's scratch files name that a boot's first run
+# records, and that a run reads for the checks of DELs through Multus: as many as the largest
+# store the benchmarks hold. A NetworkAttachmentDefinition's dataDir may be any dir of the
+# node (a tenant's emptyDir of a million files): unbounded, it made the record too large for
+# /run and for any later run to load.
+MAX_NAMED_STORE_NAMES = 100_000
+
+
+def names_in(store: str, limit: int) -> int | None:
+    """How many names the dir holds, its subdirectories' too as deep as a check reads them
+    (_doubt_names), counted to limit + 1 at most (a dir of a million names is not listed
+    whole to learn that); None where it cannot be opened, as a dir inventory() finds nothing
+    in. Never through a symlink."""
+    try:
+        dir_fd = os.open(store, DIR_FLAGS)
+    except (OSError, ValueError):  # ValueError: a NUL in the path, which names no dir
+        return None
+    try:
+        return _names_below(dir_fd, limit + 1, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
+
+
+def _names_below(dir_fd: int, at_most: int, depth: int) -> int:
+    found = 0
+    with os.scandir(dir_fd) as listing:
+        for entry in listing:
+            found += 1
+            if found < at_most and depth < MAX_STORE_DEPTH and entry.is_dir(follow_symlinks=False):
+                try:
+                    below = os.open(entry.name, DIR_FLAGS, dir_fd=dir_fd)
+                except OSError:
+                    continue  # not read by the check either
+                try:
+                    found += _names_below(below, at_most - found, depth + 1)
+                except OSError:
+                    pass  # nor one that cannot be listed
+                finally:
+                    os.close(below)
+            if found >= at_most:
+                break
+    return found
+
+
+def past_names(stores: Iterable[str], limit: int) -> list[str]:
+    """Of stores (each once: distinct_stores), in order, those past the first whose names fit
+    in limit in all: a store is taken whole or not at all."""
+    past: list[str] = []
+    left = limit
+    for store in stores:
+        found = names_in(store, left) or 0
+        if found > left:
+            past.append(store)
+        else:
+            left -= found
+    return past
 
 
 def distinct_stores(stores: Iterable[str], limit: int) -> tuple[list[str], int]:
@@ -490,6 +577,36 @@ def distinct_stores(stores: Iterable[str], limit: int) -> tuple[list[str], int]:
         else:
             past += 1
     return kept, past
+
+
+def scratch_named_to_record(
+    named: Iterable[str], recorded: Iterable[str]
+) -> tuple[list[str], list[str]]:
+    """Of the stores Multus's scratch files name, those a boot's first run records besides
+    recorded (the conf dirs' stores and those cached configs name, recorded whole): each dir
+    once, MAX_NAMED_STORES of them at most, and MAX_NAMED_STORE_NAMES names in all; and
+    the warnings for the rest, whose DELs are left."""
+    known = {store_identity(s) for s in recorded}
+    stores, past = distinct_stores(
+        (s for s in named if store_identity(s) not in known), MAX_NAMED_STORES
+    )
+    warnings = []
+    if past:
+        warnings.append(
+            f"Multus's scratch files name {past} more host-local stores than the "
+            f"{MAX_NAMED_STORES} this boot's pre-runtime record takes: the DELs that would "
+            "release from them are left"
+        )
+    too_large = past_names(stores, MAX_NAMED_STORE_NAMES)
+    if too_large:
+        more = f" and {len(too_large) - 1} more" if len(too_large) > 1 else ""
+        warnings.append(
+            f"Multus's scratch files name host-local stores holding more names in all than "
+            f"the {MAX_NAMED_STORE_NAMES:,} this boot's pre-runtime record takes of such "
+            f"stores: {too_large[0]}{more} not recorded; the DELs that would release from "
+            "them are left"
+        )
+    return [s for s in stores if s not in too_large], warnings
 
 
 def scratch_stores(netlist: NetworkList, owners: Iterable[str], root: str) -> Iterator[str]:

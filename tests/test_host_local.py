@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,50 @@ def test_flannels_delegate_runs_host_local_with_flannels_own_ipam(
     chained = {**conf, "plugins": [plugin, {"type": "host-local", "ipam": {}}]}
     doubled = netconf.parse_conf_bytes(json.dumps(chained).encode(), "cbr0.conflist", False)
     assert (host_local.twice(doubled) is None) == (not data_dirs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    layouts=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 4) | st.none()) | st.none(),
+        min_size=1,
+        max_size=6,
+    ),
+    limit=st.integers(0, 14),
+)
+def test_the_stores_only_scratch_files_name_are_taken_whole_within_so_many_names(
+    layouts: list[tuple[int, int | None] | None], limit: int
+) -> None:
+    """Model (host_local.past_names): stores in order, each taken whole while its names fit in
+    what the limit leaves, past otherwise; a store's names are those a check reads, its
+    subdirectories' too (here: files, and a subdirectory of files or none); a dir that cannot
+    be opened (here: none there) has no names to take and is never past. What is taken never
+    holds more names than the limit."""
+    with tempfile.TemporaryDirectory() as top:
+        stores, sizes = [], []
+        for k, layout in enumerate(layouts):
+            store = os.path.join(top, f"s{k}")
+            stores.append(store)
+            if layout is None:
+                sizes.append(0)
+                continue
+            files, below = layout
+            os.mkdir(store)
+            for n in range(files):
+                Path(store, f"f{n}").touch()
+            if below is not None:
+                os.mkdir(os.path.join(store, "d"))
+                for n in range(below):
+                    Path(store, "d", f"f{n}").touch()
+            sizes.append(files + (0 if below is None else 1 + below))
+
+        past = host_local.past_names(stores, limit)
+
+        left, expected = limit, []
+        for store, size in zip(stores, sizes):
+            if size > left:
+                expected.append(store)
+            else:
+                left -= size
+        assert past == expected
+        assert sum(size for store, size in zip(stores, sizes) if store not in past) <= limit

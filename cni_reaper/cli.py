@@ -991,7 +991,12 @@ def _note_fate(result: EntryResult, fates: EntryFates) -> None:
     elif result.del_outcome is not None and not result.del_outcome.ok:
         # Every plugin exited 0 and the store still holds it: the DEL ran, and left it.
         fate = EntryFate.DELETED if result.del_outcome.left else EntryFate.DEL_FAILED
-    delegating = planned.netlist is not None and multus.runs_multus(planned.netlist)
+    # Asked of an entry left only: at 10,000 damaged entries, no walk of each one's chain.
+    delegating = (
+        fate is EntryFate.LEFT
+        and planned.netlist is not None
+        and multus.runs_multus(planned.netlist)
+    )
     fates.note(split.network, split.container_id, split.ifname, fate, delegating)
 
 

@@ -222,10 +222,9 @@ class StoreReads:
         self._scratch = PerChain()  # (a Multus chain, owner) -> its scratch files' reading
         # (a Multus chain, owner) -> what was read of the delegates its DEL runs
         self._delegates = PerChain()
-        # What is left to read of the stores only scratch files name (MAX_NAMED_STORE_NAMES),
-        # and, by identity, those past it, with why they were not read.
-        self._names_left = MAX_NAMED_STORE_NAMES
-        self._not_read: dict[object, str] = {}
+        # The stores only scratch files name this run has looked at, by identity: with why
+        # one is not read (named_store_problem), None for one that is; MAX_NAMED_STORES.
+        self._named: dict[object, str | None] = {}
         # Scratch files a DEL already planned will have Multus read, and then remove.
         # By identity (under any of its names): the attachment (network, ifname) whose DEL
         # claimed it.
@@ -408,27 +407,26 @@ class StoreReads:
 
     def _too_many_names(self, store: str, scratch_file: str) -> str | None:
         """Why a store a delegate keeps, not yet read (so no conf dir's: those are read
-        first), is not read: its names would take this run past MAX_NAMED_STORE_NAMES of
-        such stores' names. Taken whole or not at all, once under any spelling."""
+        first), is not read: named_store_problem(), or past the MAX_NAMED_STORES such stores
+        a run reads. Looked at once under any spelling."""
         if store in self._read:
             return None
         identity = store_identity(store)
         if identity in self._by_identity:
             return None
-        refused = self._not_read.get(identity)
-        if refused is not None:
-            return refused
-        found = names_in(store, self._names_left)
-        if found is None or found <= self._names_left:
-            self._names_left -= found or 0
+        if identity in self._named:
+            problem = self._named[identity]
+        elif len(self._named) >= MAX_NAMED_STORES:
+            problem = f"is past the {MAX_NAMED_STORES} such stores a run reads"
+        else:
+            problem = self._named[identity] = named_store_problem(store)
+        if problem is None:
             return None
-        refused = self._not_read[identity] = (
+        return (
             f"the host-local store {store}, which a delegate in Multus's scratch file "
-            f"{scratch_file} names and no conf does, holds more names than are left of the "
-            f"{MAX_NAMED_STORE_NAMES:,} a run reads of such stores: it is not read, and no "
-            "DEL that may release from it runs"
+            f"{scratch_file} names and no conf does, {problem}: it is not read, and no DEL "
+            "that may release from it runs"
         )
-        return refused
 
 
 def store_problems(configs: NetworkConfigs, binds: RootBinds) -> dict[str, str]:
@@ -500,27 +498,33 @@ def cached_config_problem(netlist: NetworkList, binds: RootBinds) -> str | None:
 # The stores Multus's scratch files name that a boot's first run records, at most: a tenant's
 # NetworkAttachmentDefinitions name them, and past a few they are no node's layout.
 MAX_NAMED_STORES = 64
-# The names, in all, of the stores only Multus's scratch files name that a boot's first run
-# records, and that a run reads for the checks of DELs through Multus: as many as the largest
-# store the benchmarks hold. A NetworkAttachmentDefinition's dataDir may be any dir of the
-# node (a tenant's emptyDir of a million files): unbounded, it made the record too large for
-# /run and for any later run to load.
-MAX_NAMED_STORE_NAMES = 100_000
+# The names, subdirectories' too, one store only Multus's scratch files name may hold to be
+# recorded by a boot's first run and read by a run's checks of DELs through Multus; with
+# MAX_NAMED_STORES, what a run reads of them all. A NetworkAttachmentDefinition's dataDir may
+# be any dir of the node (a tenant's emptyDir of a million files), which was listed whole
+# into the record in /run and read by every run; a node's host-local store holds an address
+# for each pod of the node at most, a few hundred.
+MAX_NAMED_STORE_NAMES = 4096
 
 
-def names_in(store: str, limit: int) -> int | None:
-    """How many names the dir holds, its subdirectories' too as deep as a check reads them
-    (_doubt_names), counted to limit + 1 at most (a dir of a million names is not listed
-    whole to learn that); None where it cannot be opened, as a dir inventory() finds nothing
-    in. Never through a symlink."""
+def named_store_problem(store: str) -> str | None:
+    """Why a store only Multus's scratch files name is neither recorded nor read: others than
+    root may write it (a tenant's emptyDir; no check trusts what it holds), or it holds more
+    than MAX_NAMED_STORE_NAMES names, its subdirectories' too as deep as a check reads them
+    (_doubt_names), counted no further. None where it cannot be opened: inventory() finds
+    nothing there either. Never through a symlink."""
     try:
         dir_fd = os.open(store, DIR_FLAGS)
     except (OSError, ValueError):  # ValueError: a NUL in the path, which names no dir
         return None
     try:
-        return _names_below(dir_fd, limit + 1, 0)
-    except OSError:
+        if untrusted(os.fstat(dir_fd)):
+            return "may be written by others than root"
+        if _names_below(dir_fd, MAX_NAMED_STORE_NAMES + 1, 0) > MAX_NAMED_STORE_NAMES:
+            return f"holds more than {MAX_NAMED_STORE_NAMES:,} names"
         return None
+    except OSError:
+        return "cannot be listed"
     finally:
         os.close(dir_fd)
 
@@ -544,20 +548,6 @@ def _names_below(dir_fd: int, at_most: int, depth: int) -> int:
             if found >= at_most:
                 break
     return found
-
-
-def past_names(stores: Iterable[str], limit: int) -> list[str]:
-    """Of stores (each once: distinct_stores), in order, those past the first whose names fit
-    in limit in all: a store is taken whole or not at all."""
-    past: list[str] = []
-    left = limit
-    for store in stores:
-        found = names_in(store, left) or 0
-        if found > left:
-            past.append(store)
-        else:
-            left -= found
-    return past
 
 
 def distinct_stores(stores: Iterable[str], limit: int) -> tuple[list[str], int]:
@@ -584,8 +574,8 @@ def scratch_named_to_record(
 ) -> tuple[list[str], list[str]]:
     """Of the stores Multus's scratch files name, those a boot's first run records besides
     recorded (the conf dirs' stores and those cached configs name, recorded whole): each dir
-    once, MAX_NAMED_STORES of them at most, and MAX_NAMED_STORE_NAMES names in all; and
-    the warnings for the rest, whose DELs are left."""
+    once, MAX_NAMED_STORES of them at most, none named_store_problem() refuses; and the
+    warnings for the rest, whose DELs are left."""
     known = {store_identity(s) for s in recorded}
     stores, past = distinct_stores(
         (s for s in named if store_identity(s) not in known), MAX_NAMED_STORES
@@ -597,16 +587,18 @@ def scratch_named_to_record(
             f"{MAX_NAMED_STORES} this boot's pre-runtime record takes: the DELs that would "
             "release from them are left"
         )
-    too_large = past_names(stores, MAX_NAMED_STORE_NAMES)
-    if too_large:
-        more = f" and {len(too_large) - 1} more" if len(too_large) > 1 else ""
-        warnings.append(
-            f"Multus's scratch files name host-local stores holding more names in all than "
-            f"the {MAX_NAMED_STORE_NAMES:,} this boot's pre-runtime record takes of such "
-            f"stores: {too_large[0]}{more} not recorded; the DELs that would release from "
-            "them are left"
-        )
-    return [s for s in stores if s not in too_large], warnings
+    kept = []
+    for store in stores:
+        problem = named_store_problem(store)
+        if problem is None:
+            kept.append(store)
+        elif problem.startswith("holds"):  # one others may write: the check says so, as ever
+            warnings.append(
+                f"the host-local store {store}, which Multus's scratch files name, {problem}: "
+                "not in this boot's pre-runtime record; the DELs that would release from it "
+                "are left"
+            )
+    return kept, warnings
 
 
 def scratch_stores(netlist: NetworkList, owners: Iterable[str], root: str) -> Iterator[str]:
@@ -821,11 +813,20 @@ class StoreDoubts:
         # entries, checked after: Releases); the orphans' own reading keeps none of it
         self.indexed = indexed
         self._held: dict[str, list[str]] = {}
+        # What is left to read of the store's files larger than a reservation (_doubt_large):
+        # a store of them each just under MAX_DOUBTED_BYTES had a run read a mebibyte a name.
+        self.large_bytes_left = MAX_DOUBTED_BYTES
 
     def unknowable(self, path: str, what: str) -> None:
         """path (in the store; "" for the store itself) is what it says: its content unread."""
         if self._unknowable is None:
             self._unknowable = f"{os.path.join(self.store, path) if path else 'it'} {what}"
+
+    @property
+    def cannot_tell(self) -> bool:
+        """Whether some file's content cannot be told: then no DEL runs past the store, and
+        nothing more read of it would change that."""
+        return self._unknowable is not None
 
     def unproven(self, content: bytes, path: str, why: str) -> None:
         if content:
@@ -992,7 +993,10 @@ MAX_DOUBTED_BYTES = 1 << 20
 
 def _doubt_large(dir_fd: int, name: str, path: str, doubts: StoreDoubts) -> None:
     """Into doubts, a file larger than a reservation ever is, if host-local's DEL could still
-    take it for one: what is left of it once trimmed is as short as an owner."""
+    take it for one: what is left of it once trimmed is as short as an owner. Such files are
+    read to MAX_DOUBTED_BYTES in all, a store's whole (doubts.large_bytes_left)."""
+    if doubts.cannot_tell:
+        return
     try:
         refuse_unless_regular(name, dir_fd)  # a device swapped in is never opened
         fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
@@ -1005,9 +1009,9 @@ def _doubt_large(dir_fd: int, name: str, path: str, doubts: StoreDoubts) -> None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             doubts.unknowable(path, "is no regular file")
             return
-        chunks, size = [], 0
-        while size <= MAX_DOUBTED_BYTES:
-            chunk = os.read(fd, 1 << 16)
+        chunks, size, left = [], 0, doubts.large_bytes_left
+        while size <= left:
+            chunk = os.read(fd, min(1 << 16, left + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)
@@ -1017,8 +1021,15 @@ def _doubt_large(dir_fd: int, name: str, path: str, doubts: StoreDoubts) -> None
         return
     finally:
         os.close(fd)
-    if size > MAX_DOUBTED_BYTES:
-        doubts.unknowable(path, f"holds more than {MAX_DOUBTED_BYTES} bytes")
+    doubts.large_bytes_left -= min(size, left)
+    if size > left:
+        what = (
+            f"holds more than {MAX_DOUBTED_BYTES} bytes"
+            if left == MAX_DOUBTED_BYTES
+            else f"takes what the store's files larger than a reservation hold past "
+            f"{MAX_DOUBTED_BYTES} bytes in all"
+        )
+        doubts.unknowable(path, what)
         return
     trimmed = go_trim_space(b"".join(chunks))
     if len(trimmed) <= MAX_RESERVATION_BYTES:  # else longer than any owner a DEL names

@@ -9,6 +9,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -186,46 +187,38 @@ def test_flannels_delegate_runs_host_local_with_flannels_own_ipam(
 
 @settings(max_examples=150, deadline=None)
 @given(
-    layouts=st.lists(
-        st.tuples(st.integers(0, 5), st.integers(0, 4) | st.none()) | st.none(),
-        min_size=1,
-        max_size=6,
-    ),
-    limit=st.integers(0, 14),
+    layout=st.tuples(st.integers(0, 5), st.integers(0, 4) | st.none(), st.booleans()),
+    limit=st.integers(0, 12),
 )
-def test_the_stores_only_scratch_files_name_are_taken_whole_within_so_many_names(
-    layouts: list[tuple[int, int | None] | None], limit: int
+def test_a_store_only_scratch_files_name_is_taken_only_within_so_many_names(
+    layout: tuple[int, int | None, bool], limit: int
 ) -> None:
-    """Model (host_local.past_names): stores in order, each taken whole while its names fit in
-    what the limit leaves, past otherwise; a store's names are those a check reads, its
-    subdirectories' too (here: files, and a subdirectory of files or none); a dir that cannot
-    be opened (here: none there) has no names to take and is never past. What is taken never
-    holds more names than the limit."""
-    with tempfile.TemporaryDirectory() as top:
-        stores, sizes = [], []
-        for k, layout in enumerate(layouts):
-            store = os.path.join(top, f"s{k}")
-            stores.append(store)
-            if layout is None:
-                sizes.append(0)
-                continue
-            files, below = layout
-            os.mkdir(store)
-            for n in range(files):
-                Path(store, f"f{n}").touch()
-            if below is not None:
-                os.mkdir(os.path.join(store, "d"))
-                for n in range(below):
-                    Path(store, "d", f"f{n}").touch()
-            sizes.append(files + (0 if below is None else 1 + below))
+    """Model (host_local.named_store_problem, the bound made limit): a store is refused when
+    others may write it, or when its names, its subdirectories' too (here: files, and a
+    subdirectory of files or none), are more than the bound; taken otherwise; and a dir that
+    is not there is nothing to refuse."""
+    files, below, shared = layout
+    with (
+        tempfile.TemporaryDirectory() as top,
+        mock.patch.object(host_local, "MAX_NAMED_STORE_NAMES", limit),
+    ):
+        assert host_local.named_store_problem(os.path.join(top, "none")) is None
+        store = os.path.join(top, "s")
+        os.mkdir(store)
+        for n in range(files):
+            Path(store, f"f{n}").touch()
+        if below is not None:
+            os.mkdir(os.path.join(store, "d"))
+            for n in range(below):
+                Path(store, "d", f"f{n}").touch()
+        os.chmod(store, 0o777 if shared else 0o755)
+        names = files + (0 if below is None else 1 + below)
 
-        past = host_local.past_names(stores, limit)
+        problem = host_local.named_store_problem(store)
 
-        left, expected = limit, []
-        for store, size in zip(stores, sizes):
-            if size > left:
-                expected.append(store)
-            else:
-                left -= size
-        assert past == expected
-        assert sum(size for store, size in zip(stores, sizes) if store not in past) <= limit
+        if shared:
+            assert problem == "may be written by others than root"
+        elif names > limit:
+            assert problem == f"holds more than {limit:,} names"
+        else:
+            assert problem is None

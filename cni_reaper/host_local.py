@@ -399,13 +399,13 @@ class StoreReads:
                         f"{runs}, one of which keeps a host-local store that cannot be reached",
                         None,
                     )
-                why = self._too_many_names(kept, read.path)
+                why = self._named_store_refusal(kept, read.path)
                 why = why or self.of(kept).against_owner(container_id)
                 if why is not None:
                     return why, None
         return None, unread
 
-    def _too_many_names(self, store: str, scratch_file: str) -> str | None:
+    def _named_store_refusal(self, store: str, scratch_file: str) -> str | None:
         """Why a store a delegate keeps, not yet read (so no conf dir's: those are read
         first), is not read: named_store_problem(), or past the MAX_NAMED_STORES such stores
         a run reads. Looked at once under any spelling."""
@@ -592,7 +592,7 @@ def scratch_named_to_record(
         problem = named_store_problem(store)
         if problem is None:
             kept.append(store)
-        elif problem.startswith("holds"):  # one others may write: the check says so, as ever
+        else:
             warnings.append(
                 f"the host-local store {store}, which Multus's scratch files name, {problem}: "
                 "not in this boot's pre-runtime record; the DELs that would release from it "

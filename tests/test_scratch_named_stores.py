@@ -16,9 +16,6 @@ from cni_reaper import host_local
 from cni_reaper.errors import ExitCode
 from tests.crashed import Crashed
 from tests.test_host_local_del_scope import (
-    MULTUS_STAND_IN,
-    OWNER_A,
-    A,
     B,
     OnTheNode,
     a_in_a_store_named_like_multus,
@@ -93,16 +90,12 @@ def test_on_the_node_a_tenant_s_store_costs_no_other_tenant_s_del(
     against, was left: one tenant left every other tenant's DEL through Multus. Each store
     is bounded on its own, and one others may write is neither counted nor recorded.
     (attacker=False is the control.)"""
-    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
     root = crashed.node.root
+    first = bridge("multus-cni-network", "10.244.0")  # Multus's own network, as eth0
+    bin_dir = a_in_a_store_named_like_multus(crashed, first, tenant_delegate("/srv/t"))
     own = root / "var/lib/cni/networks/multus-cni-network"
-    own.mkdir(parents=True)
-    (own / "10.244.0.5").write_bytes(OWNER_A)
     (own / "10.244.0.6").write_bytes(f"{B}\r\neth0".encode())
     scratch = root / "var/lib/cni/multus"
-    scratch.mkdir(parents=True)
-    first = bridge("multus-cni-network", "10.244.0")  # Multus's own network, as eth0
-    (scratch / A).write_text(multus_scratch(first, tenant_delegate("/srv/t")))
     (scratch / B).write_text(multus_scratch(first, tenant_delegate("/srv/u", "small")))
     big, small = root / "srv/t/big", root / "srv/u/small"
     big.mkdir(parents=True)
@@ -113,7 +106,6 @@ def test_on_the_node_a_tenant_s_store_costs_no_other_tenant_s_del(
     (small / "10.246.0.7").write_bytes(f"{B}\r\nnet1".encode())
     (small / "last_reserved_ip.0").write_text("10.246.0.7")
     (small / "lock").touch()
-    crashed.node.results.mkdir(parents=True, mode=0o700, exist_ok=True)
     crashed.reboot()
     node = OnTheNode(crashed)
 
@@ -131,7 +123,7 @@ def test_the_check_looks_at_so_many_stores_only_scratch_files_name_at_most(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first run records MAX_NAMED_STORES (64) distinct stores at most; the check
-    (StoreReads._too_many_names) counted every distinct store a scratch file's delegates
+    (StoreReads._named_store_refusal) counted every distinct store a scratch file's delegates
     named, each to the bound + 1, before refusing it: a tenant's pod's scratch file naming
     200 stores past the bound (here the bound made 100 names; on a node, any dir of more
     names within 8 levels, /usr's, that a tenant need not make) had each run count 200
@@ -157,7 +149,7 @@ def test_the_check_looks_at_so_many_stores_only_scratch_files_name_at_most(
         stores.append(str(store))
     reads = host_local.StoreReads(None, None)  # type: ignore[arg-type]  # counting needs neither
 
-    refused = [reads._too_many_names(store, "/var/lib/cni/multus/x") for store in stores]
+    refused = [reads._named_store_refusal(store, "/var/lib/cni/multus/x") for store in stores]
 
     assert all(refused)
     bound = host_local.MAX_NAMED_STORES * (host_local.MAX_NAMED_STORE_NAMES + 1)
@@ -202,15 +194,10 @@ def test_on_the_node_the_first_run_and_the_checks_agree_on_the_stores_they_take(
     S2 whole all the same and A's DEL ran, exit 0. Each store is now taken, or not, on its
     own: within the bound both are recorded and read and both DELs run (exit 0, no warning);
     past it, neither is, both DELs are left (exit 65), and the run says so of each."""
-    bin_dir = crashed.node.fake_plugin_network("multus-cni-network", "multus", MULTUS_STAND_IN)
     root = crashed.node.root
-    own = root / "var/lib/cni/networks/multus-cni-network"
-    own.mkdir(parents=True)
-    (own / "10.244.0.5").write_bytes(OWNER_A)
-    scratch = root / "var/lib/cni/multus"
-    scratch.mkdir(parents=True)
     first = bridge("multus-cni-network", "10.244.0")
-    (scratch / A).write_text(multus_scratch(first, tenant_delegate("/srv/a", "s2")))
+    bin_dir = a_in_a_store_named_like_multus(crashed, first, tenant_delegate("/srv/a", "s2"))
+    scratch = root / "var/lib/cni/multus"
     (scratch / B).write_text(multus_scratch(first, tenant_delegate("/srv/b", "s1")))
     for store in (root / "srv/a/s2", root / "srv/b/s1"):
         store.mkdir(parents=True)
